@@ -1,0 +1,25 @@
+# The README's two commands. Both create .venv with pip when it is missing (pip, not uv/poetry: torch==2.13.0
+# must come from the local CPU wheel) and reuse it otherwise.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.ditskip-installed
+
+.PHONY: demo test venv clean
+
+venv: $(STAMP)
+
+$(STAMP): requirements.txt pyproject.toml
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q --no-deps -e .
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m ditskip_edge.demo
+
+test: $(STAMP)
+	$(PY) -m pytest tests
+
+clean:
+	rm -rf demo_out .pytest_cache

@@ -1,0 +1,125 @@
+"""Building and loading models: random-weight tiny models, meta-device real sizes, local diffusers folders.
+
+`resolve_spec(name_or_path)` turns a CLI model argument into a ModelSpec.
+`build_transformer(spec, device)` returns the diffusers transformer with weights:
+  - builtin tiny: random from spec.seed (zero-initialised modulation / output layers get small random values so
+    that every block matters, as in a trained model);
+  - device="meta": structure only (real sizes, planning);
+  - local folder: `from_pretrained(folder/transformer)`.
+`build_vae(spec)` likewise for the autoencoder.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+from ..errors import UserError
+from .specs import FLUX_ARCH, SANA_ARCH, ModelSpec, TextSpec, builtin_spec
+
+_PIPELINE_ARCH = {"FluxPipeline": FLUX_ARCH, "SanaPipeline": SANA_ARCH}
+TINY_TEXT_FILE = "ditskip_text.json"   # marks a saved tiny model whose text encoder is the built-in hash encoder
+
+
+def transformer_class(arch: str):
+    from diffusers import FluxTransformer2DModel, SanaTransformer2DModel
+    return {FLUX_ARCH: FluxTransformer2DModel, SANA_ARCH: SanaTransformer2DModel}[arch]
+
+
+def vae_class(arch: str):
+    from diffusers import AutoencoderDC, AutoencoderKL
+    return {FLUX_ARCH: AutoencoderKL, SANA_ARCH: AutoencoderDC}[arch]
+
+
+def resolve_spec(name_or_path: str) -> ModelSpec:
+    p = Path(name_or_path)
+    if not p.exists():
+        return builtin_spec(name_or_path)
+    index = p / "model_index.json"
+    if not index.is_file():
+        raise UserError(f"{p}: not a diffusers pipeline folder (no model_index.json)")
+    try:
+        cls_name = json.loads(index.read_text())["_class_name"]
+    except (ValueError, KeyError) as e:
+        raise UserError(f"{index}: unreadable ({e}); expected a diffusers model_index.json with _class_name") from e
+    if cls_name not in _PIPELINE_ARCH:
+        raise UserError(f"{index}: _class_name {cls_name!r} is not supported; expected one of {list(_PIPELINE_ARCH)}")
+    arch = _PIPELINE_ARCH[cls_name]
+    tcfg_path, vcfg_path = p / "transformer" / "config.json", p / "vae" / "config.json"
+    for f in (tcfg_path, vcfg_path):
+        if not f.is_file():
+            raise UserError(f"{f}: missing; a pipeline folder needs transformer/ and vae/ subfolders")
+    tcfg = {k: v for k, v in json.loads(tcfg_path.read_text()).items() if not k.startswith("_")}
+    vcfg = {k: v for k, v in json.loads(vcfg_path.read_text()).items() if not k.startswith("_")}
+    if arch == FLUX_ARCH:
+        vae_scale = 2 ** (len(vcfg.get("block_out_channels", [0] * 4)) - 1)
+        data_px, train_px = 512, 256
+    else:
+        vae_scale = 2 ** (len(vcfg.get("encoder_block_out_channels", [0] * 6)) - 1)
+        data_px, train_px = 1024, 512
+    tiny_text = p / TINY_TEXT_FILE
+    if tiny_text.is_file():
+        extra = json.loads(tiny_text.read_text())
+        text = TextSpec(**extra["text"])
+        data_px, train_px = int(extra.get("data_px", data_px)), int(extra.get("train_px", train_px))
+    elif arch == FLUX_ARCH:
+        text = TextSpec("pipeline", seq_len=512, dim=int(tcfg.get("joint_attention_dim", 4096)),
+                        pooled_dim=int(tcfg.get("pooled_projection_dim", 768)))
+    else:
+        text = TextSpec("pipeline", seq_len=300, dim=int(tcfg.get("caption_channels", 2304)))
+    guidance = 3.5 if (arch == FLUX_ARCH and tcfg.get("guidance_embeds")) else None
+    return ModelSpec(name=p.name, arch=arch, transformer_config=tcfg, vae_config=vcfg, text=text,
+                     vae_scale_factor=vae_scale, data_px=data_px, train_px=train_px, guidance=guidance,
+                     source=str(p.resolve()))
+
+
+def _randomize_zero_params(module: nn.Module, seed: int) -> None:
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for p in module.parameters():
+            if p.numel() and p.abs().sum() == 0:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.02)
+
+
+def build_transformer(spec: ModelSpec, device: str = "cpu") -> nn.Module:
+    cls = transformer_class(spec.arch)
+    if device == "meta":
+        with torch.device("meta"):
+            return cls.from_config(spec.transformer_config).eval()
+    if spec.source != "builtin":
+        return cls.from_pretrained(Path(spec.source) / "transformer", torch_dtype=torch.float32).eval()
+    if spec.vae_config is None:
+        raise UserError(f"model '{spec.name}' has no weights here (real-size config): use it with `plan`, "
+                        f"or pass a local diffusers folder")
+    torch.manual_seed(spec.seed)
+    model = cls.from_config(spec.transformer_config).eval()
+    _randomize_zero_params(model, spec.seed)
+    return model
+
+
+def build_vae(spec: ModelSpec) -> nn.Module:
+    cls = vae_class(spec.arch)
+    if spec.source != "builtin":
+        return cls.from_pretrained(Path(spec.source) / "vae", torch_dtype=torch.float32).eval()
+    if spec.vae_config is None:
+        raise UserError(f"model '{spec.name}' has no autoencoder weights here")
+    torch.manual_seed(spec.seed + 7)
+    return cls.from_config(spec.vae_config).eval()
+
+
+def save_pipeline_folder(spec: ModelSpec, transformer: nn.Module, vae: nn.Module, folder: Path) -> Path:
+    """Save a model as a diffusers pipeline folder (transformer/, vae/, model_index.json). For tiny models the
+    built-in hash text encoder is recorded in ditskip_text.json, as no real encoder ships with them."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    transformer.save_pretrained(folder / "transformer")
+    vae.save_pretrained(folder / "vae")
+    cls_name = {FLUX_ARCH: "FluxPipeline", SANA_ARCH: "SanaPipeline"}[spec.arch]
+    (folder / "model_index.json").write_text(json.dumps({"_class_name": cls_name, "_diffusers_version": "0.42.1"}))
+    if spec.text.kind == "hash":
+        (folder / TINY_TEXT_FILE).write_text(json.dumps(
+            {"text": vars(spec.text), "data_px": spec.data_px, "train_px": spec.train_px}))
+    return folder

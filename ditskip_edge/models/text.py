@@ -1,0 +1,80 @@
+"""Text conditioning: prompt -> the tensors the transformer reads.
+
+FLUX: {"txt": [1, L, joint_attention_dim], "pooled": [1, pooled_projection_dim]} (+ "guidance": [1] for
+guidance-distilled models). SANA: {"txt": [1, L, caption_channels], "txt_mask": [1, L]}.
+
+Two encoders:
+- `HashTextEncoder` (built-in tiny models): each lower-cased word seeds a fixed random vector (SHA-256 of the word
+  -> torch generator), plus a fixed positional vector; pooled = mean over words. Deterministic, the right shapes,
+  different prompts give different conditioning, *no* semantics (synonyms are unrelated). Documented as such.
+- `PipelineTextEncoder` (a local diffusers pipeline folder): the pipeline's own `encode_prompt` with its real
+  encoders (CLIP + T5 for FLUX, Gemma for SANA), loaded with `from_pretrained(folder)` and no transformer/VAE.
+The prompt is fixed for a subject, so conditioning is computed once on the host and stored in the bundle.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+import torch
+
+from .specs import FLUX_ARCH, ModelSpec
+
+Conditioning = dict[str, torch.Tensor]
+
+
+class HashTextEncoder:
+    def __init__(self, spec: ModelSpec):
+        self.spec = spec
+
+    @staticmethod
+    def _word_vector(word: str, dim: int) -> torch.Tensor:
+        seed = int.from_bytes(hashlib.sha256(word.encode()).digest()[:8], "little") & ((1 << 63) - 1)
+        return torch.randn(dim, generator=torch.Generator().manual_seed(seed))
+
+    def __call__(self, prompt: str) -> Conditioning:
+        t = self.spec.text
+        words = re.findall(r"[a-z0-9]+", prompt.lower())[: t.seq_len]
+        pos = torch.randn(t.seq_len, t.dim, generator=torch.Generator().manual_seed(1234)) * 0.1
+        txt = torch.zeros(t.seq_len, t.dim)
+        mask = torch.zeros(t.seq_len)
+        for i, w in enumerate(words):
+            txt[i] = self._word_vector(w, t.dim) + pos[i]
+            mask[i] = 1.0
+        cond: Conditioning = {"txt": txt[None]}
+        if self.spec.arch == FLUX_ARCH:
+            pooled = torch.stack([self._word_vector(w, t.pooled_dim) for w in words]).mean(0) if words \
+                else torch.zeros(t.pooled_dim)
+            cond["pooled"] = pooled[None]
+        else:
+            cond["txt_mask"] = mask[None]
+        return cond
+
+
+class PipelineTextEncoder:
+    """Real encoders of a local diffusers pipeline folder (FLUX: CLIP + T5, SANA: Gemma)."""
+
+    def __init__(self, spec: ModelSpec):
+        self.spec = spec
+        from diffusers import FluxPipeline, SanaPipeline
+        cls = FluxPipeline if spec.arch == FLUX_ARCH else SanaPipeline
+        self.pipe = cls.from_pretrained(spec.source, transformer=None, vae=None, torch_dtype=torch.float32)
+
+    @torch.no_grad()
+    def __call__(self, prompt: str) -> Conditioning:
+        if self.spec.arch == FLUX_ARCH:
+            txt, pooled, _ = self.pipe.encode_prompt(prompt=prompt, prompt_2=None,
+                                                     max_sequence_length=self.spec.text.seq_len)
+            return {"txt": txt.float(), "pooled": pooled.float()}
+        txt, mask, _, _ = self.pipe.encode_prompt(prompt, do_classifier_free_guidance=False,
+                                                  max_sequence_length=self.spec.text.seq_len)
+        return {"txt": txt.float(), "txt_mask": mask.float()}
+
+
+def encode_prompt(spec: ModelSpec, prompt: str) -> Conditioning:
+    encoder = HashTextEncoder(spec) if spec.text.kind == "hash" else PipelineTextEncoder(spec)
+    cond = encoder(prompt)
+    if spec.guidance is not None and spec.arch == FLUX_ARCH and spec.transformer_config.get("guidance_embeds"):
+        cond["guidance"] = torch.tensor([float(spec.guidance)])
+    return cond
