@@ -74,7 +74,9 @@ def load_kept_transformer(b: OpenBundle) -> nn.Module:
 def build_skip_model(b: OpenBundle) -> tuple[SkipModel, nn.Module, list[str]]:
     """SkipModel over the kept blocks with fresh LoRA (B = 0); returns it, the transformer, trainable names."""
     transformer = load_kept_transformer(b)
-    names = add_lora(transformer, b.spec.arch, b.kept_block_names, b.lora)
+    with torch.random.fork_rng():       # LoRA A's random init is a function of the bundle: every run starts alike
+        torch.manual_seed(b.schedule.config.seed)
+        names = add_lora(transformer, b.spec.arch, b.kept_block_names, b.lora)
     view = make_view(b.spec.arch, transformer, b.plan.kept)
     missing = [n for n, p in view.named_parameters() if p.is_meta]
     if missing:
