@@ -211,3 +211,38 @@ def test_compile_skip_ratio_records_the_selected_plan_in_the_manifest(tmp_path, 
     assert sel["method"] == "generation" and sel["embedder"] == "pixel-stats" and sel["budget"] == 3
     best = min(sel["scores"], key=lambda r: (r["score"], r["n_front"]))
     assert [plan["n_front"], plan["n_back"]] == [best["n_front"], best["n_back"]]
+
+
+def save_tiny_vision_models(folder):
+    """Random tiny DINOv2 and CLIP folders, as a user's local DINO / CLIP download would look (no download)."""
+    from transformers import (BitImageProcessor, CLIPConfig, CLIPImageProcessor, CLIPModel, Dinov2Config,
+                              Dinov2Model)
+    torch.manual_seed(0)
+    small = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
+    Dinov2Model(Dinov2Config(image_size=32, patch_size=8, **small)).save_pretrained(folder / "dino")
+    BitImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}).save_pretrained(
+        folder / "dino")
+    CLIPModel(CLIPConfig(text_config=dict(vocab_size=100, projection_dim=16, **small),
+                         vision_config=dict(image_size=32, patch_size=8, projection_dim=16, **small),
+                         projection_dim=16)).save_pretrained(folder / "clip")
+    CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}).save_pretrained(
+        folder / "clip")
+
+
+def test_local_dino_and_clip_folders_plug_in_as_embedders(tmp_path):
+    pytest.importorskip("transformers")
+    from ditskip_edge.selection.embedders import load_embedder
+    save_tiny_vision_models(tmp_path)
+    g = torch.Generator().manual_seed(1)
+    a, b = torch.rand(1, 3, 48, 48, generator=g) * 2 - 1, torch.rand(1, 3, 48, 48, generator=g) * 2 - 1
+    for name, kind in (("dino", "dinov2"), ("clip", "clip")):
+        emb = load_embedder(str(tmp_path / name))
+        assert emb.kind == kind
+        assert float(cosine_distance(emb(a), emb(a))[0]) == pytest.approx(0.0, abs=1e-9)
+        assert float(cosine_distance(emb(a), emb(b))[0]) > 0
+    spec, transformer, vae = tiny("sana-tiny")
+    plan = select_plan(spec, transformer, vae, None, PROMPT, 0.3, seed=0,
+                       config=SelectionConfig(steps=1, num_seeds=1, embedder=str(tmp_path / "dino")))
+    assert plan.selection["embedder"] == str(tmp_path / "dino")
+    with pytest.raises(UserError, match="pixel-stats"):
+        load_embedder(str(tmp_path / "missing"))

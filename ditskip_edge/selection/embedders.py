@@ -12,7 +12,7 @@
 - a local folder with a transformers model (no download: `from_pretrained(folder)`): a CLIP model
   (`model_type` "clip" / "clip_vision_model": image features of the vision tower, projected) or any other vision
   backbone, e.g. DINOv2 (`AutoModel`: the CLS token of the last hidden state). The folder's image processor
-  prepares the pixels.
+  prepares the pixels (without torchvision, transformers' PIL processors round them to 8 bits, as a saved PNG).
 """
 
 from __future__ import annotations
