@@ -35,6 +35,7 @@ from ditskip_edge.models.loading import build_transformer, build_vae, resolve_sp
 from ditskip_edge.selection import SelectionConfig, make_probe, select_splits   # noqa: E402
 
 PROMPT = "a photo of sks toy"
+NEAR_DEGENERATE = 1e-4      # generation's scores of all splits within this of each other: the choice barely matters
 METHODS = {
     "generation": SelectionConfig(method="generation", steps=4, num_seeds=2),
     "generation_8": SelectionConfig(method="generation", steps=8, num_seeds=2),
@@ -81,6 +82,7 @@ def run(models: list[str], weight_seeds: int) -> dict:
             "chance_agreement": sum(1 / (t["budget"] + 1) for t in ts) / len(ts),
             "mean_proxy_regret": sum(t["proxy_regret"] for t in ts) / len(ts),
             "mean_generation_score_range": sum(t["generation_score_range"] for t in ts) / len(ts),
+            "near_degenerate_trials": sum(t["generation_score_range"] < NEAR_DEGENERATE for t in ts),
         }
     return {"trials": trials, "summary": summary, "seconds": {k: round(v, 2) for k, v in seconds.items()},
             "methods": {k: v.to_json() for k, v in METHODS.items()}}
@@ -94,13 +96,14 @@ def write_markdown(doc: dict, path: Path) -> None:
              "- methods: " + "; ".join(f"{k}: {json.dumps(v)}" for k, v in doc["methods"].items()),
              f"- wall time per method (all trials): {doc['seconds']}", "",
              "| model | trials | proxy = generation | 8 steps = 4 steps | chance | mean proxy regret "
-             "| mean score range |", "|---|---|---|---|---|---|---|"]
+             "| mean score range | near-degenerate |", "|---|---|---|---|---|---|---|---|"]
     for name, s in doc["summary"].items():
         lines.append(f"| {name} | {s['trials']} | {s['proxy_agreement']:.2f} | {s['steps8_agreement']:.2f} | "
                      f"{s['chance_agreement']:.2f} | {s['mean_proxy_regret']:.2e} | "
-                     f"{s['mean_generation_score_range']:.2e} |")
+                     f"{s['mean_generation_score_range']:.2e} | {s['near_degenerate_trials']} |")
     lines += ["", "Regret: generation's score of the proxy's split minus generation's best score. Score range: "
-              "max - min of generation's scores over the splits of a budget (how much the choice matters).", "",
+              "max - min of generation's scores over the splits of a budget (how much the choice matters); "
+              f"near-degenerate: trials whose score range is below {NEAR_DEGENERATE:g}.", "",
               "| model | weight seed | k | generation (n, m) | 8 steps | proxy |", "|---|---|---|---|---|---|"]
     for t in doc["trials"]:
         lines.append(f"| {t['model']} | {t['weight_seed']} | {t['budget']} | {tuple(t['generation'])} | "
