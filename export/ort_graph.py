@@ -1,6 +1,6 @@
 """The training step as an ONNX graph for ONNX Runtime Training 1.19.2 (torch side of the ORT exporter).
 
-    OrtStep(x0, noise, t, loss_weight, cond.*, entry.*) = loss_weight * TrainingStep(x0, noise, t, cond, entry)
+    OrtStep(x0, noise, t, cond.*, entry.*, loss_weight) = loss_weight * TrainingStep(x0, noise, t, cond, entry)
 
 The loss is *in the graph*: the exported module is the project's TrainingStep (x_t = (1 - t) x0 + t noise,
 target = noise - x0, the cache entry decoded in-graph, mse), so `generate_artifacts` gets `loss=None` (its
@@ -9,8 +9,9 @@ target as a runtime input and the prediction as output, i.e. the rectified-flow 
 on the device; keeping it inside means every runtime runs the very module the eager trainer runs.
 `loss_weight` [1] is 1/grad_accum (ORT accumulates gradients across calls until `lazy_reset_grad`).
 
-Inputs are flat and named (ONNX has no dicts): `x0` [1, C, h, w], `noise` (same), `t` [1], `loss_weight` [1],
-then `cond.<key>` for the text conditioning and `entry.<key>` for the encoded cache entry, keys sorted.
+Inputs are flat and named (ONNX has no dicts), in the bundle's program-contract order (the same as the ExecuTorch
+program's): `x0` [1, C, h, w], `noise` (same), `t` [1], `cond.<key>` (text conditioning), `entry.<key>` (the
+encoded cache entry without "x0"), keys sorted; then ORT's one extra input `loss_weight` [1].
 Initializers are renamed to the transformer's own (full-model) names, so LoRA parameters are called
 `transformer_blocks.3.attn.to_q.lora_A.default.weight` in the checkpoint as in the eager model.
 
@@ -33,7 +34,8 @@ import torch.nn.functional as F
 from ditskip_edge.training_step import TrainingStep
 
 OPSET = 16
-FIXED_INPUTS = ("x0", "noise", "t", "loss_weight")
+FIXED_INPUTS = ("x0", "noise", "t")
+LOSS_WEIGHT = "loss_weight"
 
 
 def _rms_norm_plain(input, normalized_shape, weight=None, eps=None):
@@ -63,7 +65,12 @@ class StepSignature:
 
     @property
     def input_names(self) -> list[str]:
-        return [*FIXED_INPUTS, *(f"cond.{k}" for k in self.cond_keys), *(f"entry.{k}" for k in self.entry_keys)]
+        return [*FIXED_INPUTS, *(f"cond.{k}" for k in self.cond_keys), *(f"entry.{k}" for k in self.entry_keys),
+                LOSS_WEIGHT]
+
+    @staticmethod
+    def of(cond: dict, entry: dict) -> "StepSignature":
+        return StepSignature(tuple(sorted(cond)), tuple(sorted(k for k in entry if k != "x0")))
 
     def to_json(self) -> dict:
         return {"inputs": self.input_names, "cond_keys": list(self.cond_keys), "entry_keys": list(self.entry_keys)}
@@ -77,17 +84,18 @@ class OrtStep(nn.Module):
         self.step = step
         self.signature = signature
 
-    def forward(self, x0, noise, t, loss_weight, *named):
-        nc = len(self.signature.cond_keys)
+    def forward(self, x0, noise, t, *named):
+        nc, ne = len(self.signature.cond_keys), len(self.signature.entry_keys)
         cond = dict(zip(self.signature.cond_keys, named[:nc]))
-        entry = dict(zip(self.signature.entry_keys, named[nc:]))
+        entry = dict(zip(self.signature.entry_keys, named[nc:nc + ne]))
+        loss_weight = named[nc + ne]
         return self.step(x0, noise, t, cond, entry) * loss_weight[0]
 
 
 def step_inputs(signature: StepSignature, x0, noise, t, cond, entry, loss_weight: float = 1.0) -> tuple:
     """Positional inputs for OrtStep / the ONNX graph, from the eager trainer's arguments."""
     lw = torch.tensor([loss_weight], dtype=torch.float32)
-    return (x0, noise, t, lw, *(cond[k] for k in signature.cond_keys), *(entry[k] for k in signature.entry_keys))
+    return (x0, noise, t, *(cond[k] for k in signature.cond_keys), *(entry[k] for k in signature.entry_keys), lw)
 
 
 def full_model_names(module: nn.Module, transformer: nn.Module) -> dict[str, str]:
