@@ -263,3 +263,87 @@ def test_cli_train_runtime_ort_json(flux_ort, tmp_path, capsys):
     summary = json.loads(capsys.readouterr().out)
     assert summary["runtime"] == "ort" and len(summary["losses"]) == 2
     assert Path(summary["lora"]).is_file() and summary["memory"]["peak_rss_bytes"] > 0
+
+
+class Int8RowDecoder(torch.nn.Module):
+    """A toy compressed-cache decoder (int8 codes + one fp32 scale per token) for the in-graph decode test."""
+
+    def forward(self, entry):
+        names = {k.rsplit(".", 1)[0] for k in entry if k.endswith(".codes")}
+        return {n: entry[f"{n}.codes"].to(torch.float32) * entry[f"{n}.scale"] for n in names}
+
+
+def _int8_rows(d: torch.Tensor) -> dict[str, torch.Tensor]:
+    scale = d.abs().amax(-1, keepdim=True).clamp_min(1e-12) / 127
+    return {"codes": torch.round(d / scale).to(torch.int8), "scale": scale}
+
+
+def test_compressed_cache_entry_is_decoded_in_the_ort_graph(flux_ort, tmp_path):
+    """With a codec cache the graph's entry inputs are the stored integer codes and scales; ORT decodes them
+    in-graph and its loss and LoRA gradients still equal eager's (decoder in torch) within 1e-4."""
+    from export.ort_artifacts import generate_training_artifacts
+    from export.ort_graph import export_step_onnx, step_inputs
+    from ditskip_edge.sample_inputs import sample_noise
+    b = open_bundle(flux_ort)
+    model, transformer, names = build_skip_model(b)
+    quantize_frozen_linears(model.view, QuantSpec(bits=8))
+    stored = b.cache.read(2)
+    encoded = {"x0": stored["x0"]}
+    for k, v in stored.items():
+        if k != "x0":
+            encoded.update({f"{k}.{part}": t for part, t in _int8_rows(v).items()})
+    sig = StepSignature.of(b.cond, encoded)
+    step = OrtStep(TrainingStep(model, Int8RowDecoder()), sig)
+    sample = b.schedule.samples[2]
+    inputs = step_inputs(sig, stored["x0"], sample_noise(sample, tuple(stored["x0"].shape)),
+                         torch.tensor([sample.t]), b.cond, encoded)
+    graph = export_step_onnx(step, inputs, tmp_path / "step.onnx", transformer)
+    assert {i.name: i.type.tensor_type.elem_type for i in graph.graph.input}["entry.front.img.codes"] == \
+        onnx.TensorProto.INT8
+    art = generate_training_artifacts(graph, names, tmp_path / "art")
+    from export.ort_trainer import CheckpointState, Module
+    state = CheckpointState.load_checkpoint(str(art["checkpoint"]))
+    module = Module(str(art["training_model.onnx"]), state, str(art["eval_model.onnx"]))
+    module.train()
+    params = {n: p for n, p in transformer.named_parameters() if p.requires_grad}
+    for n, v in _random_lora_b_params(params).items():
+        state.parameters[n].data = v
+    with torch.no_grad():
+        for n, p in params.items():
+            p.copy_(torch.from_numpy(np.array(state.parameters[n].data)))
+    loss_ort = float(np.asarray(module(*[x.numpy() for x in inputs])))
+    loss_eager = step(*inputs)
+    loss_eager.backward()
+    assert abs(loss_ort - loss_eager.item()) <= 1e-4 * loss_eager.item()
+    g_e = np.concatenate([params[n].grad.numpy().ravel() for n in names])
+    g_o = np.concatenate([state.parameters[n].grad.ravel() for n in names])
+    assert _rel(g_e, g_o) <= 1e-4
+
+
+def _random_lora_b_params(params, seed=1) -> dict[str, np.ndarray]:
+    g = torch.Generator().manual_seed(seed)
+    return {n: (torch.randn(p.shape, generator=g) * 0.05).numpy() for n, p in params.items() if "lora_B" in n}
+
+
+def test_runtime_reads_sharded_cache_entries(tmp_path):
+    """The runtime's entry reader takes the binary-shard cache layout too: only the sample's bytes, hash-checked."""
+    import hashlib
+    from export.ort_trainer import CacheEntries
+    from ditskip_edge.errors import BundleError
+    x0 = np.arange(8, dtype=np.float32).reshape(1, 2, 2, 2)
+    codes = np.arange(-6, 6, dtype=np.int8).reshape(1, 3, 4)
+    layout = {"x0": {"dtype": "float32", "shape": [1, 2, 2, 2], "offset": 0, "bytes": 32},
+              "back.img.codes": {"dtype": "int8", "shape": [1, 3, 4], "offset": 64, "bytes": 12}}
+    entry = bytearray(128)
+    entry[0:32], entry[64:76] = x0.tobytes(), codes.tobytes()
+    (tmp_path / "shard_00000.bin").write_bytes(bytes(16) + bytes(entry))
+    index = {"layout": layout, "entries": [{"shard": "shard_00000.bin", "offset": 16, "bytes": 128,
+                                            "sha256": hashlib.sha256(bytes(entry)).hexdigest()}]}
+    (tmp_path / "cache_index.json").write_text(json.dumps(index))
+    got = CacheEntries(tmp_path).read_encoded(0)
+    np.testing.assert_array_equal(got["x0"], x0)
+    np.testing.assert_array_equal(got["back.img.codes"], codes)
+    index["entries"][0]["sha256"] = "0" * 64
+    (tmp_path / "cache_index.json").write_text(json.dumps(index))
+    with pytest.raises(BundleError):
+        CacheEntries(tmp_path).read_encoded(0)
