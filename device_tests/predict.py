@@ -1,0 +1,114 @@
+"""The memory prediction a device run is capped by: what the bundle says training will need, in bytes.
+
+Sources, first that exists wins (Prediction.source names it):
+1. "planner": a `memory_plan` section in the manifest with `predicted_peak_bytes` per runtime (written by
+   `ditskip-edge plan`, issue 7; not on this branch yet when this was written: then 2. or 3. is used);
+2. "memory_report": the exported program's own memory report (issue 5 / 6 exporters), counting
+       program bytes (file loaded into memory: frozen int8/int4 constants and code)
+     + planned arena (activations kept for backward, gradients, LoRA weights, temporaries; ExecuTorch)
+     + gradient copies handed to the optimizer + AdamW's two moments + one step's inputs (encoded cache entry,
+       text conditioning, latents, noise);
+3. "artifact_sizes" (ORT without a report): the artifacts' file bytes + optimizer state + one step's inputs, plus
+   the ExecuTorch arena of the same bundle's program when there is one (same graph) for the activations.
+None of these counts the interpreter and the runtime library itself: the child measures that as its baseline.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ditskip_edge.errors import BundleError
+
+
+@dataclass
+class Prediction:
+    bytes: int
+    source: str
+    parts: dict[str, int] = field(default_factory=dict)
+
+
+def _programs(manifest: dict) -> dict[str, dict]:
+    """manifest `programs` as {runtime: section}; accepts a dict keyed by runtime or a list of entries."""
+    progs = manifest.get("programs", {})
+    if isinstance(progs, list):
+        out: dict[str, dict] = {}
+        for p in progs:
+            if p.get("name", "train_step") == "train_step":
+                out.setdefault(p.get("runtime", ""), p)
+        return out
+    return dict(progs)
+
+
+def _find_memory(section: dict, root: Path) -> dict | None:
+    mem = section.get("memory")
+    if isinstance(mem, dict):
+        return mem
+    if isinstance(mem, str) and (root / mem).is_file():
+        return json.loads((root / mem).read_text())
+    for prog in section.get("programs", []) if isinstance(section.get("programs"), list) else []:
+        if prog.get("name") == "train_step" and isinstance(prog.get("memory"), dict):
+            return prog["memory"]
+    return None
+
+
+def _report_parts(mem: dict) -> dict[str, int]:
+    g = lambda k: int(mem.get(k) or 0)  # noqa: E731
+    return {"program_bytes": max(g("pte_bytes"), g("program_bytes"), g("constant_bytes")),
+            "planned_arena_bytes": g("planned_arena_bytes"), "gradient_bytes": g("gradient_bytes"),
+            "optimizer_state_bytes": g("optimizer_state_bytes") or 2 * g("trainable_bytes"),
+            "input_bytes": max(g("input_bytes"), g("cache_bytes_per_sample"))}
+
+
+def predict_memory(bundle: str | Path, runtime: str) -> Prediction:
+    root = Path(bundle)
+    manifest = json.loads((root / "manifest.json").read_text())
+    plan = manifest.get("memory_plan", {})
+    if isinstance(plan, dict) and isinstance(plan.get(runtime), dict) and plan[runtime].get("predicted_peak_bytes"):
+        b = int(plan[runtime]["predicted_peak_bytes"])
+        return Prediction(b, "planner", {"predicted_peak_bytes": b})
+    progs = _programs(manifest)
+    key = runtime if runtime in progs else {"ort": "onnxruntime-training"}.get(runtime, runtime)
+    if key not in progs:
+        raise BundleError(f"{root / 'manifest.json'}: no programs for runtime {runtime!r} (has {sorted(progs)}); "
+                          f"compile the bundle with --runtime {runtime}")
+    section = progs[key]
+    mem = _find_memory(section, root)
+    if mem is not None:
+        parts = _report_parts(mem)
+        return Prediction(sum(parts.values()), "memory_report", parts)
+    if runtime == "ort":
+        pdir = root / "programs" / "ort"
+        arts = {k: (pdir / v).stat().st_size for k, v in section.get("artifacts", {}).items() if (pdir / v).is_file()}
+        trainable_bytes = 4 * int(section.get("trainable_params", 0))
+        parts = {f"{k}_file_bytes": v for k, v in arts.items()}
+        parts["optimizer_state_bytes"] = 2 * trainable_bytes
+        parts["gradient_bytes"] = trainable_bytes
+        parts["input_bytes"] = _input_bytes(section)
+        et = progs.get("executorch")
+        et_mem = _find_memory(et, root) if et else None
+        if et_mem is not None:
+            parts["activation_bytes_from_executorch_arena"] = int(et_mem.get("planned_arena_bytes", 0))
+        return Prediction(sum(parts.values()), "artifact_sizes", parts)
+    raise BundleError(f"{root / 'manifest.json'}: programs.{key} has no memory report to predict a cap from")
+
+
+def _input_bytes(section: dict) -> int:
+    inputs = section.get("inputs", [])
+    if isinstance(inputs, dict):
+        shapes = inputs.get("shapes", {})
+        total = 0
+        for name in inputs.get("inputs", []):
+            n = 1
+            for d in shapes.get(name, []):
+                n *= int(d)
+            total += 4 * n
+        return total
+    total = 0
+    for spec in inputs:
+        n = 1
+        for d in spec.get("shape", []):
+            n *= int(d)
+        total += 4 * n
+    return total
