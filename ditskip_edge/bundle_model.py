@@ -41,9 +41,11 @@ class OpenBundle:
     kept_block_names: list[str]
 
 
-def open_bundle(bundle_dir: str | Path, verify: bool = True) -> OpenBundle:
+def open_bundle(bundle_dir: str | Path, verify: bool = True, manifest: dict | None = None) -> OpenBundle:
+    """`manifest`: use this one instead of reading BUNDLE/manifest.json (a bundle still being written)."""
     root = Path(bundle_dir)
-    manifest = read_manifest(root, verify=verify)
+    if manifest is None:
+        manifest = read_manifest(root, verify=verify)
     try:
         spec = ModelSpec.from_json(manifest["model"])
         plan = SkipPlan.from_json(manifest["plan"])

@@ -34,6 +34,7 @@ from .models.text import encode_prompt
 from .models.views import block_names_of, make_view
 from .patch_sampling import PatchSampler
 from .plan import SkipPlan
+from .quantize import QuantSpec
 from .residual_cache import CacheWriter
 from .sample_inputs import clean_latents, sample_noise
 from .schedule import Schedule, ScheduleConfig, make_schedule
@@ -70,6 +71,20 @@ class CompileRequest:
     lora: LoraSpec = field(default_factory=LoraSpec)
     optimizer: OptimizerSpec = field(default_factory=OptimizerSpec)
     overwrite: bool = False
+    runtimes: list[str] = field(default_factory=list)     # device programs to add: keys of RUNTIME_STAGES
+    quant: QuantSpec = field(default_factory=QuantSpec)   # frozen weights in the device programs
+
+
+# runtime name -> "module:function" called as function(writer, request) inside the bundle writer
+RUNTIME_STAGES = {"ort": "export.ort_stage:add_to_bundle"}
+
+
+def runtime_stage(name: str):
+    if name not in RUNTIME_STAGES:
+        raise UserError(f"unknown runtime {name!r}: expected one of {', '.join(RUNTIME_STAGES)}")
+    import importlib
+    module, func = RUNTIME_STAGES[name].split(":")
+    return getattr(importlib.import_module(module), func)
 
 
 def kept_state_dict(transformer: nn.Module, plan: SkipPlan) -> dict[str, torch.Tensor]:
@@ -155,10 +170,13 @@ def compile_bundle(req: CompileRequest) -> dict:
     transformer = build_transformer(spec)
     vae = build_vae(spec)
     plan = resolve_plan(req, spec, len(block_names_of(transformer)), transformer, vae, photos)
+    stages = [runtime_stage(r) for r in req.runtimes]
     with writer:
         writer.manifest["created_by"] = f"ditskip-edge {__version__}"
         model_stage = compile_model_stage(writer, spec, transformer, plan, req.lora, req.optimizer)
         subject_stage = compile_subject_stage(writer, spec, transformer, vae, photos, req.prompt, sched, plan)
+        for add_to_bundle in stages:
+            add_to_bundle(writer, req)
     return {"bundle": str(Path(req.out).resolve()), "model": spec.name, "plan": plan.to_json(),
-            "kept_blocks": len(plan.kept), "num_samples": subject_stage["num_samples"],
+            "kept_blocks": len(plan.kept), "num_samples": subject_stage["num_samples"], "runtimes": list(req.runtimes),
             "clamped_crops": subject_stage["clamped_crops"], "kept_weight_bytes": model_stage["kept_weight_bytes"]}

@@ -6,6 +6,7 @@ from ..cli import add_json_flag
 from ..compile import CompileRequest, OptimizerSpec, compile_bundle
 from ..lora import LoraSpec
 from ..models.loading import resolve_spec
+from ..quantize import QuantSpec
 from ..schedule import ScheduleConfig
 
 
@@ -30,6 +31,10 @@ def register(sub) -> None:
     p.add_argument("--lora-targets", default="", help="comma-separated module suffixes in a block (arch default)")
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--runtime", action="append", default=[], dest="runtimes",
+                   help="also export the device programs for this runtime (repeatable): ort")
+    p.add_argument("--quant-bits", type=int, default=8, choices=[4, 8, 16],
+                   help="frozen weights in the device programs: int8, packed int4, or 16 = float")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
     add_json_flag(p)
     p.set_defaults(func=run)
@@ -45,5 +50,6 @@ def run(args) -> dict:
                     targets=[s for s in args.lora_targets.split(",") if s])
     req = CompileRequest(model=args.model, images=args.images, prompt=args.prompt, out=args.out,
                          n_front=args.skip_front, n_back=args.skip_back, skip_ratio=args.skip_ratio,
-                         schedule=sched, lora=lora, optimizer=OptimizerSpec(lr=args.lr), overwrite=args.force)
+                         schedule=sched, lora=lora, optimizer=OptimizerSpec(lr=args.lr), overwrite=args.force,
+                         runtimes=args.runtimes, quant=QuantSpec(bits=args.quant_bits))
     return compile_bundle(req)

@@ -7,7 +7,7 @@ from pathlib import Path
 from ..cli import add_json_flag
 from ..errors import UserError
 
-RUNTIMES = ["eager"]
+RUNTIMES = ["eager", "ort"]
 
 
 def register(sub) -> None:
@@ -31,4 +31,12 @@ def run(args) -> dict:
         return train_eager(args.bundle, TrainConfig(run_dir=run_dir, steps=args.steps,
                                                      checkpoint_every=args.checkpoint_every,
                                                      resume=not args.no_resume))
+    if args.runtime == "ort":
+        from export.ort_memory import measure_step_memory
+        from export.ort_trainer import OrtTrainConfig, train_ort
+        summary = train_ort(args.bundle, OrtTrainConfig(run_dir=run_dir, steps=args.steps,
+                                                        checkpoint_every=args.checkpoint_every,
+                                                        resume=not args.no_resume))
+        summary["memory"] = measure_step_memory(args.bundle)
+        return summary
     raise UserError(f"runtime {args.runtime!r} is not available; expected one of {RUNTIMES}")
