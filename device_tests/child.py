@@ -90,7 +90,7 @@ def main(request_path: str) -> int:
         cap = req.get("budget_bytes")
         if cap is not None:
             limit = base["VmSize"] + int(cap)
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+            resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
             doc["rlimit_as_bytes"] = limit
         doc["import_seconds"] = round(time.perf_counter() - t0, 3)
         cfg = Config(run_dir=Path(req["run_dir"]), steps=req.get("steps"),
@@ -105,11 +105,13 @@ def main(request_path: str) -> int:
         from device_tests.runtime_imports import ForbiddenImport
         forbidden = isinstance(e, ForbiddenImport) or isinstance(e.__cause__, ForbiddenImport)
         doc["status"] = "out_of_memory" if oom else ("forbidden_import" if forbidden else "error")
-        doc["message"] = f"{type(e).__name__}: {e}"
+        tb = traceback.extract_tb(e.__traceback__)
+        where = f" (in {tb[-1].name}, {Path(tb[-1].filename).name}:{tb[-1].lineno})" if tb else ""
+        doc["message"] = f"{type(e).__name__}: {e}{where}"
         doc["traceback"] = traceback.format_exc(limit=8)
         code = EXIT_OOM if oom else (EXIT_FORBIDDEN if forbidden else EXIT_ERROR)
     # Lift the cap so that reporting itself cannot fail for lack of address space.
-    resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    resource.setrlimit(resource.RLIMIT_AS, (resource.getrlimit(resource.RLIMIT_AS)[1],) * 2)
     from device_tests.runtime_imports import host_modules_loaded
     doc["host_modules_loaded"] = host_modules_loaded()
     doc["torch_loaded"] = "torch" in sys.modules

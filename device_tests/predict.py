@@ -53,12 +53,29 @@ def _find_memory(section: dict, root: Path) -> dict | None:
     return None
 
 
-def _report_parts(mem: dict) -> dict[str, int]:
+def _report_parts(mem: dict, trainable_bytes: int) -> dict[str, int]:
     g = lambda k: int(mem.get(k) or 0)  # noqa: E731
-    return {"program_bytes": max(g("pte_bytes"), g("program_bytes"), g("constant_bytes")),
-            "planned_arena_bytes": g("planned_arena_bytes"), "gradient_bytes": g("gradient_bytes"),
-            "optimizer_state_bytes": g("optimizer_state_bytes") or 2 * g("trainable_bytes"),
-            "input_bytes": max(g("input_bytes"), g("cache_bytes_per_sample"))}
+    program = max(g("pte_bytes"), g("program_bytes"), g("constant_bytes"), g("checkpoint_bytes") + g("model_bytes"))
+    trainable = g("trainable_bytes") or trainable_bytes
+    return {"program_bytes": program, "planned_arena_bytes": g("planned_arena_bytes"),
+            "gradient_bytes": g("gradient_bytes") or trainable,
+            "optimizer_state_bytes": g("optimizer_state_bytes") or 2 * trainable}
+
+
+def step_input_bytes(root: Path, manifest: dict) -> int:
+    """One step's inputs as a device holds them: text conditioning + one cache entry (with x0) + the noise (x0's
+    size again), from the bundle's files (their sizes as listed in the manifest)."""
+    files = manifest.get("files", {})
+    stage = manifest.get("subject_stage", {})
+    text = files.get(stage.get("text_conditioning", ""), {}).get("bytes", 0)
+    cache = stage.get("cache", "subject/cache")
+    entries = [v["bytes"] for k, v in files.items() if k.startswith(cache + "/") and not k.endswith(".json")]
+    n = max(int(stage.get("num_samples", 0)), 1)
+    entry = (sum(entries) // n) if entries else 0
+    x0 = 4
+    for d in stage.get("entry_shapes", {}).get("x0", []):
+        x0 *= int(d)
+    return int(text + entry + x0)
 
 
 def predict_memory(bundle: str | Path, runtime: str) -> Prediction:
@@ -75,8 +92,14 @@ def predict_memory(bundle: str | Path, runtime: str) -> Prediction:
                           f"compile the bundle with --runtime {runtime}")
     section = progs[key]
     mem = _find_memory(section, root)
+    trainable_bytes = 4 * int(section.get("trainable_params", 0))
     if mem is not None:
-        parts = _report_parts(mem)
+        parts = _report_parts(mem, trainable_bytes)
+        parts["input_bytes"] = step_input_bytes(root, manifest)
+        if runtime != "executorch" and not parts["planned_arena_bytes"]:
+            et_mem = _find_memory(progs["executorch"], root) if "executorch" in progs else None
+            if et_mem is not None:     # ORT plans no arena up front: the same graph's ExecuTorch arena stands in
+                parts["planned_arena_bytes"] = int(et_mem.get("planned_arena_bytes", 0))
         return Prediction(sum(parts.values()), "memory_report", parts)
     if runtime == "ort":
         pdir = root / "programs" / "ort"
@@ -85,30 +108,10 @@ def predict_memory(bundle: str | Path, runtime: str) -> Prediction:
         parts = {f"{k}_file_bytes": v for k, v in arts.items()}
         parts["optimizer_state_bytes"] = 2 * trainable_bytes
         parts["gradient_bytes"] = trainable_bytes
-        parts["input_bytes"] = _input_bytes(section)
+        parts["input_bytes"] = step_input_bytes(root, manifest)
         et = progs.get("executorch")
         et_mem = _find_memory(et, root) if et else None
         if et_mem is not None:
             parts["activation_bytes_from_executorch_arena"] = int(et_mem.get("planned_arena_bytes", 0))
         return Prediction(sum(parts.values()), "artifact_sizes", parts)
     raise BundleError(f"{root / 'manifest.json'}: programs.{key} has no memory report to predict a cap from")
-
-
-def _input_bytes(section: dict) -> int:
-    inputs = section.get("inputs", [])
-    if isinstance(inputs, dict):
-        shapes = inputs.get("shapes", {})
-        total = 0
-        for name in inputs.get("inputs", []):
-            n = 1
-            for d in shapes.get(name, []):
-                n *= int(d)
-            total += 4 * n
-        return total
-    total = 0
-    for spec in inputs:
-        n = 1
-        for d in spec.get("shape", []):
-            n *= int(d)
-        total += 4 * n
-    return total
