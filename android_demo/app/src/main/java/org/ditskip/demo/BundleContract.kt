@@ -15,6 +15,9 @@ object BundleContract {
     const val ET_SECTION = "programs.executorch"
     const val ET_PROGRAM_DIR = "programs/executorch"
     const val ET_METHOD = "forward"
+    const val ET_PROGRAM_FIELD = "path"
+    const val ET_INPUTS_FIELD = "inputs"
+    const val ET_TRAINABLE_FIELD = "trainable"
     const val ORT_SECTION = "programs.ort"
     const val ORT_PROGRAM_DIR = "programs/ort"
     val ORT_ARTIFACTS = listOf("training_model", "eval_model", "optimizer_model", "checkpoint")
