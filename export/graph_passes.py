@@ -152,7 +152,7 @@ def recompute_frozen_in_backward(ep: ExportedProgram) -> int:
     for n in nodes:
         if n not in const or n.op == "placeholder" or pos[n] > pos[loss]:
             continue
-        bwd_users = sorted((u for u in n.users if u not in const and u.op != "output" and pos[u] > pos[loss]),
+        bwd_users = sorted((u for u in n.users if u.op != "output" and pos.get(u, -1) > pos[loss]),
                            key=pos.get)
         if not bwd_users:
             continue
