@@ -74,7 +74,9 @@ def load_kept_transformer(b: OpenBundle) -> nn.Module:
 def build_skip_model(b: OpenBundle) -> tuple[SkipModel, nn.Module, list[str]]:
     """SkipModel over the kept blocks with fresh LoRA (B = 0); returns it, the transformer, trainable names."""
     transformer = load_kept_transformer(b)
-    names = add_lora(transformer, b.spec.arch, b.kept_block_names, b.lora)
+    with torch.random.fork_rng():     # LoRA init from the schedule's seed: every runtime starts from the same LoRA
+        torch.manual_seed(b.schedule.config.seed)
+        names = add_lora(transformer, b.spec.arch, b.kept_block_names, b.lora)
     view = make_view(b.spec.arch, transformer, b.plan.kept)
     missing = [n for n, p in view.named_parameters() if p.is_meta]
     if missing:

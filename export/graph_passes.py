@@ -33,8 +33,8 @@ def _insert(g: Graph, target, args, kwargs=None, like: Node | None = None) -> No
     new = g.call_function(target, args, kwargs)
     fargs = torch.fx.node.map_arg(args, _fake)
     fkwargs = torch.fx.node.map_arg(kwargs, _fake)
-    mode = next(v.fake_mode for v in torch.utils._pytree.tree_leaves((fargs, fkwargs))
-                if isinstance(v, torch.Tensor) and hasattr(v, "fake_mode"))
+    leaves = torch.utils._pytree.tree_leaves((fargs, fkwargs, like.meta.get("val") if like is not None else None))
+    mode = next(v.fake_mode for v in leaves if isinstance(v, torch.Tensor) and hasattr(v, "fake_mode"))
     with mode:
         new.meta["val"] = target(*fargs, **fkwargs)
     if like is not None:
