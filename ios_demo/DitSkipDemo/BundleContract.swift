@@ -15,6 +15,9 @@ enum BundleContract {
     static let etSection = "programs.executorch"
     static let etProgramDir = "programs/executorch"
     static let etMethod = "forward"
+    static let etProgramField = "path"
+    static let etInputsField = "inputs"
+    static let etTrainableField = "trainable"
     static let ortSection = "programs.ort"
     static let ortProgramDir = "programs/ort"
     static let ortArtifacts = ["training_model", "eval_model", "optimizer_model", "checkpoint"]
