@@ -28,7 +28,7 @@ EXIT_OK, EXIT_OOM, EXIT_ERROR, EXIT_FORBIDDEN = 0, 3, 4, 5
 
 # The runtime trainers of issues 5 and 6: module, function, config class (same fields as the eager TrainConfig).
 TRAINERS = {
-    "executorch": ("export.executorch_trainer", "train_executorch", "ExecutorchTrainConfig"),
+    "executorch": ("export.executorch_trainer", "train_executorch", "RuntimeTrainConfig"),
     "ort": ("export.ort_trainer", "train_ort", "OrtTrainConfig"),
 }
 

@@ -93,8 +93,7 @@ def _bare_package(name: str) -> None:
 def executorch_training():
     """-> the module holding `_load_for_executorch_for_training` (ExecuTorch's C++ TrainingModule pybindings)."""
     _bare_package("executorch.exir")          # only executorch.exir._warnings gets loaded from it
-    _bare_package("executorch.extension.training")
-    return importlib.import_module("executorch.extension.training.pybindings._training_module")
+    return importlib.import_module("executorch.extension.training")
 
 
 def ort_training_api():

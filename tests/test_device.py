@@ -24,7 +24,7 @@ from conftest import compile_tiny
 from device_tests.runner import file_appeared, run_device
 
 # Each runtime's run-folder checkpoint, written atomically by its trainer (tmp + rename).
-CHECKPOINTS = {"ort": "ort_checkpoint", "executorch": "executorch_checkpoint.safetensors"}
+CHECKPOINTS = {"ort": "ort_checkpoint", "executorch": "checkpoint_executorch.npz"}
 TRAINER_MODULES = {"ort": "export.ort_trainer", "executorch": "export.executorch_trainer"}
 
 
@@ -37,13 +37,21 @@ RUNTIMES = [pytest.param(r, marks=pytest.mark.skipif(not _available(r), reason=f
             for r in ("executorch", "ort")]
 
 
+_BUNDLES: dict[str, Path] = {}
+
+
 @pytest.fixture(scope="module")
-def device_bundle(tmp_path_factory) -> Path:
-    """flux-tiny, front 1 / back 2 of 6 blocks, 6 steps, with the programs of every runtime available here."""
-    runtimes = [r for r in ("executorch", "ort") if _available(r)]
-    if not runtimes:
-        pytest.skip("no runtime trainer on this branch")
-    return compile_tiny(tmp_path_factory.mktemp("device") / "bundle", "flux-tiny", runtimes=runtimes)
+def bundles(tmp_path_factory):
+    """runtime -> flux-tiny bundle (front 1 / back 2 of 6 blocks, 6 steps) with that runtime's programs, compiled
+    on first use. One bundle per runtime: the two stages' manifest layouts cannot share one bundle yet."""
+    def get(runtime: str) -> Path:
+        if runtime not in _BUNDLES:
+            opts = {"runtime_options": {"executorch": {"preprocess": False}}} if runtime == "executorch" else {}
+            _BUNDLES[runtime] = compile_tiny(tmp_path_factory.mktemp(runtime) / "bundle", "flux-tiny",
+                                             runtimes=[runtime], **opts)
+        return _BUNDLES[runtime]
+    yield get
+    _BUNDLES.clear()
 
 
 def _lora(run) -> dict[str, np.ndarray]:
@@ -56,8 +64,8 @@ def _sha(path: Path) -> str:
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
-def test_tiny_bundle_trains_under_its_predicted_cap(device_bundle, tmp_path, runtime):
-    run = run_device(device_bundle, runtime, tmp_path / "run")
+def test_tiny_bundle_trains_under_its_predicted_cap(bundles, tmp_path, runtime):
+    run = run_device(bundles(runtime), runtime, tmp_path / "run")
     assert run.status == "ok", run.message
     assert run.result["host_modules_loaded"] == []
     if runtime == "ort":
@@ -74,7 +82,8 @@ def test_tiny_bundle_trains_under_its_predicted_cap(device_bundle, tmp_path, run
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
-def test_cap_far_below_prediction_fails_cleanly_and_keeps_the_checkpoint(device_bundle, tmp_path, runtime):
+def test_cap_far_below_prediction_fails_cleanly_and_keeps_the_checkpoint(bundles, tmp_path, runtime):
+    device_bundle = bundles(runtime)
     run_dir = tmp_path / "run"
     first = run_device(device_bundle, runtime, run_dir, steps=2)
     assert first.status == "ok", first.message
@@ -95,7 +104,8 @@ def test_cap_far_below_prediction_fails_cleanly_and_keeps_the_checkpoint(device_
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
-def test_killed_run_resumes_to_the_same_lora(device_bundle, tmp_path, runtime):
+def test_killed_run_resumes_to_the_same_lora(bundles, tmp_path, runtime):
+    device_bundle = bundles(runtime)
     whole = run_device(device_bundle, runtime, tmp_path / "whole")
     assert whole.status == "ok", whole.message
 
