@@ -72,15 +72,19 @@ class EtTrainer(private val bundle: TrainingBundle, private val runDir: File) {
         }
     }
 
-    private fun tensorOf(spec: InputSpec, v: Any): Tensor = when (v) {
-        is FloatArray -> Tensor.fromBlob(v, spec.shape)
-        is RawTensor -> when (v.dtype) {
-            "F32" -> Tensor.fromBlob(v.floats(), spec.shape)
-            "I8" -> Tensor.fromBlob(ByteArray(v.numel).also { v.bytes.duplicate().get(it) }, spec.shape)
-            "U8" -> Tensor.fromBlobUnsigned(ByteArray(v.numel).also { v.bytes.duplicate().get(it) }, spec.shape)
-            else -> error("input ${spec.name}: dtype ${v.dtype} not supported by this app")
+    /** Every program input is float32 (contract `step_inputs.dtype`); a stored tensor's shape must be the spec's. */
+    private fun tensorOf(spec: InputSpec, v: Any): Tensor {
+        require(spec.dtype == "float32") { "input ${spec.name}: program wants ${spec.dtype}, this app feeds float32" }
+        val values = when (v) {
+            is FloatArray -> v
+            is RawTensor -> {
+                require(v.shape.contentEquals(spec.shape)) { "input ${spec.name}: shape ${v.shape.toList()}, program expects ${spec.shape.toList()}" }
+                v.floats()
+            }
+            else -> error("input ${spec.name}: unexpected value")
         }
-        else -> error("input ${spec.name}: unexpected value")
+        require(values.size.toLong() == spec.shape.fold(1L) { a, b -> a * b }) { "input ${spec.name}: ${values.size} values for shape ${spec.shape.toList()}" }
+        return Tensor.fromBlob(values, spec.shape)
     }
 
     /** Load the run folder's checkpoint into the runtime's parameters and the optimizer; return the next step. */
@@ -127,7 +131,7 @@ class EtTrainer(private val bundle: TrainingBundle, private val runDir: File) {
             check(key.startsWith(BundleContract.LORA_KEY_PREFIX)) { "LoRA key $key lacks ${BundleContract.LORA_KEY_PREFIX}" }
             t[key] = paramShapes.getValue(name) to FloatArray(buf.capacity()) { buf.get(it) }
         }
-        Safetensors.writeF32(out, t, mapOf("format" to "pt"))
+        Safetensors.writeF32(out, t, bundle.loraMetadata)
         return out
     }
 

@@ -54,7 +54,8 @@ class TrainingBundle(val root: File) {
         val index = JSONObject(File(cacheDir, BundleContract.CACHE_INDEX_FILE).readText()).getJSONArray("entries")
         cacheEntries = (0 until index.length()).map { index.getString(it) }
 
-        etSection = section(BundleContract.ET_SECTION)
+        etSection = program(BundleContract.ET_TRAIN_STEP)
+            ?: error("${root}/manifest.json: no ${BundleContract.ET_RUNTIME} ${BundleContract.ET_TRAIN_STEP} program (compile with --runtime executorch)")
         val specs = etSection.getJSONArray(BundleContract.ET_INPUTS_FIELD)
         inputs = (0 until specs.length()).map { i ->
             val s = specs.getJSONObject(i)
@@ -66,16 +67,23 @@ class TrainingBundle(val root: File) {
         trainable = tr.keys().asSequence().associateWith { tr.getString(it) }
     }
 
+    /** The program file, bundle-relative in the manifest. */
     val programFile: File
-        get() = File(File(root, BundleContract.ET_PROGRAM_DIR), etSection.getString(BundleContract.ET_PROGRAM_FIELD))
+        get() = File(root, etSection.getString(BundleContract.ET_PROGRAM_FIELD))
 
-    /** "programs.executorch" -> manifest["programs"]["executorch"]. */
-    private fun section(path: String): JSONObject {
-        var o = manifest
-        for (part in path.split(".")) {
-            o = o.optJSONObject(part) ?: error("${root}/manifest.json: missing section $path (compile with --runtime executorch)")
+    /** LoRA file keys and safetensors metadata as the compiler recorded them from diffusers' save_lora_weights. */
+    val loraMetadata: Map<String, String>
+        get() = manifest.optJSONObject(BundleContract.LORA_FILE_FIELD)?.optJSONObject("metadata")?.let { m ->
+            m.keys().asSequence().associateWith { m.getString(it) } } ?: mapOf("format" to "pt")
+
+    /** The first entry of manifest `programs` (a list) with this name and runtime "executorch". */
+    fun program(name: String, match: (JSONObject) -> Boolean = { true }): JSONObject? {
+        val list = manifest.optJSONArray(BundleContract.PROGRAMS_FIELD) ?: return null
+        for (i in 0 until list.length()) {
+            val p = list.getJSONObject(i)
+            if (p.optString("name") == name && p.optString("runtime") == BundleContract.ET_RUNTIME && match(p)) return p
         }
-        return o
+        return null
     }
 
     /** The contract's order: x0, noise, t, cond.* sorted, entry.* sorted. Refuse a program that differs. */
