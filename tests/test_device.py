@@ -13,45 +13,27 @@ Runtimes whose trainer is not on this branch are skipped by name.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import math
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import compile_tiny
 from device_tests.runner import file_appeared, run_device
+
+from device_fixtures import TRAINER_MODULES, available, bundle_for
 
 # Each runtime's run-folder checkpoint, written atomically by its trainer (tmp + rename).
 CHECKPOINTS = {"ort": "ort_checkpoint", "executorch": "checkpoint_executorch.npz"}
-TRAINER_MODULES = {"ort": "export.ort_trainer", "executorch": "export.executorch_trainer"}
 
-
-def _available(runtime: str) -> bool:
-    return importlib.util.find_spec(TRAINER_MODULES[runtime]) is not None
-
-
-RUNTIMES = [pytest.param(r, marks=pytest.mark.skipif(not _available(r), reason=f"{TRAINER_MODULES[r]} not on this "
-                                                                                f"branch yet"))
+RUNTIMES = [pytest.param(r, marks=pytest.mark.skipif(not available(r), reason=f"{TRAINER_MODULES[r]} not on this "
+                                                                               f"branch"))
             for r in ("executorch", "ort")]
 
 
-_BUNDLES: dict[str, Path] = {}
-
-
-@pytest.fixture(scope="module")
+@pytest.fixture
 def bundles(tmp_path_factory):
-    """runtime -> flux-tiny bundle (front 1 / back 2 of 6 blocks, 6 steps) with that runtime's programs, compiled
-    on first use. One bundle per runtime: the two stages' manifest layouts cannot share one bundle yet."""
-    def get(runtime: str) -> Path:
-        if runtime not in _BUNDLES:
-            opts = {"runtime_options": {"executorch": {"preprocess": False}}} if runtime == "executorch" else {}
-            _BUNDLES[runtime] = compile_tiny(tmp_path_factory.mktemp(runtime) / "bundle", "flux-tiny",
-                                             runtimes=[runtime], **opts)
-        return _BUNDLES[runtime]
-    yield get
-    _BUNDLES.clear()
+    return lambda runtime: bundle_for(runtime, tmp_path_factory)
 
 
 def _lora(run) -> dict[str, np.ndarray]:
