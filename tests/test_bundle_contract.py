@@ -140,7 +140,7 @@ def test_ort_bundle_matches_the_contract(tmp_path_factory):
 # ---------------------------------------------------------------- the app sources against the contract
 
 KT_JSON_READ = re.compile(r'\b(?:get|opt)(?:JSONObject|JSONArray|String|Int|Long|Double|Boolean)\("([^"]+)"\)')
-SWIFT_JSON_READ = re.compile(r'\[\s*"([^"]+)"\s*\]')
+SWIFT_JSON_READ = re.compile(r'\[\s*"([^"]+)"\s*\](?!\s*=[^=])')          # reads, not report writes
 APP_OWN_FIELDS = {"step", "losses", "bundle_schedule_sha256",                     # the apps' checkpoint metadata
                   "dtype", "shape", "data_offsets", "__metadata__"}              # safetensors header
 
