@@ -122,6 +122,7 @@ def export_joint(step: StepModule, cfg: ExportConfig):
         passes["addmm_to_mm_add"] = graph_passes.addmm_to_mm_add(ep)
     if cfg.recompute_frozen:
         passes["recompute_frozen"] = graph_passes.recompute_frozen_in_backward(ep)
+    passes["unused_constants"] = graph_passes.remove_unused_constants(ep)
     return ep, passes
 
 

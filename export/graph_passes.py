@@ -177,3 +177,34 @@ def recompute_frozen_in_backward(ep: ExportedProgram) -> int:
             u.replace_input_with(n, twin)
     _finish(ep)
     return n_copied
+
+
+def remove_unused_constants(ep: ExportedProgram) -> int:
+    """Drop frozen buffers / lifted constants nothing reads (after dead-code elimination). ExecuTorch drops unused
+    parameters itself but keeps unused buffers: e.g. the int8 codes of the last kept double block's text-stream
+    weights, whose output the head never reads. Returns the number of inputs removed."""
+    import copy
+
+    from torch.export.graph_signature import InputKind
+    g = ep.graph_module.graph
+    for n in list(g.nodes):     # metadata asserts count as side effects and would keep dead dequant chains alive
+        if n.op == "call_function" and n.target == aten._assert_tensor_metadata.default:
+            g.erase_node(n)
+    g.eliminate_dead_code()
+    placeholders = {n.name: n for n in g.nodes if n.op == "placeholder"}
+    sig = copy.deepcopy(ep.graph_signature)
+    removed = 0
+    for spec in list(sig.input_specs):
+        if spec.kind not in (InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
+            continue
+        node = placeholders.get(spec.arg.name)
+        if node is None or node.users:
+            continue
+        sig.input_specs.remove(spec)
+        ep.state_dict.pop(spec.target, None)
+        ep.constants.pop(spec.target, None)
+        g.erase_node(node)
+        removed += 1
+    ep._graph_signature = sig
+    _finish(ep)
+    return removed
