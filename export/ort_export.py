@@ -44,15 +44,20 @@ class OrtExportConfig:
 
 
 def cache_decoder_and_entry(b: OpenBundle, index: int) -> tuple[nn.Module, dict[str, torch.Tensor]]:
-    """The in-graph decoder for the bundle's cache codec and sample `index`'s entry as stored (encoded).
-    fp32 caches store the residuals themselves (IdentityDecoder); a compressed codec brings its own decoder module
-    (ditskip_edge.residual_cache.decoder_for), which the exported graph then contains."""
+    """The in-graph decoder for the bundle's cache codec and sample `index`'s entry as stored (encoded), so the
+    exported graph contains the decode. A reader with `read_encoded` (the codec cache) brings its decoder module
+    (`reader.decoder()`, i.e. residual_cache.decoder_for(codec, shapes)); the plain fp32 cache stores the residuals
+    themselves (IdentityDecoder)."""
     reader = b.cache
-    codec = reader.index.get("codec", "fp32")
-    if codec == "fp32" or not hasattr(reader, "read_encoded"):
-        return IdentityDecoder(), reader.read(index)
+    if hasattr(reader, "read_encoded"):
+        decoder = reader.decoder() if hasattr(reader, "decoder") else _decoder_for(reader)
+        return decoder, dict(reader.read_encoded(index))
+    return IdentityDecoder(), reader.read(index)
+
+
+def _decoder_for(reader) -> nn.Module:
     from ditskip_edge.residual_cache import decoder_for
-    return decoder_for(reader), reader.read_encoded(index)
+    return decoder_for(reader.index["codec"], reader.index["shapes"])
 
 
 def example_step(b: OpenBundle, model, decoder: nn.Module, entry: dict, sample_index: int = 0):
@@ -127,6 +132,7 @@ def export_ort_programs(b: OpenBundle, out_dir: Path, cfg: OrtExportConfig = Ort
                   "quantized_linears": n_quant, "integer_initializers": len(int_inits),
                   "integer_types": sorted({onnx.TensorProto.DataType.Name(t).lower() for t in int_inits.values()})},
         "cache_codec": b.cache.index.get("codec", "fp32"),
+        "cache_decoder": type(decoder).__name__,
         "optimizer": {"kind": "AdamW", "variant": ADAMW_VARIANT, "lr": o.lr, "betas": list(o.betas), "eps": o.eps,
                       "weight_decay": o.weight_decay,
                       "update": "ORT AdamWOptimizer adam_mode=1 (Hugging Face): bias correction on the step size, "

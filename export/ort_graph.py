@@ -42,19 +42,27 @@ def _rms_norm_plain(input, normalized_shape, weight=None, eps=None):
     if eps is None:
         eps = torch.finfo(input.dtype).eps
     dims = tuple(range(-len(normalized_shape), 0))
-    y = input * torch.rsqrt(input.pow(2).mean(dims, keepdim=True) + eps)
+    # Mul + ReduceMean + Add + Pow(-1/2): a form ORT's SimplifiedLayerNormFusion leaves alone
+    y = input * torch.pow((input * input).mean(dims, keepdim=True) + eps, -0.5)
     return y * weight if weight is not None else y
+
+
+def _rsqrt_as_pow(x):
+    return torch.pow(x, -0.5)
 
 
 @contextlib.contextmanager
 def onnx_exportable_ops():
-    """aten::rms_norm has no ONNX symbolic at opset 16: route F.rms_norm through plain ops while exporting."""
-    original = F.rms_norm
+    """While exporting: aten::rms_norm has no ONNX symbolic at opset 16, so F.rms_norm runs as plain ops; and rsqrt
+    is written as Pow(x, -1/2), because ORT's SimplifiedLayerNormFusion rewrites the x * rsqrt(mean(x^2) + eps)
+    pattern into SimplifiedLayerNormalization, an ORT-only op in the ONNX domain that fails onnx.checker."""
+    original, original_rsqrt = F.rms_norm, torch.rsqrt
     F.rms_norm = _rms_norm_plain
+    torch.rsqrt = _rsqrt_as_pow     # diffusers' own RMSNorm writes x * rsqrt(mean(x^2) + eps)
     try:
         yield
     finally:
-        F.rms_norm = original
+        F.rms_norm, torch.rsqrt = original, original_rsqrt
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,9 @@
     rss_after_import_bytes / rss_after_load_bytes   the same process's resident set before loading and before the
                        step, so the step's own share is peak - after_load
 
-`python -m export.ort_memory BUNDLE` is the child: it imports only the runtime side (export/ort_trainer.py).
+`python -m export.ort_memory BUNDLE` is the child: it imports only the runtime side (export/ort_trainer.py), with
+torch made unimportable as on a device (in this environment `import onnxruntime` would otherwise load torch:
+onnxruntime/tools/__init__.py imports its torch helpers when torch is installed, about 240 MB of RSS).
 """
 
 from __future__ import annotations
@@ -35,7 +37,9 @@ def disk_report(program_dir: Path, artifacts: dict[str, str]) -> dict:
 
 
 def _child(bundle_dir: str) -> dict:
+    """One step as on a phone: torch is made unimportable first (`import onnxruntime` imports it when installed)."""
     import resource
+    sys.modules["torch"] = None
     rss_import = _rss_bytes()
     import numpy as np
     from export.ort_trainer import OrtBundle, open_training
@@ -48,7 +52,7 @@ def _child(bundle_dir: str) -> dict:
     module.lazy_reset_grad()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024     # Linux: KiB
     return {"peak_rss_bytes": peak, "rss_after_import_bytes": rss_import, "rss_after_load_bytes": rss_load,
-            "step_loss": loss, "torch_imported": sys.modules.get("torch") is not None}
+            "step_loss": loss, "torch_available": sys.modules.get("torch") is not None}
 
 
 def measure_step_memory(bundle_dir: str | Path) -> dict:

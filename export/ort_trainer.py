@@ -64,6 +64,44 @@ class OrtTrainConfig:
     stop_after: int | None = None     # stop (as if interrupted) after this many steps in this call: for tests
 
 
+_NP_DTYPES = {"float32": np.float32, "float16": np.float16, "int8": np.int8, "uint8": np.uint8}
+
+
+class CacheEntries:
+    """Reads one sample's stored (encoded) cache entry as numpy arrays, for both cache layouts:
+    one safetensors file per sample (`entries` = file names), or binary shards with a fixed per-entry `layout`
+    (`entries` = {shard, offset, bytes, sha256}; only that sample's bytes are read, and their SHA-256 checked)."""
+
+    def __init__(self, cache_dir: Path):
+        self.dir = Path(cache_dir)
+        ipath = self.dir / "cache_index.json"
+        if not ipath.is_file():
+            raise BundleError(f"{ipath}: residual cache index missing")
+        self.index = json.loads(ipath.read_text())
+        self.entries = self.index["entries"]
+        self.layout = self.index.get("layout")
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def read_encoded(self, i: int) -> dict[str, np.ndarray]:
+        if self.layout is None:
+            return load_file(str(self.dir / self.entries[i]))
+        import hashlib
+        e = self.entries[i]
+        with open(self.dir / e["shard"], "rb") as f:
+            f.seek(int(e["offset"]))
+            raw = f.read(int(e["bytes"]))
+        if len(raw) != e["bytes"] or hashlib.sha256(raw).hexdigest() != e["sha256"]:
+            raise BundleError(f"{self.dir / e['shard']}: entry {i} does not match its SHA-256 (corrupt)")
+        out = {}
+        for name, info in self.layout.items():
+            count = int(np.prod(info["shape"], dtype=np.int64))
+            out[name] = np.frombuffer(raw, dtype=_NP_DTYPES[info["dtype"]], count=count,
+                                      offset=int(info["offset"])).reshape(info["shape"])
+        return out
+
+
 class OrtBundle:
     """What the runtime reads from a bundle: the ORT program section, schedule, text conditioning, cache entries."""
 
@@ -79,8 +117,7 @@ class OrtBundle:
             raise BundleError(f"{self.root / 'manifest.json'}: missing field {e} (compile with --runtime ort)") from e
         self.program_dir = self.root / PROGRAM_DIR
         self.cond = load_file(str(self.root / text))
-        self.cache_dir = cache_dir
-        self.cache_entries = json.loads((cache_dir / "cache_index.json").read_text())["entries"]
+        self.cache = CacheEntries(cache_dir)
         fields = self.schedule["sample_fields"]
         self.samples = [dict(zip(fields, s)) for s in self.schedule["samples"]]
         self.grad_accum = int(self.schedule["config"]["grad_accum"])
@@ -97,7 +134,7 @@ class OrtBundle:
 
     def step_inputs(self, sample: dict) -> list[np.ndarray]:
         """The training graph's inputs for one scheduled sample, in graph order."""
-        entry = load_file(str(self.cache_dir / self.cache_entries[sample["index"]]))
+        entry = self.cache.read_encoded(int(sample["index"]))
         x0 = entry["x0"]
         values = {"x0": x0, "noise": rng.normal(int(sample["noise_seed"]), tuple(x0.shape)),
                   "t": np.array([sample["t"]], dtype=np.float32), "loss_weight": np.array([1.0 / self.grad_accum],
@@ -106,7 +143,7 @@ class OrtBundle:
         values.update({f"entry.{k}": v for k, v in entry.items() if k != "x0"})
         missing = [n for n in self.input_names if n not in values]
         if missing:
-            raise BundleError(f"{self.cache_dir}: sample {sample['index']} lacks graph inputs {missing}")
+            raise BundleError(f"{self.cache.dir}: sample {sample['index']} lacks graph inputs {missing}")
         return [np.ascontiguousarray(values[n], dtype=self.input_dtypes.get(n, "float32")) for n in self.input_names]
 
 
