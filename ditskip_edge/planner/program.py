@@ -47,6 +47,7 @@ class StepConfig:
     kind: str = "skip"                  # "skip" | "diffusers"
     gradient_checkpointing: bool = False
     lora_targets: tuple[str, ...] = ()  # () = the architecture's default (lora.DEFAULT_TARGETS)
+    recompute_dequant: bool = True      # int8/int4: dequantize again in backward (QuantSpec.recompute_in_backward)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -213,7 +214,7 @@ def _build(cfg: StepConfig, device: str, seed: int, mode) -> StepProgram:
         add_lora(transformer, spec.arch, kept_names, LoraSpec(rank=cfg.rank, alpha=float(cfg.rank),
                                                                 targets=list(cfg.lora_targets)))
     view = make_view(spec.arch, transformer, plan.kept)
-    quant = QuantSpec(bits=cfg.bits) if cfg.bits in (8, 4) else None
+    quant = QuantSpec(bits=cfg.bits, recompute_in_backward=cfg.recompute_dequant) if cfg.bits in (8, 4) else None
     if cfg.kind == "diffusers":
         modules = [m for _, m in transformer.named_children()]
         if cfg.gradient_checkpointing:
