@@ -1,8 +1,9 @@
 """The memory prediction a device run is capped by: what the bundle says training will need, in bytes.
 
-Sources, first that exists wins (Prediction.source names it):
-1. "planner": a `memory_plan` section in the manifest with `predicted_peak_bytes` per runtime (written by
-   `ditskip-edge plan`, issue 7; not on this branch yet when this was written: then 2. or 3. is used);
+Sources, first that works wins (Prediction.source names it; Prediction.alternatives keeps the others' totals):
+1. "planner": `ditskip-edge plan` (ditskip_edge/planner, issue 7) for the bundle's model, skip plan, LoRA rank,
+   train resolution, text length and the program's frozen-weight bits, with runtime_overhead 0 (the child measures
+   the runtime's own overhead as its baseline). It traces the step on fake tensors in this (host) process;
 2. "memory_report": the exported program's own memory report (issue 5 / 6 exporters), counting
        program bytes (file loaded into memory: frozen int8/int4 constants and code)
      + planned arena (activations kept for backward, gradients, LoRA weights, temporaries; ExecuTorch)
@@ -15,6 +16,8 @@ None of these counts the interpreter and the runtime library itself: the child m
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +30,33 @@ class Prediction:
     bytes: int
     source: str
     parts: dict[str, int] = field(default_factory=dict)
+    alternatives: dict[str, int] = field(default_factory=dict)     # other sources' totals, for comparison
+    note: str = ""
+
+
+def _program_bits(manifest: dict, runtime: str) -> int:
+    progs = manifest.get("programs", {})
+    if isinstance(progs, list):
+        for p in progs:
+            if p.get("runtime") == runtime and p.get("name") == "train_step":
+                return int(p.get("quant_bits", 16))
+    elif isinstance(progs, dict) and runtime in progs:
+        return int(progs[runtime].get("quant", {}).get("bits", 16))
+    return 16
+
+
+def planner_prediction(root: Path, manifest: dict, runtime: str) -> Prediction:
+    """The planner's predicted step peak for this bundle, without its assumed runtime overhead."""
+    from ditskip_edge.planner.request import PlanRequest, make_plan
+    sched = manifest["schedule"]
+    doc = make_plan(PlanRequest(model=manifest["model"]["name"], skip_front=int(manifest["plan"]["n_front"]),
+                                skip_back=int(manifest["plan"]["n_back"]), bits=_program_bits(manifest, runtime),
+                                resolution_px=int(sched["s_min_px"]), rank=int(manifest["lora"]["rank"]),
+                                text_tokens=int(manifest["model"]["text"]["seq_len"]), runtime_overhead_mib=0,
+                                steps=max(int(sched["steps"]), 1), grad_accum=int(sched["grad_accum"])))
+    mem = doc["memory"]
+    parts = {k: int(v) for k, v in mem.items() if k.endswith("_bytes") and k != "peak_bytes"}
+    return Prediction(int(mem["peak_bytes"]), "planner", parts)
 
 
 def _programs(manifest: dict) -> dict[str, dict]:
@@ -78,13 +108,34 @@ def step_input_bytes(root: Path, manifest: dict) -> int:
     return int(text + entry + x0)
 
 
-def predict_memory(bundle: str | Path, runtime: str) -> Prediction:
+_CACHE: dict[tuple, Prediction] = {}
+
+
+def predict_memory(bundle: str | Path, runtime: str, use_planner: bool = True) -> Prediction:
+    """The planner's prediction when it runs, else the exported memory report; the other figure is kept in
+    `alternatives` so a run can be compared with both. Cached per (manifest content, runtime) in this process."""
     root = Path(bundle)
-    manifest = json.loads((root / "manifest.json").read_text())
-    plan = manifest.get("memory_plan", {})
-    if isinstance(plan, dict) and isinstance(plan.get(runtime), dict) and plan[runtime].get("predicted_peak_bytes"):
-        b = int(plan[runtime]["predicted_peak_bytes"])
-        return Prediction(b, "planner", {"predicted_peak_bytes": b})
+    text = (root / "manifest.json").read_text()
+    key = (hashlib.sha256(text.encode()).hexdigest(), runtime, use_planner)
+    if key not in _CACHE:
+        _CACHE[key] = _predict(root, json.loads(text), runtime, use_planner)
+    return dataclasses.replace(_CACHE[key])
+
+
+def _predict(root: Path, manifest: dict, runtime: str, use_planner: bool) -> Prediction:
+    report = report_prediction(root, manifest, runtime)
+    if not use_planner:
+        return report
+    try:
+        planned = planner_prediction(root, manifest, runtime)
+    except Exception as e:  # noqa: BLE001 - a model the planner cannot trace: fall back, and say why
+        report.note = f"planner unavailable for this bundle ({type(e).__name__}: {e}); memory report used"
+        return report
+    planned.alternatives = {report.source: report.bytes}
+    return planned
+
+
+def report_prediction(root: Path, manifest: dict, runtime: str) -> Prediction:
     progs = _programs(manifest)
     key = runtime if runtime in progs else {"ort": "onnxruntime-training"}.get(runtime, runtime)
     if key not in progs:
