@@ -284,7 +284,8 @@ def _run_app_adamw(scalars_py: str, body_py: str, steps, lr, betas, eps, wd, p0)
     p = p0.copy()
     mm, vv = np.zeros_like(p), np.zeros_like(p)
     for step, g in enumerate(steps, start=1):
-        env = {"np": np, "lr": lr, "beta1": betas[0], "beta2": betas[1], "eps": eps, "weightDecay": wd, "step": step}
+        env = {"np": np, "lr": lr, "beta1": betas[0], "beta2": betas[1], "eps": eps, "weightDecay": wd, "step": step,
+               "stepCount": step}
         exec(scalars_py, env)
         env.update(p=p, g=g, mm=mm, vv=vv, i=slice(None))
         exec(body_py, env)
@@ -300,7 +301,7 @@ def test_app_adamw_is_torch_adamw(lang):
         body = _kotlin_to_python(_block(src, "for (i in g.indices) {", "}"))
     else:
         src = SWIFT["AdamW.swift"]
-        scalars = _swift_to_python(_block(src, "step += 1", "for (name, p) in params"))
+        scalars = _swift_to_python(_block(src, "stepCount += 1", "for (name, p) in params"))
         body = _swift_to_python(_block(src, "for i in 0..<n {", "}"))
     assert "p[i] =" in body and "mm[i] =" in body and "vv[i] =" in body, body
     gen = np.random.default_rng(0)

@@ -13,20 +13,20 @@ final class AdamW {
     let lr: Double, beta1: Double, beta2: Double, eps: Double, weightDecay: Double
     var m: [String: [Float]] = [:]
     var v: [String: [Float]] = [:]
-    private(set) var step: Int = 0
+    private(set) var stepCount: Int = 0
 
     init(lr: Double, beta1: Double, beta2: Double, eps: Double, weightDecay: Double) {
         self.lr = lr; self.beta1 = beta1; self.beta2 = beta2; self.eps = eps; self.weightDecay = weightDecay
     }
 
     func restore(step: Int, m: [String: [Float]], v: [String: [Float]]) {
-        self.step = step; self.m = m; self.v = v
+        self.stepCount = step; self.m = m; self.v = v
     }
 
     func step(params: [String: UnsafeMutablePointer<Float>], counts: [String: Int], grads: [String: [Float]]) {
-        step += 1
-        let bc1 = 1.0 - pow(beta1, Double(step))
-        let bc2 = 1.0 - pow(beta2, Double(step))
+        stepCount += 1
+        let bc1 = 1.0 - pow(beta1, Double(stepCount))
+        let bc2 = 1.0 - pow(beta2, Double(stepCount))
         let stepSize = Float(lr / bc1)
         let bc2Sqrt = Float(bc2.squareRoot())
         let decay = Float(1.0 - lr * weightDecay)

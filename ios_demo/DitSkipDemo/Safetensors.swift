@@ -34,7 +34,7 @@ enum Safetensors {
         return (out, meta)
     }
 
-    /// float32 tensors, keys sorted as the Python writer does; written to a temporary file and renamed (atomic).
+    /// float32 tensors, keys sorted as the Python writer does; atomic (Data.write .atomic: temporary file + rename).
     static func writeF32(_ url: URL, _ tensors: [String: (shape: [Int], values: [Float])], metadata: [String: String]) throws {
         var header: [String: Any] = [:]
         if !metadata.isEmpty { header["__metadata__"] = metadata }
@@ -52,9 +52,7 @@ enum Safetensors {
         out.append(Data(bytes: &len, count: 8))
         out.append(headerData)
         for k in keys { tensors[k]!.values.withUnsafeBufferPointer { out.append(Data(buffer: $0)) } }
-        let tmp = url.appendingPathExtension("tmp")
-        try out.write(to: tmp, options: .atomic)
-        _ = try FileManager.default.replaceItemAt(url, withItemAt: tmp)
+        try out.write(to: url, options: .atomic)      // written to a temporary file, then renamed into place
     }
 }
 

@@ -44,7 +44,7 @@ class TrainingBundle(val root: File) {
             val r = rows.getJSONArray(k)
             val box = r.getJSONArray(3)
             Sample(r.getInt(0), r.getInt(1), r.getDouble(2).toFloat(), IntArray(3) { box.getInt(it) },
-                   r.getString(4).toLong())
+                   r.getLong(4))      // noise seeds are < 2^63: org.json parses them as Long
         }
         val config = schedule.getJSONObject("config")
         steps = config.getInt("steps")
