@@ -316,3 +316,32 @@ def test_app_adamw_is_torch_adamw(lang):
         opt.step()
     np.testing.assert_allclose(got, w.detach().numpy(), rtol=1e-5, atol=1e-6)
     assert not np.allclose(got, p0)
+
+
+# ---------------------------------------------------------------- Kotlin on a plain JVM (only where kotlinc exists)
+
+@pytest.mark.skipif(__import__("shutil").which("kotlinc") is None, reason="no kotlinc on this machine")
+def test_kotlin_sources_compile_and_match_python_on_the_jvm(tmp_path):
+    """The app's pure-Kotlin files type-check against stubs of the Android / ExecuTorch signatures, and its RNG and
+    AdamW, run on the JVM, give rng.py's noise exactly and torch.optim.AdamW's update."""
+    import subprocess
+    import torch
+    from ditskip_edge import rng
+    stubs = sorted((ROOT / "android_demo/hostcheck").glob("*.kt"))
+    app = [KT_DIR / n for n in ("PortableRng.kt", "AdamW.kt", "BundleContract.kt", "Safetensors.kt",
+                                "TrainingBundle.kt", "EtTrainer.kt", "MemoryProbe.kt")]
+    jar = tmp_path / "check.jar"
+    out = subprocess.run(["kotlinc", "-nowarn", *map(str, stubs + app), "-include-runtime", "-d", str(jar)],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    seed = 0x7FFF_1234_5678_9ABC
+    run = subprocess.run(["java", "-cp", str(jar), "HostCheckKt", str(seed)], capture_output=True, text=True, check=True)
+    lines = dict(line.split(" ", 1) for line in run.stdout.strip().splitlines())
+    assert lines["selfCheck"] == "true"
+    assert np.array_equal(np.array(lines["normals"].split(), np.float32), rng.normal(seed, (8,)))
+    w = torch.nn.Parameter(torch.tensor([1.0, -2.0, 0.5]))
+    opt = torch.optim.AdamW([w], lr=1e-2, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2)
+    for g in ([0.1, -0.3, 0.7], [-0.2, 0.4, 0.05], [0.3, 0.3, -0.6]):
+        w.grad = torch.tensor(g)
+        opt.step()
+    np.testing.assert_allclose(np.array(lines["adamw"].split(), np.float32), w.detach().numpy(), rtol=1e-6, atol=1e-7)

@@ -21,7 +21,7 @@ class AdamW(
     private val beta1: Double,
     private val beta2: Double,
     private val eps: Double,
-    private val weightDecay: Double,
+    private val weightDecay: Double
 ) {
     val m = LinkedHashMap<String, FloatArray>()
     val v = LinkedHashMap<String, FloatArray>()

@@ -60,7 +60,7 @@ object Safetensors {
         }
         var headerBytes = header.toString().toByteArray(Charsets.UTF_8)
         val pad = (8 - headerBytes.size % 8) % 8
-        headerBytes += ByteArray(pad) { ' '.code.toByte() }
+        headerBytes += ByteArray(pad) { 0x20.toByte() }   // spaces
         val tmp = File(file.parentFile, file.name + ".tmp")
         FileOutputStream(tmp).use { out ->
             val len = ByteBuffer.allocate(8).order(ByteOrder.LITTLE_ENDIAN).putLong(headerBytes.size.toLong())
