@@ -137,6 +137,15 @@ def test_ort_bundle_matches_the_contract(tmp_path_factory):
         assert (root / ort["program_dir"] / section["artifacts"][art]).exists(), art
 
 
+def test_one_bundle_cannot_mix_the_two_programs_layouts_yet(tmp_path):
+    """Known gap: executorch writes `programs` as a list, ort as a dict; compile refuses both at once, cleanly."""
+    from conftest import compile_tiny
+    from ditskip_edge.errors import UserError
+    with pytest.raises(UserError, match="cannot share one bundle"):
+        compile_tiny(tmp_path / "both", "flux-tiny", runtimes=["executorch", "ort"])
+    assert not (tmp_path / "both").exists() and not list(tmp_path.glob(".both*"))
+
+
 # ---------------------------------------------------------------- the app sources against the contract
 
 KT_JSON_READ = re.compile(r'\b(?:get|opt)(?:JSONObject|JSONArray|String|Int|Long|Double|Boolean)\("([^"]+)"\)')
