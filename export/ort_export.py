@@ -150,6 +150,3 @@ def _photo_hw(b: OpenBundle) -> tuple[int, int]:
     with Image.open(b.root / photos[0]) as im:
         return im.height, im.width
 
-
-def file_sizes(out_dir: Path, section: dict) -> dict[str, int]:
-    return {k: (Path(out_dir) / v).stat().st_size for k, v in section["artifacts"].items()}

@@ -3,8 +3,9 @@
     checkpoint_bytes   programs/ort/checkpoint (trainable + frozen parameters, integer codes as integers)
     model_bytes        training_model.onnx + eval_model.onnx + optimizer_model.onnx (graphs, no weights)
     peak_rss_bytes     peak resident set of a *fresh* process that imports onnxruntime, loads the bundle's
-                       artifacts and runs one training step and one optimizer step (ru_maxrss: whole process,
-                       Python and the onnxruntime library included)
+                       artifacts and runs one training step and one optimizer step (VmHWM of /proc/self/status:
+                       whole process, Python and the onnxruntime library included; not ru_maxrss, which a child
+                       inherits from its parent across fork + exec on Linux)
     rss_after_import_bytes / rss_after_load_bytes   the same process's resident set before loading and before the
                        step, so the step's own share is peak - after_load
 
@@ -24,9 +25,16 @@ from pathlib import Path
 ARTIFACT_MODELS = ("training_model", "eval_model", "optimizer_model")
 
 
+def _status_bytes(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024          # kB
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
 def _rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    return _status_bytes("VmRSS")
 
 
 def disk_report(program_dir: Path, artifacts: dict[str, str]) -> dict:
@@ -38,7 +46,6 @@ def disk_report(program_dir: Path, artifacts: dict[str, str]) -> dict:
 
 def _child(bundle_dir: str) -> dict:
     """One step as on a phone: torch is made unimportable first (`import onnxruntime` imports it when installed)."""
-    import resource
     sys.modules["torch"] = None
     rss_import = _rss_bytes()
     import numpy as np
@@ -50,7 +57,7 @@ def _child(bundle_dir: str) -> dict:
     loss = float(np.asarray(module(*inputs)))
     optimizer.step()
     module.lazy_reset_grad()
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024     # Linux: KiB
+    peak = _status_bytes("VmHWM")
     return {"peak_rss_bytes": peak, "rss_after_import_bytes": rss_import, "rss_after_load_bytes": rss_load,
             "step_loss": loss, "torch_available": sys.modules.get("torch") is not None}
 

@@ -183,11 +183,11 @@ def _save_checkpoint(state: CheckpointState, path: Path, step: int, losses: list
 
 
 class _Progress:
-    """One self-overwriting line on stderr."""
+    """One self-overwriting line on stderr (DITSKIP_PROGRESS=0 turns it off)."""
 
     def __init__(self, total: int, start: int):
         self.total, self.start, self.t0 = total, start, time.perf_counter()
-        self.enabled = sys.stderr.isatty() or os.environ.get("DITSKIP_PROGRESS") == "1"
+        self.enabled = os.environ.get("DITSKIP_PROGRESS", "1") != "0"
 
     def update(self, step: int, loss: float) -> None:
         if not self.enabled:
