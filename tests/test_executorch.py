@@ -72,9 +72,17 @@ def _check_program_matches_eager(buffer: bytes, module, inputs, set_params: bool
 
 @pytest.fixture(scope="module")
 def et_bundle(tmp_path_factory) -> Path:
-    """flux-tiny, front 1 / back 2 of 6 blocks, 20 steps, fp32 training program + preprocessing programs."""
-    return compile_tiny(tmp_path_factory.mktemp("et") / "bundle", "flux-tiny", steps=20, runtimes=["executorch"],
-                        runtime_options={"executorch": {"quant_bits": [16]}})
+    """flux-tiny, front 1 / back 2 of 6 blocks, 20 steps, fp32 training program + preprocessing program.
+    Two photos of one size (a photo and its mirror image), so one preprocessing program is exported."""
+    from PIL import Image, ImageOps
+
+    from conftest import PHOTOS
+    photos = tmp_path_factory.mktemp("photos")
+    with Image.open(PHOTOS / "toy_1.png") as im:
+        im.convert("RGB").save(photos / "a.png")
+        ImageOps.mirror(im.convert("RGB")).save(photos / "b.png")
+    return compile_tiny(tmp_path_factory.mktemp("et") / "bundle", "flux-tiny", steps=20, images=photos,
+                        runtimes=["executorch"], runtime_options={"executorch": {"quant_bits": [16]}})
 
 
 @pytest.fixture(scope="module")
@@ -169,8 +177,8 @@ def test_runtime_lora_file_is_the_eager_format_and_loads_in_diffusers(et_bundle,
 
 
 def test_device_preprocessing_matches_host(et_bundle, et_run, tmp_path):
-    """x0 computed by the preprocessing program from the bundle's photo equals the host's cached x0 to float
-    rounding, and training on it gives the same losses (the residuals were computed from the host's x0)."""
+    """x0 computed by the preprocessing program from the bundle's photo is within 1% (relative L2) of the host's
+    cached x0, and training on it gives the same losses to 1e-4 (the residuals were computed from the host's x0)."""
     from export.executorch_trainer import BundleData, Preprocessor, RuntimeTrainConfig, train_executorch
     from ditskip_edge.bundle import read_manifest
     m = read_manifest(et_bundle)
@@ -179,7 +187,7 @@ def test_device_preprocessing_matches_host(et_bundle, et_run, tmp_path):
     for s in data.samples[:4]:
         host = data.entry(s[0])["x0"]
         dev = pre(s)
-        assert np.abs(dev - host).max() <= 1e-4 * max(np.abs(host).max(), 1.0)
+        assert np.linalg.norm(dev - host) <= 1e-2 * np.linalg.norm(host)
     run = train_executorch(et_bundle, RuntimeTrainConfig(run_dir=tmp_path, steps=5, device_preprocess=True,
                                                          resume=False, progress=False))
     rel = np.abs(np.array(run["losses"]) - np.array(et_run["losses"][:5])) / np.abs(run["losses"])
