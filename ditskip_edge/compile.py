@@ -70,6 +70,20 @@ class CompileRequest:
     lora: LoraSpec = field(default_factory=LoraSpec)
     optimizer: OptimizerSpec = field(default_factory=OptimizerSpec)
     overwrite: bool = False
+    runtimes: list[str] = field(default_factory=list)           # device runtimes to compile programs for
+    runtime_options: dict = field(default_factory=dict)         # runtime name -> options for its stage
+
+
+# Device-runtime stages, run after the subject stage: name -> "module:function(writer, options) -> dict".
+RUNTIME_STAGES = {"executorch": "export.executorch_stage:add_to_bundle"}
+
+
+def run_runtime_stage(name: str, writer: BundleWriter, options: dict) -> dict:
+    import importlib
+    if name not in RUNTIME_STAGES:
+        raise UserError(f"unknown runtime {name!r}: expected one of {', '.join(RUNTIME_STAGES)}")
+    module, func = RUNTIME_STAGES[name].split(":")
+    return getattr(importlib.import_module(module), func)(writer, options)
 
 
 def kept_state_dict(transformer: nn.Module, plan: SkipPlan) -> dict[str, torch.Tensor]:
@@ -159,6 +173,8 @@ def compile_bundle(req: CompileRequest) -> dict:
         writer.manifest["created_by"] = f"ditskip-edge {__version__}"
         model_stage = compile_model_stage(writer, spec, transformer, plan, req.lora, req.optimizer)
         subject_stage = compile_subject_stage(writer, spec, transformer, vae, photos, req.prompt, sched, plan)
+        runtime_stages = {r: run_runtime_stage(r, writer, req.runtime_options.get(r, {})) for r in req.runtimes}
     return {"bundle": str(Path(req.out).resolve()), "model": spec.name, "plan": plan.to_json(),
             "kept_blocks": len(plan.kept), "num_samples": subject_stage["num_samples"],
-            "clamped_crops": subject_stage["clamped_crops"], "kept_weight_bytes": model_stage["kept_weight_bytes"]}
+            "clamped_crops": subject_stage["clamped_crops"], "kept_weight_bytes": model_stage["kept_weight_bytes"],
+            **({"runtimes": runtime_stages} if runtime_stages else {})}

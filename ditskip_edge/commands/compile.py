@@ -31,6 +31,10 @@ def register(sub) -> None:
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
+    p.add_argument("--runtime", action="append", default=[], help="also compile device programs: executorch")
+    p.add_argument("--quant-bits", default="8", help="executorch: frozen-weight bits of the training programs, "
+                                                     "comma-separated from 16 (fp32), 8, 4")
+    p.add_argument("--xnnpack", action="store_true", help="executorch: lower to XNNPACK where it works")
     add_json_flag(p)
     p.set_defaults(func=run)
 
@@ -45,5 +49,8 @@ def run(args) -> dict:
                     targets=[s for s in args.lora_targets.split(",") if s])
     req = CompileRequest(model=args.model, images=args.images, prompt=args.prompt, out=args.out,
                          n_front=args.skip_front, n_back=args.skip_back, skip_ratio=args.skip_ratio,
-                         schedule=sched, lora=lora, optimizer=OptimizerSpec(lr=args.lr), overwrite=args.force)
+                         schedule=sched, lora=lora, optimizer=OptimizerSpec(lr=args.lr), overwrite=args.force,
+                         runtimes=args.runtime, runtime_options={"executorch": {
+                             "quant_bits": [int(b) for b in args.quant_bits.split(",") if b],
+                             "backend": "xnnpack" if args.xnnpack else "portable"}})
     return compile_bundle(req)
