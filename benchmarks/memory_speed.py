@@ -40,6 +40,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "benchmarks" / "results"
 MIB = 1024 ** 2
+# glibc keeps freed blocks below its dynamic mmap threshold (it rises to 32 MiB after the first large free) in the
+# heap, so eager RSS also counts fragmentation. A fixed threshold makes every block >= 64 KiB its own mapping,
+# returned on free: RSS then follows the bytes in use, as a runtime's planned arena does. --glibc-default turns it off.
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "131072"}
 
 VARIANTS = ["lora", "lora_gc", "patches", "skip", "blockskip", "blockskip_int8", "blockskip_int4",
             "blockskip_int8_saved"]
@@ -144,7 +148,7 @@ def child(args) -> None:
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     print(json.dumps({
         "config": args.config, "variant": args.variant, "rss_baseline_bytes": rss_base,
-        "rss_after_build_bytes": rss_built, "peak_rss_bytes": peak_rss, "step_rss_bytes": peak_rss - rss_base,
+        "rss_after_build_bytes": rss_built, "rss_end_bytes": rss_bytes(), "peak_rss_bytes": peak_rss, "step_rss_bytes": peak_rss - rss_base,
         "allocator_resident_bytes": resident, "allocator_step_peak_bytes": tracker.peak_bytes,
         "allocator_peak_bytes": resident + tracker.peak_bytes, "frozen_weights_bytes": prog.frozen_bytes(),
         "lora_params": sum(p.numel() for p in prog.lora_params), "flops": int(flops.get_total_flops()),
@@ -182,7 +186,10 @@ def run(args) -> dict:
             cmd = [sys.executable, __file__, "--child", "--configs", args.configs, "--config", name, "--variant", v,
                    "--steps", str(args.steps), "--rank", str(args.rank), "--threads", str(args.threads)]
             t0 = time.perf_counter()
-            out = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+            env = dict(os.environ, PYTHONPATH=str(ROOT))
+            if not args.glibc_default:
+                env.update(MALLOC_ENV)
+            out = subprocess.run(cmd, capture_output=True, text=True, env=env)
             if out.returncode != 0:
                 print(f"{name} {v}: FAILED\n{out.stderr[-3000:]}", file=sys.stderr, flush=True)
                 records.append({"config": name, "variant": v, "error": out.stderr[-2000:]})
@@ -213,6 +220,7 @@ def main() -> None:
     ap.add_argument("--rank", type=int, default=16)
     ap.add_argument("--threads", type=int, default=1, help="torch threads per child (1: CPUs are shared here)")
     ap.add_argument("--out", default=None, help="results stem (default benchmarks/results/memory_speed[_tiny])")
+    ap.add_argument("--glibc-default", action="store_true", help="children keep glibc's default malloc tuning")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--config", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--variant", default=None, help=argparse.SUPPRESS)
@@ -223,7 +231,8 @@ def main() -> None:
     result = run(args)
     result.update({"command": " ".join(["python"] + sys.argv), "date_utc": started.isoformat(timespec="seconds"),
                    "finished_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                   "machine": machine(), "configs": args.configs, "rank": args.rank, "timed_steps": args.steps})
+                   "machine": machine(), "configs": args.configs, "rank": args.rank, "timed_steps": args.steps,
+                   "malloc_env": {} if args.glibc_default else MALLOC_ENV})
     stem = Path(args.out) if args.out else RESULTS / ("memory_speed" if args.configs == "headline"
                                                       else f"memory_speed_{args.configs}")
     stem.parent.mkdir(parents=True, exist_ok=True)

@@ -23,6 +23,8 @@ def register(sub) -> None:
                    help="process / runtime library overhead added to the peak (assumed)")
     p.add_argument("--steps", type=int, default=500, help="optimizer steps (storage of the residual cache)")
     p.add_argument("--grad-accum", type=int, default=4, help="samples per step (storage of the residual cache)")
+    p.add_argument("--checkpoint-blocks", action="store_true",
+                   help="what-if: recompute each kept block's activations in backward (no device runtime does yet)")
     add_json_flag(p)
     p.set_defaults(func=run)
 
@@ -32,4 +34,4 @@ def run(args) -> dict:
                                  skip_back=args.skip_back, bits=args.bits, resolution_px=args.resolution,
                                  text_tokens=args.text_tokens, rank=args.rank, attention=args.attention,
                                  runtime_overhead_mib=args.runtime_overhead_mib, steps=args.steps,
-                                 grad_accum=args.grad_accum))
+                                 grad_accum=args.grad_accum, checkpoint_blocks=args.checkpoint_blocks))

@@ -45,7 +45,8 @@ class StepConfig:
     rank: int = 16
     bits: int = 32                      # frozen weights: 32 (fp32), 16 (bf16 weights and compute), 8, 4
     kind: str = "skip"                  # "skip" | "diffusers"
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: bool = False  # diffusers: enable_gradient_checkpointing; skip: per kept block (what-if:
+                                          # torch.utils.checkpoint around each block; no device runtime does this)
     lora_targets: tuple[str, ...] = ()  # () = the architecture's default (lora.DEFAULT_TARGETS)
     recompute_dequant: bool = True      # int8/int4: dequantize again in backward (QuantSpec.recompute_in_backward)
 
@@ -144,6 +145,13 @@ class StepProgram:
                 "noise_bytes": nb([noise, t])}
 
 
+def _checkpoint_blocks(view) -> None:
+    """Recompute each kept block's activations in backward (non-reentrant torch.utils.checkpoint)."""
+    from torch.utils.checkpoint import checkpoint
+    run_block = view.run_block
+    view.run_block = lambda block, streams, ctx: checkpoint(run_block, block, streams, ctx, use_reentrant=False)
+
+
 def _init_(module: nn.Module, gen: torch.Generator) -> None:
     """Random weights of sane scale (benchmark only: values do not change memory or time)."""
     with torch.no_grad():
@@ -223,6 +231,8 @@ def _build(cfg: StepConfig, device: str, seed: int, mode) -> StepProgram:
         module: nn.Module = DiffusersStep(spec.arch, transformer, view)
     else:
         modules = [m for n, m in view.named_children() if n != "blocks"] + list(view.blocks)
+        if cfg.gradient_checkpointing:
+            _checkpoint_blocks(view)
         module = SkipModel(view, plan)
     owner = transformer if cfg.kind == "diffusers" else view
     with mode:

@@ -27,6 +27,7 @@ class PlanRequest:
     runtime_overhead_mib: float = DEFAULT_RUNTIME_OVERHEAD_MIB
     steps: int = 500
     grad_accum: int = 4
+    checkpoint_blocks: bool = False      # what-if: per-kept-block activation checkpointing (no runtime does it yet)
 
 
 def make_plan(req: PlanRequest) -> dict:
@@ -44,7 +45,7 @@ def make_plan(req: PlanRequest) -> dict:
     plan = split_for_ratio(num_blocks, req.skip_ratio, req.skip_front, req.skip_back)
     cfg = StepConfig(spec, resolution_px=req.resolution_px or spec.train_px,
                      text_tokens=req.text_tokens or spec.text.seq_len, n_front=plan.n_front, n_back=plan.n_back,
-                     rank=req.rank, bits=req.bits)
+                     rank=req.rank, bits=req.bits, gradient_checkpointing=req.checkpoint_blocks)
     cfg.validate()
     trace = trace_step(cfg, attention=req.attention)
     memory = MemoryPlan.from_trace(trace, int(req.runtime_overhead_mib * MIB))
@@ -56,7 +57,8 @@ def make_plan(req: PlanRequest) -> dict:
         "step": {"resolution_px": cfg.resolution_px, "image_tokens": cfg.image_tokens,
                  "text_tokens": cfg.text_tokens, "rank": cfg.rank, "bits": cfg.bits,
                  "compute_dtype": "bf16" if cfg.bits == 16 else "fp32", "attention": req.attention,
-                 "dequant_recomputed_in_backward": cfg.bits in (8, 4)},
+                 "dequant_recomputed_in_backward": cfg.bits in (8, 4),
+                 "checkpoint_blocks_what_if": req.checkpoint_blocks},
         "memory": memory.to_json(),
         "activation_detail": {"saved_activations_bytes": trace.saved_activations_bytes,
                               "lora_grads_bytes": trace.lora_grads_bytes,
