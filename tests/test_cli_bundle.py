@@ -174,3 +174,18 @@ def test_real_size_configs_build_on_the_meta_device():
         sizes[name] = sum(p.numel() for p in m.parameters())
     assert 11.5e9 < sizes["flux-dev"] < 12.5e9
     assert 1.4e9 < sizes["sana-1600m"] < 1.8e9 and 0.5e9 < sizes["sana-600m"] < 0.7e9
+
+
+def test_a_local_pipeline_folder_with_real_text_encoders_conditions_on_the_prompt(tmp_path):
+    """No hash encoder marker: the folder's own CLIP + T5 encode the prompt (through FluxPipeline.encode_prompt)."""
+    from safetensors.torch import load_file
+    from tiny_pipeline import save_tiny_flux_pipeline
+    folder = save_tiny_flux_pipeline(tmp_path / "pipe")
+    spec = resolve_spec(str(folder))
+    assert spec.text.kind == "pipeline"
+    a, b = encode_prompt(spec, "a photo of sks toy"), encode_prompt(spec, "a photo of sks dog")
+    assert a["txt"].shape == (1, 512, 32) and a["pooled"].shape == (1, 32)
+    assert not torch.equal(a["txt"], b["txt"])
+    bundle = compile_tiny(tmp_path / "bundle", str(folder), steps=2)
+    stored = load_file(str(bundle / "subject" / "text_conditioning.safetensors"))
+    assert torch.equal(stored["txt"], a["txt"])
