@@ -27,6 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--slack-mib", type=float, default=DEFAULT_SLACK_BYTES / MIB)
     p.add_argument("--budget-mib", type=float, default=None, help="explicit budget above the baseline, MiB")
     p.add_argument("--uncapped", action="store_true", help="no cap: measure only")
+    p.add_argument("--no-reserve", action="store_true",
+                   help="leave out the runtime's untouched address-space reservation (runner.RUNTIME_RESERVED_BYTES)")
     p.add_argument("--steps", type=int, default=None)
     p.add_argument("--checkpoint-every", type=int, default=1)
     p.add_argument("--no-resume", action="store_true")
@@ -37,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     run = run_device(a.bundle, a.runtime, run_dir, margin=a.margin, slack_bytes=int(a.slack_mib * MIB),
                      budget_bytes=None if a.budget_mib is None else int(a.budget_mib * MIB), uncapped=a.uncapped,
                      steps=a.steps, checkpoint_every=a.checkpoint_every, resume=not a.no_resume,
-                     use_planner=not a.no_planner)
+                     use_planner=not a.no_planner, reserve=not a.no_reserve)
     doc = run.to_json()
     if a.json:
         json.dump(doc, sys.stdout, indent=1, default=str)

@@ -32,8 +32,8 @@ TRAINERS = {
     "ort": ("export.ort_trainer", "train_ort", "OrtTrainConfig"),
 }
 
-OOM_MARKERS = ("MemoryError", "can't allocate memory", "Cannot allocate memory", "bad_alloc", "std::bad_alloc",
-               "MemoryAllocationFailed", "0x21", "Failed to allocate", "out of memory", "alloc failed",
+OOM_MARKERS = ("failed to map segment", "MemoryError", "can't allocate memory", "Cannot allocate memory", "bad_alloc", "std::bad_alloc",
+               "MemoryAllocationFailed", "error: 0x21", "Failed to allocate", "out of memory", "alloc failed",
                "Allocation failed", "memory allocation")
 
 
@@ -54,11 +54,16 @@ def _write_json_atomic(path: Path, doc: dict) -> None:
     os.replace(tmp, path)
 
 
-def _looks_like_oom(exc: BaseException) -> bool:
+# ExecuTorch's Error::AccessFailed (0x22): its data loader could not map or read the program. Under a cap that is
+# the loader's allocation failing; without one it is a real I/O error.
+CAPPED_OOM_MARKERS = ("error: 0x22",)
+
+
+def _looks_like_oom(exc: BaseException, capped: bool) -> bool:
     if isinstance(exc, MemoryError):
         return True
-    text = f"{type(exc).__name__}: {exc}"
-    return any(m.lower() in text.lower() for m in OOM_MARKERS)
+    text = f"{type(exc).__name__}: {exc}".lower()
+    return any(m.lower() in text for m in OOM_MARKERS + (CAPPED_OOM_MARKERS if capped else ()))
 
 
 def import_runtime(runtime: str):
@@ -71,6 +76,9 @@ def import_runtime(runtime: str):
     else:
         raise ValueError(f"runtime must be one of {sorted(TRAINERS)}, got {runtime!r}")
     import importlib
+    # Libraries the trainers import lazily are code, not data: load them before the baseline is measured (else the
+    # first one loaded under a tight cap fails to map its segments, an ImportError that hides the real cause).
+    import safetensors.numpy  # noqa: F401
     mod_name, fn_name, cfg_name = TRAINERS[runtime]
     mod = importlib.import_module(mod_name)
     return getattr(mod, fn_name), getattr(mod, cfg_name), ri
@@ -101,7 +109,7 @@ def main(request_path: str) -> int:
     except BaseException as e:  # noqa: BLE001 - the child reports every failure in RESULT.json
         if isinstance(e, KeyboardInterrupt):
             raise
-        oom = _looks_like_oom(e)
+        oom = _looks_like_oom(e, req.get("budget_bytes") is not None)
         from device_tests.runtime_imports import ForbiddenImport
         forbidden = isinstance(e, ForbiddenImport) or isinstance(e.__cause__, ForbiddenImport)
         doc["status"] = "out_of_memory" if oom else ("forbidden_import" if forbidden else "error")

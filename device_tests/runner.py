@@ -185,11 +185,18 @@ def run_device(bundle: str | Path, runtime: str, run_dir: str | Path, *, margin:
         os.replace(result_path, run_dir / "device_result.json")
     if killed and not result:
         status, message = "killed", f"child {proc.pid} killed (SIGKILL) by the runner"
+    elif not result and budget_bytes is not None and proc.returncode < 0 and _allocation_abort(log_text):
+        # Some native libraries abort instead of failing the allocation (safetensors' Rust allocator: "memory
+        # allocation of N bytes failed", SIGABRT). Under a cap that is an out-of-memory, reported as such.
+        status = "out_of_memory"
+        message = (f"out of memory under the cap: the device process aborted (signal {-proc.returncode}) when an "
+                   f"allocation failed under RLIMIT_AS = baseline + {as_budget / MIB:.1f} MiB: "
+                   f"{_allocation_abort(log_text)}")
     elif result:
         status = result["status"]
         message = result.get("message", "")
         if status == "out_of_memory":
-            message = (f"out of memory under the cap: the runtime could not allocate within baseline "
+            message = (f"out of memory under the cap: the device process could not allocate within baseline "
                        f"{result['baseline']['vm_size_bytes'] / MIB:.1f} MiB + budget {as_budget / MIB:.1f} MiB "
                        f"(RLIMIT_AS {result.get('rlimit_as_bytes', 0) / MIB:.1f} MiB): {message}")
     else:
@@ -199,6 +206,13 @@ def run_device(bundle: str | Path, runtime: str, run_dir: str | Path, *, margin:
                     asdict(prediction) if prediction else None, result, timeline)
     (run_dir / "device_run.json").write_text(json.dumps(run.to_json(), indent=1, default=str))
     return run
+
+
+def _allocation_abort(log_text: str) -> str:
+    for line in log_text.splitlines():
+        if "memory allocation of" in line and "failed" in line or "std::bad_alloc" in line:
+            return line.strip()
+    return ""
 
 
 def file_appeared(name: str) -> Callable[[Path], bool]:
