@@ -71,20 +71,35 @@ class CompileRequest:
     lora: LoraSpec = field(default_factory=LoraSpec)
     optimizer: OptimizerSpec = field(default_factory=OptimizerSpec)
     overwrite: bool = False
-    runtimes: list[str] = field(default_factory=list)     # device programs to add: keys of RUNTIME_STAGES
-    quant: QuantSpec = field(default_factory=QuantSpec)   # frozen weights in the device programs
+    runtimes: list[str] = field(default_factory=list)           # device runtimes to compile programs for
+    quant: QuantSpec = field(default_factory=QuantSpec)         # ort: frozen weights in the device programs
+    runtime_options: dict = field(default_factory=dict)         # runtime name -> options for its stage (executorch)
 
 
-# runtime name -> "module:function" called as function(writer, request) inside the bundle writer
-RUNTIME_STAGES = {"ort": "export.ort_stage:add_to_bundle"}
+# Device-runtime stages, run after the subject stage: name -> "module:function". The ExecuTorch stage takes
+# (writer, options), the ORT stage (writer, request) (merged from issue5-executorch and issue6-ort).
+RUNTIME_STAGES = {"executorch": "export.executorch_stage:add_to_bundle", "ort": "export.ort_stage:add_to_bundle"}
 
 
-def runtime_stage(name: str):
-    if name not in RUNTIME_STAGES:
-        raise UserError(f"unknown runtime {name!r}: expected one of {', '.join(RUNTIME_STAGES)}")
+def check_runtimes(names: list[str]) -> None:
+    for name in names:
+        if name not in RUNTIME_STAGES:
+            raise UserError(f"unknown runtime {name!r}: expected one of {', '.join(RUNTIME_STAGES)}")
+    if "executorch" in names and "ort" in names:
+        # The two stages write incompatible manifest layouts: executorch a list of ProgramEntry under `programs`,
+        # ort a dict {"ort": section} under `programs` (docs/bundle_contract.md, "Known gaps").
+        raise UserError("--runtime executorch and --runtime ort cannot share one bundle yet (their manifest "
+                        "`programs` layouts differ): compile one bundle per runtime")
+
+
+def run_runtime_stage(name: str, writer: BundleWriter, req: "CompileRequest") -> dict:
     import importlib
+    check_runtimes([name])
     module, func = RUNTIME_STAGES[name].split(":")
-    return getattr(importlib.import_module(module), func)
+    fn = getattr(importlib.import_module(module), func)
+    if name == "ort":
+        return fn(writer, req)
+    return fn(writer, req.runtime_options.get(name, {}))
 
 
 def kept_state_dict(transformer: nn.Module, plan: SkipPlan) -> dict[str, torch.Tensor]:
@@ -170,13 +185,13 @@ def compile_bundle(req: CompileRequest) -> dict:
     transformer = build_transformer(spec)
     vae = build_vae(spec)
     plan = resolve_plan(req, spec, len(block_names_of(transformer)), transformer, vae, photos)
-    stages = [runtime_stage(r) for r in req.runtimes]
+    check_runtimes(req.runtimes)
     with writer:
         writer.manifest["created_by"] = f"ditskip-edge {__version__}"
         model_stage = compile_model_stage(writer, spec, transformer, plan, req.lora, req.optimizer)
         subject_stage = compile_subject_stage(writer, spec, transformer, vae, photos, req.prompt, sched, plan)
-        for add_to_bundle in stages:
-            add_to_bundle(writer, req)
+        runtime_stages = {r: run_runtime_stage(r, writer, req) for r in req.runtimes}
     return {"bundle": str(Path(req.out).resolve()), "model": spec.name, "plan": plan.to_json(),
-            "kept_blocks": len(plan.kept), "num_samples": subject_stage["num_samples"], "runtimes": list(req.runtimes),
-            "clamped_crops": subject_stage["clamped_crops"], "kept_weight_bytes": model_stage["kept_weight_bytes"]}
+            "kept_blocks": len(plan.kept), "num_samples": subject_stage["num_samples"],
+            "clamped_crops": subject_stage["clamped_crops"], "kept_weight_bytes": model_stage["kept_weight_bytes"],
+            **({"runtimes": runtime_stages} if runtime_stages else {})}

@@ -23,6 +23,10 @@ import torch.nn.functional as F
 class QuantSpec:
     bits: int = 8                 # 8 | 4 | 16 (16 = keep float: no quantization)
     group_size: int = 32          # int4 only: input features per scale
+    # eager only: recompute the dequantized weight in backward instead of letting autograd save it (F.linear saves
+    # its weight for the input gradient: without this every kept linear keeps an fp32 copy of its weight until
+    # backward, more than the fp32 model itself). Off by default: exporters trace the plain graph.
+    recompute_in_backward: bool = False
 
     def __post_init__(self):
         if self.bits not in (4, 8, 16):
@@ -38,6 +42,19 @@ def _symmetric_codes(w: torch.Tensor, block: tuple[int, int], bits: int) -> tupl
     return codes, scale.float()
 
 
+class _DequantLinear(torch.autograd.Function):
+    """y = x W^T + b with W dequantized in forward and again in backward; saves no weight-sized tensor."""
+
+    @staticmethod
+    def forward(ctx, x, layer):
+        ctx.layer = layer
+        return F.linear(x, layer.dequantized_weight(), layer.bias)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        return grad_out @ ctx.layer.dequantized_weight(), None
+
+
 class QuantLinear(nn.Module):
     """A frozen nn.Linear with integer weight storage. Buffers only: nothing here trains."""
 
@@ -46,6 +63,7 @@ class QuantLinear(nn.Module):
         w = linear.weight.detach().float()
         self.out_features, self.in_features = w.shape
         self.bits = spec.bits
+        self.recompute_in_backward = spec.recompute_in_backward
         if spec.bits == 8:
             codes, scale = _symmetric_codes(w, (1, self.in_features), 8)
             self.register_buffer("w_codes", codes.contiguous())                      # int8 [O, I]
@@ -80,6 +98,8 @@ class QuantLinear(nn.Module):
         return (q.reshape(o, i // self.group, self.group) * self.w_scale).reshape(o, i)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.recompute_in_backward and x.requires_grad and torch.is_grad_enabled():
+            return _DequantLinear.apply(x, self)
         return F.linear(x, self.dequantized_weight(), self.bias)
 
     def storage_bytes(self) -> int:

@@ -32,10 +32,11 @@ def register(sub) -> None:
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--runtime", action="append", default=[], dest="runtimes",
-                   help="also export the device programs for this runtime (repeatable): ort")
-    p.add_argument("--quant-bits", type=int, default=8, choices=[4, 8, 16],
-                   help="frozen weights in the device programs: int8, packed int4, or 16 = float")
+                   help="also export the device programs for this runtime (repeatable): executorch | ort")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
+    p.add_argument("--quant-bits", default="8", help="frozen-weight bits of the device programs: 16 (fp32), 8, 4; "
+                                                     "executorch takes a comma-separated list, ort the first value")
+    p.add_argument("--xnnpack", action="store_true", help="executorch: lower to XNNPACK where it works")
     add_json_flag(p)
     p.set_defaults(func=run)
 
@@ -51,5 +52,8 @@ def run(args) -> dict:
     req = CompileRequest(model=args.model, images=args.images, prompt=args.prompt, out=args.out,
                          n_front=args.skip_front, n_back=args.skip_back, skip_ratio=args.skip_ratio,
                          schedule=sched, lora=lora, optimizer=OptimizerSpec(lr=args.lr), overwrite=args.force,
-                         runtimes=args.runtimes, quant=QuantSpec(bits=args.quant_bits))
+                         runtimes=args.runtimes, quant=QuantSpec(bits=int(args.quant_bits.split(",")[0])),
+                         runtime_options={"executorch": {
+                             "quant_bits": [int(b) for b in args.quant_bits.split(",") if b],
+                             "backend": "xnnpack" if args.xnnpack else "portable"}})
     return compile_bundle(req)
