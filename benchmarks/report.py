@@ -160,7 +160,7 @@ def chart(result: dict, path: Path) -> None:
         ax.invert_yaxis()
         ax.set_xlabel("MiB per training step")
         ax.set_title(f"{cfg}: peak memory")
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="lower right")
         ax = axes[row][1]
         ax.barh(list(y), sec, color="tab:green")
         ax.set_yticks(list(y), labels)
