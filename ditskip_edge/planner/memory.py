@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 from dataclasses import asdict, dataclass
 
-import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils.flop_counter import FlopCounterMode
 
