@@ -95,6 +95,7 @@ def main() -> None:
     ap.add_argument("--backend", default="xnnpack", choices=["portable", "xnnpack"])
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--rank", type=int, default=16)
+    ap.add_argument("--out", default=None, help="results stem (default benchmarks/results/executorch_memory[_CONFIGS])")
     ap.add_argument("--child", nargs=2, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -128,8 +129,8 @@ def main() -> None:
                       f"{rt.get('runtime_step_rss_bytes', 0) / MIB:.1f} MiB, {rt.get('seconds_per_step', 0):.3f} s",
                       file=sys.stderr, flush=True)
     res = {"command": "python " + " ".join(sys.argv), "date_utc": started, "machine": machine(), "rows": rows}
-    stem = ROOT / "benchmarks" / "results" / ("executorch_memory" if args.configs == "headline"
-                                              else f"executorch_memory_{args.configs}")
+    stem = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / (
+        "executorch_memory" if args.configs == "headline" else f"executorch_memory_{args.configs}")
     stem.with_suffix(".json").write_text(json.dumps(res, indent=1, default=str))
     m = res["machine"]
     lines = ["# Variant 7: the BlockSkip step as an ExecuTorch training program", "",

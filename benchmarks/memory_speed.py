@@ -15,11 +15,13 @@ Variants (PAPER.md; 50% skip uses the planner's split, split.py):
 (7, the ExecuTorch program, is measured by benchmarks/executorch_memory.py when the exporter is available.)
 
 Per variant, in the child: RSS after imports (baseline), RSS after building the model, peak RSS (ru_maxrss) after
-1 instrumented warm-up step + N timed steps; the instrumented step counts FLOPs (FlopCounterMode) and the
-allocator-level live-tensor peak (planner/tracker.py on real tensors: bytes of torch storages alive at once, what
+1 instrumented warm-up step + N timed steps; the instrumented step records the allocator-level live-tensor peak (planner/tracker.py on real tensors: bytes of torch storages alive at once, what
 torch's CPU allocator handed out, before malloc's overhead); timed steps give seconds per step (forward + backward +
-AdamW). The parent also asks the planner (fake tensors, flash attention as eager CPU runs) for the same step and
-reports its error against the measured peak RSS above the baseline. Weights are random (fp32 on CPU).
+AdamW; wall and CPU time, with one torch thread: the CPUs here are shared, so CPU time is the steadier figure).
+The parent also asks the planner (fake tensors, flash attention as eager CPU runs) for the same step and
+reports its error against the measured peak RSS above the baseline; FLOPs are torch's FlopCounterMode over that
+traced step (shape-based: the same count as on real tensors, tests/test_planner.py checks it; counted apart from
+the memory trace, because FlopCounterMode keeps the activations gradient checkpointing drops). Weights are random (fp32 on CPU).
 """
 
 from __future__ import annotations
@@ -108,7 +110,6 @@ def child(args) -> None:
     import diffusers  # noqa: F401
     import peft  # noqa: F401
     import torchao.quantization.quant_primitives  # noqa: F401  (every variant pays the same imports)
-    from torch.utils.flop_counter import FlopCounterMode
     from ditskip_edge.planner.memory import program_preexisting
     from ditskip_edge.planner.program import build_step_program
     from ditskip_edge.planner.tracker import StepMemoryTracker
@@ -129,10 +130,11 @@ def child(args) -> None:
         opt.zero_grad(set_to_none=True)
         return loss
 
-    # warm-up step, instrumented: FLOPs and the live-tensor peak of forward + backward; AdamW states appear after
+    # warm-up step, instrumented: the live-tensor peak of forward + backward; AdamW states appear after. FLOPs are not
+    # counted here: FlopCounterMode keeps the activations gradient checkpointing drops (the parent counts them)
     pre = program_preexisting(prog)
-    tracker, flops = StepMemoryTracker(pre), FlopCounterMode(display=False)
-    with flops, tracker:
+    tracker = StepMemoryTracker(pre)
+    with tracker:
         loss = prog.loss()
         loss.backward()
     opt.step()
@@ -140,19 +142,21 @@ def child(args) -> None:
     states = [v for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
     resident = (prog.frozen_bytes() + prog.lora_bytes() + sum(v.numel() * v.element_size() for v in states)
                 + sum(prog.input_bytes().values()))
-    times = []
+    times, cpu_times = [], []
     for _ in range(args.steps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         loss = step()
         times.append(time.perf_counter() - t0)
+        cpu_times.append(time.process_time() - c0)
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     print(json.dumps({
         "config": args.config, "variant": args.variant, "rss_baseline_bytes": rss_base,
         "rss_after_build_bytes": rss_built, "rss_end_bytes": rss_bytes(), "peak_rss_bytes": peak_rss, "step_rss_bytes": peak_rss - rss_base,
         "allocator_resident_bytes": resident, "allocator_step_peak_bytes": tracker.peak_bytes,
         "allocator_peak_bytes": resident + tracker.peak_bytes, "frozen_weights_bytes": prog.frozen_bytes(),
-        "lora_params": sum(p.numel() for p in prog.lora_params), "flops": int(flops.get_total_flops()),
-        "seconds_per_step": sorted(times)[len(times) // 2], "step_seconds": times, "build_seconds": build_s,
+        "lora_params": sum(p.numel() for p in prog.lora_params), "flops": 0,   # counted by the parent
+        "seconds_per_step": sorted(times)[len(times) // 2], "step_seconds": times,
+        "cpu_seconds_per_step": sorted(cpu_times)[len(cpu_times) // 2], "step_cpu_seconds": cpu_times, "build_seconds": build_s,
         "loss": float(loss), "load_avg_1m": os.getloadavg()[0],
         "step": {"resolution_px": cfg.resolution_px, "text_tokens": cfg.text_tokens, "n_front": cfg.n_front,
                  "n_back": cfg.n_back, "bits": cfg.bits, "kind": cfg.kind,
@@ -197,12 +201,14 @@ def run(args) -> dict:
             rec = json.loads(out.stdout.strip().splitlines()[-1])
             rec["child_wall_seconds"] = round(time.perf_counter() - t0, 1)
             rec.update(predict(spec, v, args.rank))
+            rec["flops"] = rec["predicted_flops"]
             rec["planner_error_vs_rss"] = rec["predicted_step_bytes"] / rec["step_rss_bytes"] - 1
             rec["planner_error_vs_allocator"] = rec["predicted_step_bytes"] / rec["allocator_peak_bytes"] - 1
             records.append(rec)
             print(f"{name:18s} {v:22s} step RSS {rec['step_rss_bytes'] / MIB:8.1f} MiB  allocator "
                   f"{rec['allocator_peak_bytes'] / MIB:8.1f} MiB  planner {rec['predicted_step_bytes'] / MIB:8.1f} "
-                  f"MiB ({100 * rec['planner_error_vs_rss']:+.1f}% vs RSS)  {rec['seconds_per_step']:.3f} s/step  "
+                  f"MiB ({100 * rec['planner_error_vs_rss']:+.1f}% vs RSS)  {rec['seconds_per_step']:.3f} s/step "
+                  f"({rec['cpu_seconds_per_step']:.3f} CPU s)  "
                   f"{rec['flops'] / 1e9:.1f} GFLOP  [{rec['child_wall_seconds']} s]", file=sys.stderr, flush=True)
     return {"records": records, "params": {n: _param_count(s) for n, s in specs.items()}}
 
@@ -210,6 +216,23 @@ def run(args) -> dict:
 def _param_count(spec) -> int:
     from ditskip_edge.models.loading import build_transformer
     return sum(p.numel() for p in build_transformer(spec, "meta").parameters())
+
+
+def merge_into(path: Path, new: dict, command: str, started) -> None:
+    old = json.loads(path.read_text())
+    keys = {(r["config"], r["variant"]) for r in new["records"]}
+    old["records"] = [r if (r["config"], r["variant"]) not in keys else
+                      next(n for n in new["records"] if (n["config"], n["variant"]) == (r["config"], r["variant"]))
+                      for r in old["records"]]
+    for r in old["records"]:
+        if (r["config"], r["variant"]) in keys:
+            r["rerun_by"] = command
+    old.setdefault("reruns", []).append({"command": command, "date_utc": started.isoformat(timespec="seconds"),
+                                         "replaced": sorted(map(list, keys))})
+    path.write_text(json.dumps(old, indent=1))
+    from report import write_report
+    write_report(old, path.with_suffix(""))
+    print(f"merged {sorted(keys)} into {path}", file=sys.stderr)
 
 
 def main() -> None:
@@ -220,6 +243,10 @@ def main() -> None:
     ap.add_argument("--rank", type=int, default=16)
     ap.add_argument("--threads", type=int, default=1, help="torch threads per child (1: CPUs are shared here)")
     ap.add_argument("--out", default=None, help="results stem (default benchmarks/results/memory_speed[_tiny])")
+    ap.add_argument("--merge-into", default=None,
+                    help="replace these (config, variant) records in an existing results JSON and rewrite its report")
+    ap.add_argument("--merge-from", default=None, help="with --merge-into: take the records from this results JSON "
+                    "instead of running")
     ap.add_argument("--glibc-default", action="store_true", help="children keep glibc's default malloc tuning")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--config", default=None, help=argparse.SUPPRESS)
@@ -228,7 +255,13 @@ def main() -> None:
     if args.child:
         return child(args)
     started = datetime.datetime.now(datetime.timezone.utc)
+    if args.merge_from and args.merge_into:
+        src = json.loads(Path(args.merge_from).read_text())
+        return merge_into(Path(args.merge_into), src, src["command"],
+                          datetime.datetime.fromisoformat(src["date_utc"]))
     result = run(args)
+    if args.merge_into:
+        return merge_into(Path(args.merge_into), result, " ".join(["python"] + sys.argv), started)
     result.update({"command": " ".join(["python"] + sys.argv), "date_utc": started.isoformat(timespec="seconds"),
                    "finished_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                    "machine": machine(), "configs": args.configs, "rank": args.rank, "timed_steps": args.steps,

@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 from dataclasses import asdict, dataclass
 
-import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -71,10 +70,17 @@ def trace_step(cfg: StepConfig, attention: str = "flash", count_flops: bool = Tr
         pre = program_preexisting(prog)
         saved = SavedTensorBytes(pre)
         tracker = StepMemoryTracker(pre)
-        with _sdpa_context(attention), flops, tracker:
-            with saved():
+        # FlopCounterMode (and an outer saved-tensor hook) keep the activations torch.utils.checkpoint would drop:
+        # with checkpointing, memory is traced alone and FLOPs are counted in a second pass
+        ckpt = cfg.gradient_checkpointing
+        count_saved = saved if not ckpt else (lambda: contextlib.nullcontext())
+        with _sdpa_context(attention), (contextlib.nullcontext() if ckpt else flops), tracker:
+            with count_saved():
                 loss = prog.loss()
             loss.backward()
+        if ckpt and count_flops:
+            with _sdpa_context(attention), flops:
+                prog.loss().backward()
         lora_bytes = prog.lora_bytes()
         largest_lora = max((p.numel() * p.element_size() for p in prog.lora_params), default=0)
         # AdamW's step (after backward, activations freed): gradients + about two parameter-sized temporaries

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
@@ -32,7 +32,6 @@ from ..plan import SkipPlan
 from ..quantize import QuantSpec, quantize_frozen_linears
 from ..skip_model import SkipModel, noisy_latents_and_target, residual_names
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 @dataclass(frozen=True)
@@ -247,7 +246,3 @@ def _build(cfg: StepConfig, device: str, seed: int, mode) -> StepProgram:
         p.requires_grad_(True)
     direct = nn.ParameterList([p for _, p in owner.named_parameters(recurse=False)])
     return StepProgram(cfg, module, inputs, lora, frozen_modules=modules + [direct])
-
-
-def with_bits(cfg: StepConfig, bits: int) -> StepConfig:
-    return replace(cfg, bits=bits)

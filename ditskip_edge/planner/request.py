@@ -49,8 +49,13 @@ def make_plan(req: PlanRequest) -> dict:
     cfg.validate()
     trace = trace_step(cfg, attention=req.attention)
     memory = MemoryPlan.from_trace(trace, int(req.runtime_overhead_mib * MIB))
+    mj = memory.to_json()
+    summary = (f"peak {mj['peak_gib']} GiB = frozen {mj['frozen_weights_gib']} + LoRA/AdamW "
+               f"{round(mj['lora_params_gib'] + mj['adamw_states_gib'], 3)} + arena {mj['activation_arena_gib']} + "
+               f"inputs {mj['step_inputs_gib']} + overhead {mj['runtime_overhead_gib']}")
     return {
         "model": spec.name,
+        "summary": summary,
         "plan": {"num_blocks": num_blocks, "n_front": plan.n_front, "n_back": plan.n_back,
                  "kept": [plan.n_front, num_blocks - plan.n_back], "skip_ratio": round(plan.skip_ratio, 4),
                  "split_chosen_by": plan.chosen_by},
@@ -59,7 +64,7 @@ def make_plan(req: PlanRequest) -> dict:
                  "compute_dtype": "bf16" if cfg.bits == 16 else "fp32", "attention": req.attention,
                  "dequant_recomputed_in_backward": cfg.bits in (8, 4),
                  "checkpoint_blocks_what_if": req.checkpoint_blocks},
-        "memory": memory.to_json(),
+        "memory": mj,
         "activation_detail": {"saved_activations_bytes": trace.saved_activations_bytes,
                               "lora_grads_bytes": trace.lora_grads_bytes,
                               "cache_entry_bytes": trace.cache_entry_bytes,
