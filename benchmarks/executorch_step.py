@@ -139,6 +139,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--no-profile", action="store_true")
     ap.add_argument("--render", action="store_true", help="only rewrite the .md from the saved .json")
+    ap.add_argument("--merge", action="store_true", help="update these variants in the saved .json, keep the rest")
     args = ap.parse_args()
     out = ROOT / "benchmarks" / "results"
     if args.render:
@@ -156,6 +157,12 @@ def main() -> None:
                                   "loadavg_at_start": os.getloadavg()},
                "config": {"transformer": CONFIG, "latent": LATENT, "txt_len": TXT_LEN, "plan": "front 1, back 2 of 6",
                           "lora_rank": 4}, "variants": {}}
+    if args.merge and (out / "executorch_step.json").is_file():
+        previous = json.loads((out / "executorch_step.json").read_text())
+        results["variants"] = previous["variants"]
+        results["earlier_runs"] = previous.get("earlier_runs", []) + [{k: previous[k] for k in ("command", "date")}]
+        if "int8_portable_without_recompute" in previous:
+            results["int8_portable_without_recompute"] = previous["int8_portable_without_recompute"]
     steps = {}
     for variant in args.variants.split(","):
         qname, backend = variant.split("-")

@@ -208,3 +208,25 @@ def remove_unused_constants(ep: ExportedProgram) -> int:
     ep._graph_signature = sig
     _finish(ep)
     return removed
+
+
+def mm_to_bmm(ep: ExportedProgram) -> int:
+    """mm(a, b) -> squeeze(bmm(a[None], b[None]), 0). XNNPACK's partitioner takes bmm with two dynamic operands but
+    not a 2-D mm whose weight is not a plain parameter (in the joint graph every weight reaches mm through a
+    transpose, and the backward's mm are activation x activation): with this rewrite the matmuls run in XNNPACK."""
+    g = ep.graph_module.graph
+    n_fixed = 0
+    for n in list(g.nodes):
+        if n.op != "call_function" or n.target != aten.mm.default:
+            continue
+        a, b = n.args
+        with g.inserting_before(n):
+            a3 = _insert(g, aten.unsqueeze.default, (a, 0), like=n)
+            b3 = _insert(g, aten.unsqueeze.default, (b, 0), like=n)
+            bmm = _insert(g, aten.bmm.default, (a3, b3), like=n)
+            out = _insert(g, aten.squeeze.dim, (bmm, 0), like=n)
+        n.replace_all_uses_with(out)
+        g.erase_node(n)
+        n_fixed += 1
+    _finish(ep)
+    return n_fixed
