@@ -123,6 +123,7 @@ def export_joint(step: StepModule, cfg: ExportConfig):
         passes["addmm_to_mm_add"] = graph_passes.addmm_to_mm_add(ep)
     if cfg.recompute_frozen:
         passes["recompute_frozen"] = graph_passes.recompute_frozen_in_backward(ep)
+    passes["identity_views"] = graph_passes.drop_identity_views(ep)
     passes["unused_constants"] = graph_passes.remove_unused_constants(ep)
     if cfg.backend == "xnnpack" and cfg.mm_as_bmm:
         passes["mm_to_bmm"] = graph_passes.mm_to_bmm(ep)

@@ -230,3 +230,22 @@ def mm_to_bmm(ep: ExportedProgram) -> int:
         n_fixed += 1
     _finish(ep)
     return n_fixed
+
+
+def drop_identity_views(ep: ExportedProgram) -> int:
+    """Remove `alias` and same-shape `expand` nodes. ExecuTorch materialises them as copies (alias_copy,
+    expand_copy), and the ones on attention probabilities [B, H, N, N] are read again by the backward: without this
+    pass each attention kept three copies of its probabilities alive from forward to backward."""
+    g = ep.graph_module.graph
+    n_fixed = 0
+    for n in list(g.nodes):
+        if n.op != "call_function" or n.target not in (aten.alias.default, aten.expand.default):
+            continue
+        src = n.args[0]
+        a, b = (src.meta.get("val") if isinstance(src, Node) else None), n.meta.get("val")
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and tuple(a.shape) == tuple(b.shape):
+            n.replace_all_uses_with(src)
+            g.erase_node(n)
+            n_fixed += 1
+    _finish(ep)
+    return n_fixed
