@@ -215,6 +215,8 @@ def markdown(r: dict) -> str:
         lines.append(f"| {k} | {v['step_ms']} | {v['vs_eager']} | {mem['planned_arena_bytes'] / 1e6:.2f} | "
                      f"{mem['constant_bytes'] / 1e6:.2f} | {mem['pte_bytes'] / 1e6:.2f} | {v['xnnpack_delegates']} | "
                      f"{v['loss_rel_err']:.1e} |")
+    if r.get("notes"):
+        lines += ["", "## Reading the numbers", ""] + [f"- {n}" for n in r["notes"]]
     if "int8_portable_without_recompute" in r:
         lines += ["", f"int8 portable arena without the recompute pass: "
                       f"{r['int8_portable_without_recompute']['planned_arena_bytes'] / 1e6:.2f} MB"]
