@@ -90,6 +90,22 @@ def eager_ms(step: StepModule, reps: int) -> float:
     return best_ms(run, reps)
 
 
+def eager_saved_activation_bytes(step: StepModule) -> int:
+    """What eager autograd keeps for the backward pass (unique storages, the module's own weights excluded): the
+    activations the backward really needs (plus, for quantized weights, eager's dequantized copies)."""
+    own = {t.untyped_storage().data_ptr() for t in list(step.module.parameters()) + list(step.module.buffers())}
+    seen: dict[int, int] = {}
+
+    def pack(t):
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in own:
+            seen[ptr] = t.untyped_storage().nbytes()
+        return t
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        step.module(*step.example)
+    return sum(seen.values())
+
+
 def etdump_profile(buffer: bytes, inputs) -> list[dict]:
     from executorch.devtools import Inspector
     from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
@@ -123,6 +139,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--no-profile", action="store_true")
     ap.add_argument("--render", action="store_true", help="only rewrite the .md from the saved .json")
+    ap.add_argument("--merge", action="store_true", help="update these variants in the saved .json, keep the rest")
     args = ap.parse_args()
     out = ROOT / "benchmarks" / "results"
     if args.render:
@@ -140,13 +157,20 @@ def main() -> None:
                                   "loadavg_at_start": os.getloadavg()},
                "config": {"transformer": CONFIG, "latent": LATENT, "txt_len": TXT_LEN, "plan": "front 1, back 2 of 6",
                           "lora_rank": 4}, "variants": {}}
+    if args.merge and (out / "executorch_step.json").is_file():
+        previous = json.loads((out / "executorch_step.json").read_text())
+        results["variants"] = previous["variants"]
+        results["earlier_runs"] = previous.get("earlier_runs", []) + [{k: previous[k] for k in ("command", "date")}]
+        if "int8_portable_without_recompute" in previous:
+            results["int8_portable_without_recompute"] = previous["int8_portable_without_recompute"]
     steps = {}
     for variant in args.variants.split(","):
         qname, backend = variant.split("-")
         bits = {"fp32": 16, "int8": 8, "int4": 4}[qname]
         if bits not in steps:
             steps[bits] = build(bits)
-            results["variants"][f"{qname}-eager"] = {"step_ms": round(eager_ms(steps[bits], args.reps), 2)}
+            results["variants"][f"{qname}-eager"] = {"step_ms": round(eager_ms(steps[bits], args.reps), 2),
+                                                     "saved_activation_bytes": eager_saved_activation_bytes(steps[bits])}
             print(f"{qname}-eager", results["variants"][f"{qname}-eager"], flush=True)
         step = steps[bits]
         t0 = time.perf_counter()
@@ -183,12 +207,16 @@ def markdown(r: dict) -> str:
              "|---|---|---|---|---|---|---|---|"]
     for k, v in r["variants"].items():
         if "memory" not in v:
-            lines.append(f"| {k} | {v['step_ms']} | 1.00 | | | | | |")
+            saved = v.get("saved_activation_bytes")
+            lines.append(f"| {k} | {v['step_ms']} | 1.00 | {'' if saved is None else f'saved for backward: {saved / 1e6:.2f}'} "
+                         f"| | | | |")
             continue
         mem = v["memory"]
         lines.append(f"| {k} | {v['step_ms']} | {v['vs_eager']} | {mem['planned_arena_bytes'] / 1e6:.2f} | "
                      f"{mem['constant_bytes'] / 1e6:.2f} | {mem['pte_bytes'] / 1e6:.2f} | {v['xnnpack_delegates']} | "
                      f"{v['loss_rel_err']:.1e} |")
+    if r.get("notes"):
+        lines += ["", "## Reading the numbers", ""] + [f"- {n}" for n in r["notes"]]
     if "int8_portable_without_recompute" in r:
         lines += ["", f"int8 portable arena without the recompute pass: "
                       f"{r['int8_portable_without_recompute']['planned_arena_bytes'] / 1e6:.2f} MB"]

@@ -36,6 +36,7 @@ class ExportConfig:
     backend: str = "portable"                   # "portable" | "xnnpack"
     recompute_frozen: bool = True               # graph_passes.recompute_frozen_in_backward
     mm_rewrite: bool = True                     # graph_passes.addmm_to_mm_add
+    mm_as_bmm: bool = True                      # XNNPACK only: graph_passes.mm_to_bmm
 
     def __post_init__(self):
         if self.backend not in BACKENDS:
@@ -122,7 +123,10 @@ def export_joint(step: StepModule, cfg: ExportConfig):
         passes["addmm_to_mm_add"] = graph_passes.addmm_to_mm_add(ep)
     if cfg.recompute_frozen:
         passes["recompute_frozen"] = graph_passes.recompute_frozen_in_backward(ep)
+    passes["identity_views"] = graph_passes.drop_identity_views(ep)
     passes["unused_constants"] = graph_passes.remove_unused_constants(ep)
+    if cfg.backend == "xnnpack" and cfg.mm_as_bmm:
+        passes["mm_to_bmm"] = graph_passes.mm_to_bmm(ep)
     return ep, passes
 
 

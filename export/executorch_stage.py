@@ -19,6 +19,7 @@ import torch
 
 from ditskip_edge.bundle import MANIFEST
 from ditskip_edge.bundle_model import OpenBundle, open_bundle
+from ditskip_edge.errors import UserError
 from ditskip_edge.quantize import QuantSpec
 
 from .contract import METHOD, ProgramEntry
@@ -98,6 +99,10 @@ def add_to_bundle(writer, options: dict | None = None) -> dict:
     options = dict(options or {})
     bits_list = [int(x) for x in options.get("quant_bits", [8])]
     backend = options.get("backend", "portable")
+    bad = [b for b in bits_list if b not in QUANT_TAG]
+    if bad or not bits_list or backend not in ("portable", "xnnpack"):
+        raise UserError(f"--quant-bits {bits_list}: expected some of 16, 8, 4; backend {backend!r}: expected "
+                        f"portable or xnnpack")
     b = open_in_progress(writer)
     programs = [p for p in writer.manifest.get("programs", []) if p.get("runtime") != "executorch"]
     step = None

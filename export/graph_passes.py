@@ -208,3 +208,44 @@ def remove_unused_constants(ep: ExportedProgram) -> int:
     ep._graph_signature = sig
     _finish(ep)
     return removed
+
+
+def mm_to_bmm(ep: ExportedProgram) -> int:
+    """mm(a, b) -> squeeze(bmm(a[None], b[None]), 0). XNNPACK's partitioner takes bmm with two dynamic operands but
+    not a 2-D mm whose weight is not a plain parameter (in the joint graph every weight reaches mm through a
+    transpose, and the backward's mm are activation x activation): with this rewrite the matmuls run in XNNPACK."""
+    g = ep.graph_module.graph
+    n_fixed = 0
+    for n in list(g.nodes):
+        if n.op != "call_function" or n.target != aten.mm.default:
+            continue
+        a, b = n.args
+        with g.inserting_before(n):
+            a3 = _insert(g, aten.unsqueeze.default, (a, 0), like=n)
+            b3 = _insert(g, aten.unsqueeze.default, (b, 0), like=n)
+            bmm = _insert(g, aten.bmm.default, (a3, b3), like=n)
+            out = _insert(g, aten.squeeze.dim, (bmm, 0), like=n)
+        n.replace_all_uses_with(out)
+        g.erase_node(n)
+        n_fixed += 1
+    _finish(ep)
+    return n_fixed
+
+
+def drop_identity_views(ep: ExportedProgram) -> int:
+    """Remove `alias` and same-shape `expand` nodes. ExecuTorch materialises them as copies (alias_copy,
+    expand_copy), and the ones on attention probabilities [B, H, N, N] are read again by the backward: without this
+    pass each attention kept three copies of its probabilities alive from forward to backward."""
+    g = ep.graph_module.graph
+    n_fixed = 0
+    for n in list(g.nodes):
+        if n.op != "call_function" or n.target not in (aten.alias.default, aten.expand.default):
+            continue
+        src = n.args[0]
+        a, b = (src.meta.get("val") if isinstance(src, Node) else None), n.meta.get("val")
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and tuple(a.shape) == tuple(b.shape):
+            n.replace_all_uses_with(src)
+            g.erase_node(n)
+            n_fixed += 1
+    _finish(ep)
+    return n_fixed

@@ -252,7 +252,7 @@ def _wide_flux_step(bits: int):
     add_lora(tr, "flux", ["transformer_blocks.0"], LoraSpec(rank=4, alpha=4.0))
     _randomize_lora_b(tr)
     skip = SkipModel(make_view("flux", tr, [0]), SkipPlan(1, 0, 0))
-    n_q = quantize_frozen_linears(skip.view, QuantSpec(bits=bits, group_size=64))
+    n_q = quantize_frozen_linears(skip.view, QuantSpec(bits=bits))
     g = torch.Generator().manual_seed(1)
     x0, noise = torch.randn(1, 4, 8, 8, generator=g), torch.randn(1, 4, 8, 8, generator=g)
     cond = {"txt": torch.randn(1, 4, 32, generator=g), "pooled": torch.randn(1, 32, generator=g)}
@@ -268,7 +268,7 @@ def wide_programs():
     out = {}
     for bits in (16, 8, 4):
         step = _wide_flux_step(bits)
-        out[bits] = (step, export_training_program(step, ExportConfig(quant=QuantSpec(bits=bits, group_size=64))))
+        out[bits] = (step, export_training_program(step, ExportConfig(quant=QuantSpec(bits=bits))))
     return out
 
 
