@@ -34,7 +34,7 @@ from .models.text import encode_prompt
 from .models.views import block_names_of, make_view
 from .patch_sampling import PatchSampler
 from .plan import SkipPlan
-from .residual_cache import CacheWriter
+from .residual_cache import DEFAULT_CODEC, CacheCodec, CacheWriter
 from .sample_inputs import clean_latents, sample_noise
 from .schedule import Schedule, ScheduleConfig, make_schedule
 from .skip_model import compute_residuals
@@ -69,6 +69,7 @@ class CompileRequest:
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
     lora: LoraSpec = field(default_factory=LoraSpec)
     optimizer: OptimizerSpec = field(default_factory=OptimizerSpec)
+    cache_codec: str = DEFAULT_CODEC      # residual-cache codec spec (ditskip_edge/cache/codecs.py)
     overwrite: bool = False
 
 
@@ -92,7 +93,8 @@ def compile_model_stage(writer: BundleWriter, spec: ModelSpec, transformer: nn.M
 
 
 def compile_subject_stage(writer: BundleWriter, spec: ModelSpec, transformer: nn.Module, vae: nn.Module,
-                          photos: list[Photo], prompt: str, schedule_cfg: ScheduleConfig, plan: SkipPlan) -> dict:
+                          photos: list[Photo], prompt: str, schedule_cfg: ScheduleConfig, plan: SkipPlan,
+                          cache_codec: str = DEFAULT_CODEC) -> dict:
     schedule = make_schedule(schedule_cfg, [tuple(p.pixels.shape[1:]) for p in photos], [p.name for p in photos])
     schedule.save(writer.path(SCHEDULE_FILE))
     for i, p in enumerate(photos):
@@ -104,7 +106,7 @@ def compile_subject_stage(writer: BundleWriter, spec: ModelSpec, transformer: nn
     sampler = PatchSampler(schedule_cfg.s_min_px)
     encoder = LatentEncoder(spec.arch, vae)
     identity = cache_identity(spec, plan, schedule)
-    cache = CacheWriter(writer.path(CACHE_DIR), identity)
+    cache = CacheWriter(writer.path(CACHE_DIR), identity, cache_codec)
     t0 = time.perf_counter()
     for s in tqdm(schedule.samples, desc="residual cache", unit="sample", leave=False):
         x0 = clean_latents(photos[s.photo].pixels, s, sampler, encoder)
@@ -116,7 +118,8 @@ def compile_subject_stage(writer: BundleWriter, spec: ModelSpec, transformer: nn
     stage = {"schedule": SCHEDULE_FILE, "text_conditioning": TEXT_FILE, "cache": CACHE_DIR,
              "photos": [f"{PHOTOS_DIR}/{i:03d}.png" for i in range(len(photos))], "prompt": prompt,
              "num_samples": schedule.num_samples, "clamped_crops": schedule.clamped_samples,
-             "entry_shapes": index["shapes"], "seconds": round(time.perf_counter() - t0, 3)}
+             "entry_shapes": index["shapes"], "cache_codec": index["codec"]["spec"],
+             "cache_entry_bytes": index["entry_bytes"], "seconds": round(time.perf_counter() - t0, 3)}
     writer.manifest.update(schedule=schedule.to_json()["config"], subject_stage=stage)
     return stage
 
@@ -149,6 +152,7 @@ def compile_bundle(req: CompileRequest) -> dict:
     if sched.multiple_px != spec.pixel_multiple:
         sched = ScheduleConfig(**{**asdict(sched), "multiple_px": spec.pixel_multiple})
     sched.validate()
+    codec = CacheCodec.parse(req.cache_codec).spec      # a bad codec spec fails before any work
     photos = load_photos(req.images, sched.s_max_px)
     writer = BundleWriter(req.out, overwrite=req.overwrite)
     log.info("loading %s", spec.name)
@@ -158,7 +162,8 @@ def compile_bundle(req: CompileRequest) -> dict:
     with writer:
         writer.manifest["created_by"] = f"ditskip-edge {__version__}"
         model_stage = compile_model_stage(writer, spec, transformer, plan, req.lora, req.optimizer)
-        subject_stage = compile_subject_stage(writer, spec, transformer, vae, photos, req.prompt, sched, plan)
+        subject_stage = compile_subject_stage(writer, spec, transformer, vae, photos, req.prompt, sched, plan, codec)
     return {"bundle": str(Path(req.out).resolve()), "model": spec.name, "plan": plan.to_json(),
             "kept_blocks": len(plan.kept), "num_samples": subject_stage["num_samples"],
-            "clamped_crops": subject_stage["clamped_crops"], "kept_weight_bytes": model_stage["kept_weight_bytes"]}
+            "clamped_crops": subject_stage["clamped_crops"], "kept_weight_bytes": model_stage["kept_weight_bytes"],
+            "cache_codec": codec, "cache_entry_bytes": subject_stage["cache_entry_bytes"]}
