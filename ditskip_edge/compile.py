@@ -46,6 +46,7 @@ SCHEDULE_FILE = "subject/schedule.json"
 TEXT_FILE = "subject/text_conditioning.safetensors"
 CACHE_DIR = "subject/cache"
 PHOTOS_DIR = "subject/photos"
+CACHE_WARN_REL_ERROR = 0.05     # compile warns when a residual's coding error exceeds this (||d_hat - d|| / ||d||)
 
 
 @dataclass(frozen=True)
@@ -115,10 +116,15 @@ def compile_subject_stage(writer: BundleWriter, spec: ModelSpec, transformer: nn
         residuals = compute_residuals(full_view, plan, x0, noise, t, cond)
         cache.add(s.index, {"x0": x0, **residuals})
     index = cache.finish()
+    for name, err in index["rel_error"].items():
+        if err["max"] > CACHE_WARN_REL_ERROR:
+            log.warning("residual cache codec %s: %s has relative error up to %.1f%% (mean %.1f%%); consider a finer "
+                        "--cache-codec", index["codec"]["spec"], name, 100 * err["max"], 100 * err["mean"])
     stage = {"schedule": SCHEDULE_FILE, "text_conditioning": TEXT_FILE, "cache": CACHE_DIR,
              "photos": [f"{PHOTOS_DIR}/{i:03d}.png" for i in range(len(photos))], "prompt": prompt,
              "num_samples": schedule.num_samples, "clamped_crops": schedule.clamped_samples,
              "entry_shapes": index["shapes"], "cache_codec": index["codec"]["spec"],
+             "cache_rel_error": index["rel_error"],
              "cache_entry_bytes": index["entry_bytes"], "seconds": round(time.perf_counter() - t0, 3)}
     writer.manifest.update(schedule=schedule.to_json()["config"], subject_stage=stage)
     return stage

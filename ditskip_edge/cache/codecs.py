@@ -9,6 +9,7 @@ A codec spec is a string, recorded in the cache index and the bundle manifest:
     int4-g32             int4 codes packed two a byte [B, N, D/2] (channel pairs), one fp16 scale per token and
                          group of 32 channels [B, N, D/32, 1]; any group size: int4-g64, ...
     int4-t32             the same with groups of 32 *tokens* per channel [B, N/32, 1, D]
+    int8-g32, int8-t32   int8 with the same group-wise scales
     lowrank-r8           d ~ U V with U [B, N, r] int8 (scale per rank column), V [B, r, D] int8 (scale per row):
                          truncated SVD per sample, rank r fixed (static shapes for the device graphs)
     int8-channel,front.txt=lowrank-r8    per-residual overrides: "<default>,<name>=<codec>,..."
@@ -57,10 +58,10 @@ class TensorCodec:
     def spec(self) -> str:
         if self.kind in ("fp32", "fp16"):
             return self.kind
-        if self.kind == "int8":
+        if self.kind == "int8" and not self.group:
             return f"int8-{self.axis}"
-        if self.kind == "int4":
-            return f"int4-{'g' if self.axis == 'token' else 't'}{self.group}"
+        if self.kind in ("int8", "int4"):
+            return f"{self.kind}-{'g' if self.axis == 'token' else 't'}{self.group}"
         return f"lowrank-r{self.rank}"
 
     @staticmethod
@@ -70,16 +71,17 @@ class TensorCodec:
             return TensorCodec(s)
         if s in ("int8-token", "int8-channel"):
             return TensorCodec("int8", axis=s.split("-")[1])
-        if m := re.fullmatch(r"int4-([gt])(\d+)", s):
-            g = int(m.group(2))
+        if m := re.fullmatch(r"(int[48])-([gt])(\d+)", s):
+            g = int(m.group(3))
             if g < 2 or g % 2:
-                raise UserError(f"cache codec {s!r}: int4 group size must be an even number >= 2")
-            return TensorCodec("int4", axis="token" if m.group(1) == "g" else "channel", group=g)
+                raise UserError(f"cache codec {s!r}: group size must be an even number >= 2")
+            return TensorCodec(m.group(1), axis="token" if m.group(2) == "g" else "channel", group=g)
         if m := re.fullmatch(r"lowrank-r(\d+)", s):
             if int(m.group(1)) < 1:
                 raise UserError(f"cache codec {s!r}: rank must be >= 1")
             return TensorCodec("lowrank", rank=int(m.group(1)))
-        raise UserError(f"unknown cache codec {s!r}: expected fp32, fp16, int8-token, int8-channel, int4-gG, int4-tG, "
+        raise UserError(f"unknown cache codec {s!r}: expected fp32, fp16, int8-token, int8-channel, int8-gG, int8-tG, "
+                        f"int4-gG, int4-tG, "
                         f"lowrank-rR (or 'DEFAULT,name=CODEC,...')")
 
     # --- layout ------------------------------------------------------------------------------------------------

@@ -85,6 +85,18 @@ class CacheWriter:
         self._name = ""
         self._hash = None
         self._pos = 0
+        self.rel_errors: dict[str, list[float]] = {}     # per residual, per entry: ||d_hat - d|| / ||d||
+
+    def _record_error(self, tensors: dict[str, torch.Tensor], parts: dict[str, torch.Tensor]) -> None:
+        with torch.no_grad():
+            decoded = decoder_for(self.codec, self.shapes)(parts)
+        for name, d_hat in decoded.items():
+            d = tensors[name].detach().float()
+            self.rel_errors.setdefault(name, []).append(float((d_hat - d).norm() / d.norm().clamp_min(1e-30)))
+
+    def error_summary(self) -> dict:
+        """{residual: {"mean", "max"}} of the relative error over the entries written so far."""
+        return {k: {"mean": sum(v) / len(v), "max": max(v)} for k, v in self.rel_errors.items()}
 
     def add(self, index: int, tensors: dict[str, torch.Tensor]) -> None:
         if index != len(self.entries):
@@ -96,6 +108,7 @@ class CacheWriter:
         elif shapes != self.shapes:
             raise ValueError(f"cache entry {index}: shapes {shapes} differ from the first entry's {self.shapes}")
         parts = self.codec.encode(tensors)
+        self._record_error(tensors, parts)
         buf = bytearray(self.entry_size)
         for name, info in self.layout.items():
             raw = parts[name].detach().cpu().contiguous().numpy().astype(_NP[info["dtype"]], copy=False).tobytes()
@@ -129,7 +142,7 @@ class CacheWriter:
         self._close_shard()
         index = {"format": CACHE_FORMAT, "format_version": CACHE_FORMAT_VERSION,
                  "identity": self.identity, "identity_sha256": identity_digest(self.identity),
-                 "codec": self.codec.to_json(), "shapes": self.shapes, "layout": self.layout,
+                 "codec": self.codec.to_json(), "shapes": self.shapes, "rel_error": self.error_summary(), "layout": self.layout,
                  "entry_bytes": self.entry_size, "num_entries": len(self.entries),
                  "shards": self.shards, "entries": self.entries}
         _atomic_write_text(self.dir / INDEX, json.dumps(index, indent=1))
