@@ -246,3 +246,24 @@ def test_eager_trainer_trains_from_a_compressed_bundle(tmp_path, monkeypatch):
     assert got["cache_codec"] == "int4-g32" and len(got["losses"]) == 3
     for a, b in zip(got["losses"], ref["losses"]):
         assert abs(a - b) / abs(b) < 0.02
+
+
+def test_unknown_cache_codec_fails_before_writing_a_bundle(tmp_path):
+    from conftest import compile_tiny
+    with pytest.raises(UserError, match="int3"):
+        compile_tiny(tmp_path / "b", "flux-tiny", steps=1, cache_codec="int3")
+    assert not (tmp_path / "b").exists()
+
+
+def test_cache_report_lists_bytes_error_and_loss_change_per_codec(flux_bundle, capsys):
+    """cache-report --json: fp32 is the exact reference (ratio 1, error 0, loss change 0); int4 is smaller."""
+    from ditskip_edge.cli import main
+    assert main(["cache-report", str(flux_bundle), "--json", "--codecs", "fp32;int4-g32", "--samples", "2",
+                 "--train-steps", "1"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    rows = {r["codec"]: r for r in rep["codecs"]}
+    assert set(rows) >= {"fp32", "int4-g32", rep["bundle_codec"]}
+    assert rows["fp32"]["ratio_to_fp32"] == 1.0 and rows["fp32"]["rel_error_max"] == 0.0
+    assert rows["fp32"]["loss_rel_change_max"] == 0.0
+    assert rows["int4-g32"]["entry_bytes_per_sample"] < rows["fp32"]["entry_bytes_per_sample"]
+    assert 0 < rows["int4-g32"]["rel_error_mean"] <= rows["int4-g32"]["rel_error_max"]
