@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from ditskip_edge.bundle_model import open_bundle  # noqa: E402
+from ditskip_edge.cache import DEFAULT_CODEC  # noqa: E402
 from ditskip_edge.cache.quality import REPORT_CODECS, cache_report  # noqa: E402
 from ditskip_edge.compile import CompileRequest, OptimizerSpec, compile_bundle  # noqa: E402
 from ditskip_edge.lora import LoraSpec  # noqa: E402
@@ -82,6 +83,21 @@ def pick_default(rows: list[dict]) -> dict | None:
     return min(ok, key=lambda r: r["entry_bytes_per_sample"]) if ok else None
 
 
+def target_lines(rows: list[dict]) -> list[str]:
+    """The issue's targets, checked on one model's rows: the default codec, every int8 variant, the loss change."""
+    def verdict(r, t):
+        ok = r["ratio_to_fp32"] >= t["min_ratio"] and r["rel_error_mean"] <= t["max_rel_error_mean"]
+        return (f"`{r['codec']}` {r['ratio_to_fp32']:.2f}x (residuals {r['residual_ratio_to_fp32']:.2f}x), "
+                f"{100 * r['rel_error_mean']:.2f}% -> {'meets' if ok else 'misses'} >= {t['min_ratio']:.0f}x and "
+                f"<= {100 * t['max_rel_error_mean']:.1f}%")
+    out = [("default " + verdict(r, TARGETS["default"])) for r in rows if r["codec"] == DEFAULT_CODEC]
+    out += [verdict(r, TARGETS["int8"]) for r in rows if r["codec"].startswith("int8") and "," not in r["codec"]]
+    worst = max((r.get("loss_rel_change_max", 0.0) for r in rows), default=0.0)
+    out.append(f"largest per-step loss change of any codec {100 * worst:.3f}% "
+               f"({'within' if worst <= TARGETS['max_loss_rel_change'] else 'beyond'} 1%)")
+    return out
+
+
 def markdown(doc: dict) -> str:
     lines = ["# Residual-cache codecs", "",
              f"Command: `{doc['command']}`  ", f"Machine: {doc['machine']}  ", f"Date: {doc['date']}  ",
@@ -104,6 +120,7 @@ def markdown(doc: dict) -> str:
                          f"{r['residual_ratio_to_fp32']:.2f}x | {100 * r['rel_error_mean']:.3f}% | "
                          f"{100 * r['rel_error_max']:.3f}% | {per} | {100 * r.get('loss_rel_change_mean', 0):.4f}% | "
                          f"{100 * r.get('loss_rel_change_max', 0):.4f}% |")
+        lines += ["", "Targets: " + "; ".join(target_lines(r0["codecs"]))]
         best = m["smallest_within_targets"]
         lines += ["", f"Smallest codec with mean error <= 2% and loss change <= 1%: "
                   f"`{best['codec'] if best else 'none'}`" + (f" ({best['ratio_to_fp32']:.2f}x)" if best else ""), ""]
@@ -136,7 +153,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="tiny models only, fewer steps (a smoke run)")
     ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--render", action="store_true", help="only rewrite the .md and .png from the existing .json")
     args = ap.parse_args()
+    out = Path(args.out)
+    if args.render:
+        doc = json.loads((out / "cache_codecs.json").read_text())
+        (out / "cache_codecs.md").write_text(markdown(doc))
+        plot(doc, out / "cache_codecs.png")
+        return 0
     torch.set_num_threads(2)
     t0 = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix="cache_codecs_"))
@@ -161,7 +185,6 @@ def main() -> int:
                       f"{platform.system()} {platform.release()}, torch {torch.__version__}",
            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
            "seconds": round(time.perf_counter() - t0, 1), "targets": TARGETS, "models": models}
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "cache_codecs.json").write_text(json.dumps(doc, indent=1))
     (out / "cache_codecs.md").write_text(markdown(doc))

@@ -74,32 +74,43 @@ def codec_error(codec: CacheCodec, refs: list[dict[str, torch.Tensor]]) -> dict:
             "rel_error_by_residual": {k: {"mean": sum(v) / len(v), "max": max(v)} for k, v in per.items()}}
 
 
-def loss_run(b, codec: CacheCodec, refs: dict[int, dict[str, torch.Tensor]], steps: int, seed: int = 0) -> list[float]:
-    """The eager training loop (trainer.py, without checkpoints) on entries coded with `codec`, decoded in-step."""
-    from ..bundle_model import build_skip_model
-    from ..sample_inputs import sample_noise
-    from ..training_step import TrainingStep
-    torch.manual_seed(seed)
-    model, transformer, _ = build_skip_model(b)
-    shapes = {k: tuple(v.shape) for k, v in next(iter(refs.values())).items()}
-    step_fn = TrainingStep(model, decoder_for(codec, shapes))
-    params = [p for p in transformer.parameters() if p.requires_grad]
-    o = b.optimizer
-    opt = torch.optim.AdamW(params, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay)
-    accum = b.schedule.config.grad_accum
-    losses = []
-    for step in range(steps):
-        total = 0.0
-        for s in b.schedule.samples_for_step(step):
-            entry = codec.encode(refs[s.index])
-            x0 = entry.pop(X0)
-            loss = step_fn(x0, sample_noise(s, tuple(x0.shape)), torch.tensor([s.t]), b.cond, entry) / accum
-            loss.backward()
-            total += loss.item()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        losses.append(total)
-    return losses
+class LossRunner:
+    """The eager training loop (trainer.py, without checkpoints) over the first steps of the schedule, re-run for
+    each codec from the same initial LoRA (the skip model is built once: building it is the slow part)."""
+
+    def __init__(self, b, refs: dict[int, dict[str, torch.Tensor]], seed: int = 0):
+        from ..bundle_model import build_skip_model
+        torch.manual_seed(seed)
+        self.b, self.refs = b, refs
+        self.model, self.transformer, _ = build_skip_model(b)
+        self.params = [p for p in self.transformer.parameters() if p.requires_grad]
+        self.init = [p.detach().clone() for p in self.params]
+        self.shapes = {k: tuple(v.shape) for k, v in next(iter(refs.values())).items()}
+
+    def run(self, codec: CacheCodec, steps: int) -> list[float]:
+        from ..sample_inputs import sample_noise
+        from ..training_step import TrainingStep
+        b = self.b
+        with torch.no_grad():
+            for p, p0 in zip(self.params, self.init):
+                p.copy_(p0)
+        step_fn = TrainingStep(self.model, decoder_for(codec, self.shapes))
+        o = b.optimizer
+        opt = torch.optim.AdamW(self.params, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay)
+        accum = b.schedule.config.grad_accum
+        losses = []
+        for step in range(steps):
+            total = 0.0
+            for s in b.schedule.samples_for_step(step):
+                entry = codec.encode(self.refs[s.index])
+                x0 = entry.pop(X0)
+                loss = step_fn(x0, sample_noise(s, tuple(x0.shape)), torch.tensor([s.t]), b.cond, entry) / accum
+                loss.backward()
+                total += loss.item()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            losses.append(total)
+        return losses
 
 
 def cache_report(b, codecs: list[str] | None = None, max_samples: int = 32, train_steps: int = 10) -> dict:
@@ -110,13 +121,14 @@ def cache_report(b, codecs: list[str] | None = None, max_samples: int = 32, trai
     need = sorted(set(range(n)) | {s.index for st in range(train_steps) for s in b.schedule.samples_for_step(st)})
     refs = dict(zip(need, reference_entries(b, need)))
     shapes = {k: tuple(v.shape) for k, v in refs[need[0]].items()}
-    ref_losses = loss_run(b, CacheCodec.parse("fp32"), refs, train_steps) if train_steps else []
+    runner = LossRunner(b, refs) if train_steps else None
+    ref_losses = runner.run(CacheCodec.parse("fp32"), train_steps) if train_steps else []
     rows = []
     for spec in codecs:
         codec = CacheCodec.parse(spec)
         row = {"codec": codec.spec, **codec_cost(codec, shapes), **codec_error(codec, [refs[k] for k in range(n)])}
         if train_steps:
-            losses = ref_losses if codec.spec == "fp32" else loss_run(b, codec, refs, train_steps)
+            losses = ref_losses if codec.spec == "fp32" else runner.run(codec, train_steps)
             rel = [abs(a - r) / abs(r) for a, r in zip(losses, ref_losses)]
             row.update(loss_rel_change_mean=sum(rel) / len(rel), loss_rel_change_max=max(rel), losses=losses)
         rows.append(row)
