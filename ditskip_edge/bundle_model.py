@@ -41,9 +41,11 @@ class OpenBundle:
     kept_block_names: list[str]
 
 
-def open_bundle(bundle_dir: str | Path, verify: bool = True) -> OpenBundle:
+def open_bundle(bundle_dir: str | Path, verify: bool = True, manifest: dict | None = None) -> OpenBundle:
+    """`manifest`: use this one instead of reading BUNDLE/manifest.json (a bundle still being written)."""
     root = Path(bundle_dir)
-    manifest = read_manifest(root, verify=verify)
+    if manifest is None:
+        manifest = read_manifest(root, verify=verify)
     try:
         spec = ModelSpec.from_json(manifest["model"])
         plan = SkipPlan.from_json(manifest["plan"])
@@ -74,7 +76,9 @@ def load_kept_transformer(b: OpenBundle) -> nn.Module:
 def build_skip_model(b: OpenBundle) -> tuple[SkipModel, nn.Module, list[str]]:
     """SkipModel over the kept blocks with fresh LoRA (B = 0); returns it, the transformer, trainable names."""
     transformer = load_kept_transformer(b)
-    names = add_lora(transformer, b.spec.arch, b.kept_block_names, b.lora)
+    with torch.random.fork_rng():       # LoRA A's random init is a function of the bundle: every run starts alike
+        torch.manual_seed(b.schedule.config.seed)
+        names = add_lora(transformer, b.spec.arch, b.kept_block_names, b.lora)
     view = make_view(b.spec.arch, transformer, b.plan.kept)
     missing = [n for n, p in view.named_parameters() if p.is_meta]
     if missing:

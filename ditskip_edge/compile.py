@@ -34,6 +34,7 @@ from .models.text import encode_prompt
 from .models.views import block_names_of, make_view
 from .patch_sampling import PatchSampler
 from .plan import SkipPlan
+from .quantize import QuantSpec
 from .residual_cache import DEFAULT_CODEC, CacheCodec, CacheWriter
 from .sample_inputs import clean_latents, sample_noise
 from .schedule import Schedule, ScheduleConfig, make_schedule
@@ -72,6 +73,35 @@ class CompileRequest:
     optimizer: OptimizerSpec = field(default_factory=OptimizerSpec)
     cache_codec: str = DEFAULT_CODEC      # residual-cache codec spec (ditskip_edge/cache/codecs.py)
     overwrite: bool = False
+    runtimes: list[str] = field(default_factory=list)           # device runtimes to compile programs for
+    quant: QuantSpec = field(default_factory=QuantSpec)         # ort: frozen weights in the device programs
+    runtime_options: dict = field(default_factory=dict)         # runtime name -> options for its stage (executorch)
+
+
+# Device-runtime stages, run after the subject stage: name -> "module:function". The ExecuTorch stage takes
+# (writer, options), the ORT stage (writer, request) (merged from issue5-executorch and issue6-ort).
+RUNTIME_STAGES = {"executorch": "export.executorch_stage:add_to_bundle", "ort": "export.ort_stage:add_to_bundle"}
+
+
+def check_runtimes(names: list[str]) -> None:
+    for name in names:
+        if name not in RUNTIME_STAGES:
+            raise UserError(f"unknown runtime {name!r}: expected one of {', '.join(RUNTIME_STAGES)}")
+    if "executorch" in names and "ort" in names:
+        # The two stages write incompatible manifest layouts: executorch a list of ProgramEntry under `programs`,
+        # ort a dict {"ort": section} under `programs` (docs/bundle_contract.md, "Known gaps").
+        raise UserError("--runtime executorch and --runtime ort cannot share one bundle yet (their manifest "
+                        "`programs` layouts differ): compile one bundle per runtime")
+
+
+def run_runtime_stage(name: str, writer: BundleWriter, req: "CompileRequest") -> dict:
+    import importlib
+    check_runtimes([name])
+    module, func = RUNTIME_STAGES[name].split(":")
+    fn = getattr(importlib.import_module(module), func)
+    if name == "ort":
+        return fn(writer, req)
+    return fn(writer, req.runtime_options.get(name, {}))
 
 
 def kept_state_dict(transformer: nn.Module, plan: SkipPlan) -> dict[str, torch.Tensor]:
@@ -165,11 +195,14 @@ def compile_bundle(req: CompileRequest) -> dict:
     transformer = build_transformer(spec)
     vae = build_vae(spec)
     plan = resolve_plan(req, spec, len(block_names_of(transformer)), transformer, vae, photos)
+    check_runtimes(req.runtimes)
     with writer:
         writer.manifest["created_by"] = f"ditskip-edge {__version__}"
         model_stage = compile_model_stage(writer, spec, transformer, plan, req.lora, req.optimizer)
         subject_stage = compile_subject_stage(writer, spec, transformer, vae, photos, req.prompt, sched, plan, codec)
+        runtime_stages = {r: run_runtime_stage(r, writer, req) for r in req.runtimes}
     return {"bundle": str(Path(req.out).resolve()), "model": spec.name, "plan": plan.to_json(),
             "kept_blocks": len(plan.kept), "num_samples": subject_stage["num_samples"],
             "clamped_crops": subject_stage["clamped_crops"], "kept_weight_bytes": model_stage["kept_weight_bytes"],
-            "cache_codec": codec, "cache_entry_bytes": subject_stage["cache_entry_bytes"]}
+            "cache_codec": codec, "cache_entry_bytes": subject_stage["cache_entry_bytes"],
+            **({"runtimes": runtime_stages} if runtime_stages else {})}

@@ -72,8 +72,8 @@ def train_eager(bundle_dir: str | Path, cfg: TrainConfig) -> dict:
     start, losses = 0, []
     if cfg.resume and ckpt_path.is_file():
         ck = torch.load(ckpt_path, weights_only=True)
-        if ck["bundle_sha256"] != b.manifest["files"]["subject/schedule.json"]["sha256"]:
-            raise UserError(f"{ckpt_path}: checkpoint belongs to another bundle; delete it or use another run dir")
+        if ck["schedule_sha256"] != b.manifest["files"]["subject/schedule.json"]["sha256"]:
+            raise UserError(f"{ckpt_path}: checkpoint was made for another schedule; delete it or use another run dir")
         transformer.load_state_dict(ck["lora"], strict=False)
         opt.load_state_dict(ck["optimizer"])
         start, losses = int(ck["step"]), list(ck["losses"])
@@ -82,7 +82,7 @@ def train_eager(bundle_dir: str | Path, cfg: TrainConfig) -> dict:
     def checkpoint(step: int) -> None:
         _atomic_save({"step": step, "losses": losses, "optimizer": opt.state_dict(),
                       "lora": {n: p.detach().clone() for n, p in transformer.named_parameters() if p.requires_grad},
-                      "bundle_sha256": b.manifest["files"]["subject/schedule.json"]["sha256"]}, ckpt_path)
+                      "schedule_sha256": b.manifest["files"]["subject/schedule.json"]["sha256"]}, ckpt_path)
 
     accum = b.schedule.config.grad_accum
     t0 = time.perf_counter()

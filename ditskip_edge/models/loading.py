@@ -90,7 +90,7 @@ def build_transformer(spec: ModelSpec, device: str = "cpu") -> nn.Module:
         with torch.device("meta"):
             return cls.from_config(spec.transformer_config).eval()
     if spec.source != "builtin":
-        return cls.from_pretrained(Path(spec.source) / "transformer", torch_dtype=torch.float32).eval()
+        return cls.from_pretrained(Path(spec.source) / "transformer", dtype=torch.float32).eval()
     if spec.vae_config is None:
         raise UserError(f"model '{spec.name}' has no weights here (real-size config): use it with `plan`, "
                         f"or pass a local diffusers folder")
@@ -103,7 +103,7 @@ def build_transformer(spec: ModelSpec, device: str = "cpu") -> nn.Module:
 def build_vae(spec: ModelSpec) -> nn.Module:
     cls = vae_class(spec.arch)
     if spec.source != "builtin":
-        return cls.from_pretrained(Path(spec.source) / "vae", torch_dtype=torch.float32).eval()
+        return cls.from_pretrained(Path(spec.source) / "vae", dtype=torch.float32).eval()
     if spec.vae_config is None:
         raise UserError(f"model '{spec.name}' has no autoencoder weights here")
     torch.manual_seed(spec.seed + 7)

@@ -59,7 +59,7 @@ class PipelineTextEncoder:
         self.spec = spec
         from diffusers import FluxPipeline, SanaPipeline
         cls = FluxPipeline if spec.arch == FLUX_ARCH else SanaPipeline
-        self.pipe = cls.from_pretrained(spec.source, transformer=None, vae=None, torch_dtype=torch.float32)
+        self.pipe = cls.from_pretrained(spec.source, transformer=None, vae=None, dtype=torch.float32)
 
     @torch.no_grad()
     def __call__(self, prompt: str) -> Conditioning:

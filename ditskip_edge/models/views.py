@@ -119,7 +119,7 @@ class FluxView(DiTView):
 
     @staticmethod
     def image_ids(n_img: int, dtype=torch.float32) -> torch.Tensor:
-        side = int(round(n_img ** 0.5))
+        side = int(round(int(n_img) ** 0.5))     # int(): a traced shape is a tensor (ONNX exporter)
         ids = torch.zeros(side, side, 3, dtype=dtype)
         ids[..., 1] = torch.arange(side, dtype=dtype)[:, None]
         ids[..., 2] = torch.arange(side, dtype=dtype)[None, :]

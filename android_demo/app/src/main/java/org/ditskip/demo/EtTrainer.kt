@@ -1,0 +1,152 @@
+package org.ditskip.demo
+
+import org.json.JSONArray
+import org.pytorch.executorch.EValue
+import org.pytorch.executorch.Tensor
+import org.pytorch.executorch.training.TrainingModule
+import java.io.File
+import java.nio.FloatBuffer
+
+/**
+ * The training loop on the phone, the Kotlin twin of the Python runtime trainer (export/executorch_trainer.py):
+ *
+ *   module = TrainingModule.load(bundle/programs/executorch/<path>)
+ *   for step in start until steps:                       // one optimizer step = grad_accum scheduled samples
+ *       for sample in schedule[step]: loss = module.executeForwardBackward("forward", inputs); grads += g / accum
+ *       adamw.step(params, grads)                          // params are the runtime's arena, updated in place
+ *       checkpoint (atomic) ; report loss + memory
+ *   write the LoRA (diffusers keys from the manifest's `trainable` map)
+ */
+class EtTrainer(private val bundle: TrainingBundle, private val runDir: File) {
+    data class Progress(val step: Int, val total: Int, val loss: Float, val memory: MemoryProbe.Reading)
+
+    private val checkpointFile = File(runDir, CHECKPOINT)
+    val losses = ArrayList<Float>()
+    val memoryTimeline = ArrayList<Pair<Int, MemoryProbe.Reading>>()
+    private val paramShapes = HashMap<String, LongArray>()
+
+    fun train(x0ForSample: ((Sample) -> FloatArray?)? = null, onProgress: (Progress) -> Unit): File {
+        check(PortableRng.selfCheck()) { "portable RNG does not reproduce the host's noise: refusing to train" }
+        runDir.mkdirs()
+        val o = bundle.manifest.getJSONObject("optimizer")
+        val betas = o.getJSONArray("betas")
+        val adamw = AdamW(o.getDouble("lr"), betas.getDouble(0), betas.getDouble(1), o.getDouble("eps"),
+                          o.getDouble("weight_decay"))
+        val module = TrainingModule.load(bundle.programFile.absolutePath)
+        try {
+            var params: Map<String, FloatBuffer>? = null
+            var start = 0
+            for (step in 0 until bundle.steps) {
+                if (step < start) continue
+                val accum = bundle.gradAccum
+                val grads = HashMap<String, FloatArray>()
+                var stepLoss = 0f
+                for (s in bundle.samplesForStep(step)) {
+                    val inputs = bundle.stepInputs(s, x0ForSample?.invoke(s)).map { (spec, v) -> EValue.from(tensorOf(spec, v)) }
+                    val out = module.executeForwardBackward(BundleContract.ET_METHOD, *inputs.toTypedArray())
+                    stepLoss += out[0].toTensor().dataAsFloatArray[0] / accum
+                    for ((name, g) in module.namedGradients(BundleContract.ET_METHOD)) {
+                        val ga = g.dataAsFloatArray
+                        val acc = grads.getOrPut(name) { FloatArray(ga.size) }
+                        for (i in ga.indices) acc[i] += ga[i] / accum
+                    }
+                    if (params == null) {      // named parameters exist only after a first forward-backward
+                        val named = module.namedParameters(BundleContract.ET_METHOD)
+                        paramShapes.putAll(named.mapValues { (_, t) -> t.shape() })
+                        params = named.mapValues { (_, t) -> t.getRawDataBuffer() as FloatBuffer }
+                        start = resume(params, adamw)
+                        if (step < start) break   // resumed past this step: its gradients are discarded
+                    }
+                }
+                if (step < start) continue
+                adamw.step(params!!, grads)
+                losses.add(stepLoss)
+                saveCheckpoint(params, adamw, step + 1)
+                val mem = MemoryProbe.read()
+                memoryTimeline.add(step + 1 to mem)
+                onProgress(Progress(step + 1, bundle.steps, stepLoss, mem))
+            }
+            return saveLora(params ?: error("schedule has no steps"))
+        } finally {
+            module.close()
+        }
+    }
+
+    /** Every program input is float32 (contract `step_inputs.dtype`); a stored tensor's shape must be the spec's. */
+    private fun tensorOf(spec: InputSpec, v: Any): Tensor {
+        require(spec.dtype == "float32") { "input ${spec.name}: program wants ${spec.dtype}, this app feeds float32" }
+        val values = when (v) {
+            is FloatArray -> v
+            is RawTensor -> {
+                require(v.shape.contentEquals(spec.shape)) { "input ${spec.name}: shape ${v.shape.toList()}, program expects ${spec.shape.toList()}" }
+                v.floats()
+            }
+            else -> error("input ${spec.name}: unexpected value")
+        }
+        require(values.size.toLong() == spec.shape.fold(1L) { a, b -> a * b }) { "input ${spec.name}: ${values.size} values for shape ${spec.shape.toList()}" }
+        return Tensor.fromBlob(values, spec.shape)
+    }
+
+    /** Load the run folder's checkpoint into the runtime's parameters and the optimizer; return the next step. */
+    private fun resume(params: Map<String, FloatBuffer>, adamw: AdamW): Int {
+        if (!checkpointFile.isFile) return 0
+        val ck = Safetensors.read(checkpointFile)
+        val meta = checkpointMetadata(checkpointFile)
+        check(meta["bundle_schedule_sha256"] == bundle.scheduleSha256) {
+            "$checkpointFile belongs to another bundle: delete it or choose another run folder"
+        }
+        val m = HashMap<String, FloatArray>(); val v = HashMap<String, FloatArray>()
+        for ((name, buf) in params) {
+            val p = ck.getValue("param/$name").floats()
+            for (i in p.indices) buf.put(i, p[i])
+            m[name] = ck.getValue("m/$name").floats()
+            v[name] = ck.getValue("v/$name").floats()
+        }
+        val step = meta.getValue("step").toInt()
+        adamw.restore(step.toLong(), m, v)
+        val ls = JSONArray(meta.getValue("losses"))
+        losses.clear(); for (i in 0 until ls.length()) losses.add(ls.getDouble(i).toFloat())
+        return step
+    }
+
+    private fun saveCheckpoint(params: Map<String, FloatBuffer>, adamw: AdamW, step: Int) {
+        val t = LinkedHashMap<String, Pair<LongArray, FloatArray>>()
+        for ((name, buf) in params) {
+            val n = buf.capacity()
+            t["param/$name"] = longArrayOf(n.toLong()) to FloatArray(n) { buf.get(it) }
+            t["m/$name"] = longArrayOf(n.toLong()) to adamw.m.getValue(name)
+            t["v/$name"] = longArrayOf(n.toLong()) to adamw.v.getValue(name)
+        }
+        Safetensors.writeF32(checkpointFile, t, mapOf("step" to step.toString(),
+            "losses" to JSONArray(losses.map { it.toDouble() }).toString(),
+            "bundle_schedule_sha256" to bundle.scheduleSha256))
+    }
+
+    private fun saveLora(params: Map<String, FloatBuffer>): File {
+        val out = File(File(runDir, "lora"), BundleContract.LORA_FILE)
+        out.parentFile!!.mkdirs()
+        val t = LinkedHashMap<String, Pair<LongArray, FloatArray>>()
+        for ((name, buf) in params) {
+            val key = bundle.trainable[name] ?: error("parameter $name has no LoRA key in the manifest")
+            check(key.startsWith(BundleContract.LORA_KEY_PREFIX)) { "LoRA key $key lacks ${BundleContract.LORA_KEY_PREFIX}" }
+            t[key] = paramShapes.getValue(name) to FloatArray(buf.capacity()) { buf.get(it) }
+        }
+        Safetensors.writeF32(out, t, bundle.loraMetadata)
+        return out
+    }
+
+    companion object {
+        const val CHECKPOINT = "executorch_checkpoint.safetensors"
+
+        fun checkpointMetadata(file: File): Map<String, String> {
+            java.io.RandomAccessFile(file, "r").use { f ->
+                val lenBytes = ByteArray(8); f.readFully(lenBytes)
+                val len = java.nio.ByteBuffer.wrap(lenBytes).order(java.nio.ByteOrder.LITTLE_ENDIAN).long.toInt()
+                val header = ByteArray(len); f.readFully(header)
+                val meta = org.json.JSONObject(String(header, Charsets.UTF_8)).optJSONObject("__metadata__")
+                    ?: return emptyMap()
+                return meta.keys().asSequence().associateWith { meta.getString(it) }
+            }
+        }
+    }
+}

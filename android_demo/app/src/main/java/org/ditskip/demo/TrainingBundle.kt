@@ -1,0 +1,138 @@
+package org.ditskip.demo
+
+import org.json.JSONObject
+import java.io.File
+import java.security.MessageDigest
+
+/** One scheduled sample (schedule.json `samples` rows, fields in BundleContract.SAMPLE_FIELDS order). */
+data class Sample(val index: Int, val photo: Int, val t: Float, val cropBox: IntArray, val noiseSeed: Long)
+
+/** One program input as the manifest lists it (contract order). */
+data class InputSpec(val name: String, val shape: LongArray, val dtype: String)
+
+/**
+ * A bundle as the device reads it, through the contract only (docs/bundle_contract.json): manifest, schedule, text
+ * conditioning, residual cache index, and the ExecuTorch program section. Nothing here knows the model.
+ */
+class TrainingBundle(val root: File) {
+    val manifest: JSONObject = JSONObject(File(root, BundleContract.MANIFEST_FILE).readText())
+    val samples: List<Sample>
+    val steps: Int
+    val gradAccum: Int
+    val etSection: JSONObject
+    val inputs: List<InputSpec>
+    val trainable: Map<String, String>          // program parameter name -> LoRA file key
+    private val cond: Map<String, RawTensor>
+    private val cacheDir: File
+    private val cacheEntries: List<String>
+
+    init {
+        require(manifest.optString("format") == BundleContract.BUNDLE_FORMAT) {
+            "${root}/manifest.json: format is ${manifest.optString("format")}, expected ${BundleContract.BUNDLE_FORMAT}"
+        }
+        require(manifest.optInt("format_version") == BundleContract.BUNDLE_FORMAT_VERSION) {
+            "${root}/manifest.json: format_version ${manifest.optInt("format_version")} is not supported"
+        }
+        val subject = manifest.getJSONObject("subject_stage")
+        val schedule = JSONObject(File(root, subject.getString("schedule")).readText())
+        val fields = schedule.getJSONArray("sample_fields")
+        for (i in BundleContract.SAMPLE_FIELDS.indices) {
+            require(fields.getString(i) == BundleContract.SAMPLE_FIELDS[i]) { "schedule.json: sample_fields changed" }
+        }
+        val rows = schedule.getJSONArray("samples")
+        samples = (0 until rows.length()).map { k ->
+            val r = rows.getJSONArray(k)
+            val box = r.getJSONArray(3)
+            Sample(r.getInt(0), r.getInt(1), r.getDouble(2).toFloat(), IntArray(3) { box.getInt(it) },
+                   r.getLong(4))      // noise seeds are < 2^63: org.json parses them as Long
+        }
+        val config = schedule.getJSONObject("config")
+        steps = config.getInt("steps")
+        gradAccum = config.getInt("grad_accum")
+        cond = Safetensors.read(File(root, subject.getString("text_conditioning")))
+        cacheDir = File(root, subject.getString("cache"))
+        val index = JSONObject(File(cacheDir, BundleContract.CACHE_INDEX_FILE).readText()).getJSONArray("entries")
+        cacheEntries = (0 until index.length()).map { index.getString(it) }
+
+        etSection = program(BundleContract.ET_TRAIN_STEP)
+            ?: error("${root}/manifest.json: no ${BundleContract.ET_RUNTIME} ${BundleContract.ET_TRAIN_STEP} program (compile with --runtime executorch)")
+        val specs = etSection.getJSONArray(BundleContract.ET_INPUTS_FIELD)
+        inputs = (0 until specs.length()).map { i ->
+            val s = specs.getJSONObject(i)
+            val shape = s.getJSONArray("shape")
+            InputSpec(s.getString("name"), LongArray(shape.length()) { shape.getLong(it) }, s.optString("dtype", "float32"))
+        }
+        checkInputOrder(inputs.map { it.name })
+        val tr = etSection.getJSONObject(BundleContract.ET_TRAINABLE_FIELD)
+        trainable = tr.keys().asSequence().associateWith { tr.getString(it) }
+    }
+
+    /** The program file, bundle-relative in the manifest. */
+    val programFile: File
+        get() = File(root, etSection.getString(BundleContract.ET_PROGRAM_FIELD))
+
+    /** LoRA file keys and safetensors metadata as the compiler recorded them from diffusers' save_lora_weights. */
+    val loraMetadata: Map<String, String>
+        get() = manifest.optJSONObject(BundleContract.LORA_FILE_FIELD)?.optJSONObject("metadata")?.let { m ->
+            m.keys().asSequence().associateWith { m.getString(it) } } ?: mapOf("format" to "pt")
+
+    /** The first entry of manifest `programs` (a list) with this name and runtime "executorch". */
+    fun program(name: String, match: (JSONObject) -> Boolean = { true }): JSONObject? {
+        val list = manifest.optJSONArray(BundleContract.PROGRAMS_FIELD) ?: return null
+        for (i in 0 until list.length()) {
+            val p = list.getJSONObject(i)
+            if (p.optString("name") == name && p.optString("runtime") == BundleContract.ET_RUNTIME && match(p)) return p
+        }
+        return null
+    }
+
+    /** The contract's order: x0, noise, t, cond.* sorted, entry.* sorted. Refuse a program that differs. */
+    private fun checkInputOrder(names: List<String>) {
+        val fixed = BundleContract.FIXED_INPUTS
+        require(names.take(fixed.size) == fixed) { "program inputs start ${names.take(3)}, expected $fixed" }
+        val condNames = names.filter { it.startsWith(BundleContract.COND_PREFIX) }
+        val entryNames = names.filter { it.startsWith(BundleContract.ENTRY_PREFIX) }
+        val expect = fixed + condNames.sorted() + entryNames.sorted()
+        require(names == expect) { "program inputs $names are not in contract order $expect" }
+    }
+
+    fun samplesForStep(step: Int): List<Sample> = samples.subList(step * gradAccum, (step + 1) * gradAccum)
+
+    /** One sample's inputs in program order: x0 from the cache entry (or the device preprocessing), noise from the
+     *  portable RNG, t, text conditioning, the encoded cache entry. */
+    fun stepInputs(s: Sample, x0Override: FloatArray? = null): List<Pair<InputSpec, Any>> {
+        val entry = Safetensors.read(File(cacheDir, cacheEntries[s.index]))
+        val x0 = x0Override ?: entry.getValue(BundleContract.X0_KEY).floats()
+        return inputs.map { spec ->
+            val value: Any = when {
+                spec.name == "x0" -> x0
+                spec.name == "noise" -> PortableRng.normal(s.noiseSeed, x0.size)
+                spec.name == "t" -> floatArrayOf(s.t)
+                spec.name.startsWith(BundleContract.COND_PREFIX) ->
+                    cond.getValue(spec.name.removePrefix(BundleContract.COND_PREFIX))
+                else -> entry.getValue(spec.name.removePrefix(BundleContract.ENTRY_PREFIX))
+            }
+            spec to value
+        }
+    }
+
+    /** Identity of the subject (the schedule file's SHA-256 from the manifest): a checkpoint belongs to one bundle. */
+    val scheduleSha256: String
+        get() = manifest.getJSONObject("files")
+            .getJSONObject(manifest.getJSONObject("subject_stage").getString("schedule")).getString("sha256")
+
+    fun verifyFiles(progress: (String) -> Unit = {}) {
+        val files = manifest.getJSONObject("files")
+        for (rel in files.keys()) {
+            progress(rel)
+            val info = files.getJSONObject(rel)
+            val f = File(root, rel)
+            require(f.isFile) { "$f: listed in the manifest but missing" }
+            require(f.length() == info.getLong("bytes")) { "$f: ${f.length()} bytes, manifest says ${info.getLong("bytes")}" }
+            val md = MessageDigest.getInstance("SHA-256")
+            f.inputStream().use { ins -> val buf = ByteArray(1 shl 20); while (true) { val n = ins.read(buf); if (n < 0) break; md.update(buf, 0, n) } }
+            val hex = md.digest().joinToString("") { "%02x".format(it) }
+            require(hex == info.getString("sha256")) { "$f: SHA-256 does not match the manifest" }
+        }
+    }
+}

@@ -1,0 +1,3 @@
+// Compile-only stub (host type-check only).
+package android.os
+object Debug { @JvmStatic fun getNativeHeapAllocatedSize(): Long = TODO() }

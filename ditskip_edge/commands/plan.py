@@ -1,0 +1,37 @@
+"""ditskip-edge plan: predicted on-device memory and storage of a BlockSkip training step, from the architecture."""
+
+from __future__ import annotations
+
+from ..cli import add_json_flag
+from ..planner.request import DEFAULT_RUNTIME_OVERHEAD_MIB, PlanRequest, make_plan
+
+
+def register(sub) -> None:
+    p = sub.add_parser("plan", help="predict the device memory and storage of a training step (no weights needed)")
+    p.add_argument("--model", required=True, help="flux-dev | sana-1600m | sana-600m | a tiny name | a local folder")
+    p.add_argument("--skip-ratio", type=float, default=None,
+                   help="fraction of blocks skipped; the split is the paper's (FLUX at 30/40/50%%) or the default")
+    p.add_argument("--skip-front", type=int, default=None, help="blocks skipped at the front (n), with --skip-back")
+    p.add_argument("--skip-back", type=int, default=None, help="blocks skipped at the back (m)")
+    p.add_argument("--bits", type=int, default=8, choices=[16, 8, 4], help="frozen weights: bf16, int8 or int4")
+    p.add_argument("--resolution", type=int, default=None, help="train resolution in px (model default: s_min)")
+    p.add_argument("--text-tokens", type=int, default=None, help="text tokens L (model default)")
+    p.add_argument("--rank", type=int, default=16, help="LoRA rank")
+    p.add_argument("--attention", default="math", choices=["math", "flash"],
+                   help="math: the device program's attention (default); flash: torch's CPU kernel (eager)")
+    p.add_argument("--runtime-overhead-mib", type=float, default=DEFAULT_RUNTIME_OVERHEAD_MIB,
+                   help="process / runtime library overhead added to the peak (assumed)")
+    p.add_argument("--steps", type=int, default=500, help="optimizer steps (storage of the residual cache)")
+    p.add_argument("--grad-accum", type=int, default=4, help="samples per step (storage of the residual cache)")
+    p.add_argument("--checkpoint-blocks", action="store_true",
+                   help="what-if: recompute each kept block's activations in backward (no device runtime does yet)")
+    add_json_flag(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> dict:
+    return make_plan(PlanRequest(model=args.model, skip_ratio=args.skip_ratio, skip_front=args.skip_front,
+                                 skip_back=args.skip_back, bits=args.bits, resolution_px=args.resolution,
+                                 text_tokens=args.text_tokens, rank=args.rank, attention=args.attention,
+                                 runtime_overhead_mib=args.runtime_overhead_mib, steps=args.steps,
+                                 grad_accum=args.grad_accum, checkpoint_blocks=args.checkpoint_blocks))

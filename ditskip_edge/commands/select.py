@@ -1,0 +1,78 @@
+"""ditskip-edge select: choose the skip split (n front, m back) per ratio by cross-attention masking."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from ..cli import add_json_flag
+from ..errors import UserError
+from ..selection.embedders import DEFAULT_EMBEDDER
+from ..selection.scorer import METHODS
+
+
+def register(sub) -> None:
+    p = sub.add_parser("select", help="choose which blocks to skip, by cross-attention masking (PAPER.md sec. 3)")
+    p.add_argument("--model", default="flux-tiny", help="flux-tiny | sana-tiny | a local diffusers pipeline folder")
+    p.add_argument("--images", default=None, help="folder of the subject's photos (needed by --method proxy)")
+    p.add_argument("--prompt", required=True, help="the subject prompt, e.g. 'a photo of sks dog'")
+    p.add_argument("--skip-ratio", type=float, nargs="+", default=[], help="fractions of blocks to skip, in (0, 1)")
+    p.add_argument("--budget", type=int, nargs="+", default=[], help="numbers of blocks to skip (instead of ratios)")
+    p.add_argument("--method", default="generation", choices=list(METHODS),
+                   help="generation: Euler sampling (the paper's); proxy: x0_hat at a few t, one forward each")
+    p.add_argument("--steps", type=int, default=4, help="Euler steps of the generation")
+    p.add_argument("--seeds", type=int, default=2, help="number of seeds averaged (seed, seed + 1, ...)")
+    p.add_argument("--proxy-times", type=float, nargs="+", default=[0.8, 0.5, 0.2], help="proxy: times t in (0, 1]")
+    p.add_argument("--embedder", default=DEFAULT_EMBEDDER,
+                   help=f"{DEFAULT_EMBEDDER} (offline default) or a local transformers CLIP / DINO folder")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=None, help="also write the JSON report to this file")
+    p.add_argument("--plot", default=None, help="PNG of score vs split (default: next to --out, else ./select.png)")
+    add_json_flag(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> dict:
+    from ..images import load_photos
+    from ..models.loading import build_transformer, build_vae, resolve_spec
+    from ..models.views import block_names_of
+    from ..plan import skip_budget
+    from ..selection import SCORED_ON, SelectionConfig, check_budget, make_probe, select_splits
+    from ..selection.plot import plot_scores
+
+    if not args.skip_ratio and not args.budget:
+        raise UserError("give --skip-ratio R [R ...] or --budget K [K ...]")
+    if not args.prompt.strip():
+        raise UserError("prompt is empty: describe the subject, e.g. 'a photo of sks cat'")
+    spec = resolve_spec(args.model)
+    if not spec.has_weights:
+        raise UserError(f"model '{spec.name}' has no weights here: select needs a built-in tiny model or a local "
+                        f"diffusers folder")
+    config = SelectionConfig(method=args.method, steps=args.steps, num_seeds=args.seeds,
+                             proxy_times=tuple(args.proxy_times), embedder=args.embedder)
+    config.validate()
+    photos = load_photos(args.images, spec.data_px) if args.images else None
+    transformer = build_transformer(spec)
+    num_blocks = len(block_names_of(transformer))
+    budgets = [skip_budget(num_blocks, r) for r in args.skip_ratio] + [check_budget(num_blocks, k)
+                                                                       for k in args.budget]
+    ratios = list(args.skip_ratio) + [None] * len(args.budget)
+    t0 = time.perf_counter()
+    probe = make_probe(spec, transformer, build_vae(spec), photos, args.prompt, args.seed, config)
+    results = select_splits(probe, budgets, ratios)
+    plot_path = Path(args.plot) if args.plot else (Path(args.out).with_suffix(".png") if args.out
+                                                   else Path("select.png"))
+    plot_scores(results, plot_path, f"{spec.name}: {config.method}, {probe.embedder.name}, seeds {probe.seeds}")
+    report = {
+        "model": spec.name, "num_blocks": num_blocks, "block_names": block_names_of(transformer),
+        "method": config.method, "config": config.to_json(), "embedder": probe.embedder.name,
+        "embedder_description": probe.embedder.description, "seeds": probe.seeds, "prompt": args.prompt,
+        "scored_on": SCORED_ON, "chosen": {str(r["skip_ratio"] if r["skip_ratio"] is not None else f"k={r['budget']}"):
+                                           r["chosen"] for r in results},
+        "results": results, "plot": str(plot_path.resolve()), "seconds": round(time.perf_counter() - t0, 3),
+    }
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+    return report

@@ -1,0 +1,72 @@
+"""A plan request (model, skip ratio or split, bits, resolution, text tokens, rank) -> one JSON-able document."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import UserError
+from ..models.loading import resolve_spec
+from .memory import MIB, MemoryPlan, storage_plan, trace_step
+from .program import StepConfig
+from .split import split_for_ratio
+
+DEFAULT_RUNTIME_OVERHEAD_MIB = 100   # assumed: a runtime library + app process, not traced (see README)
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    model: str
+    skip_ratio: float | None = None
+    skip_front: int | None = None
+    skip_back: int | None = None
+    bits: int = 8
+    resolution_px: int | None = None     # None: the model's train resolution (s_min)
+    text_tokens: int | None = None       # None: the model's text length
+    rank: int = 16
+    attention: str = "math"
+    runtime_overhead_mib: float = DEFAULT_RUNTIME_OVERHEAD_MIB
+    steps: int = 500
+    grad_accum: int = 4
+    checkpoint_blocks: bool = False      # what-if: per-kept-block activation checkpointing (no runtime does it yet)
+
+
+def make_plan(req: PlanRequest) -> dict:
+    if req.bits not in (16, 8, 4):
+        raise UserError(f"--bits {req.bits}: expected 16, 8 or 4")
+    if req.attention not in ("math", "flash"):
+        raise UserError(f"--attention {req.attention!r}: expected 'math' or 'flash'")
+    if req.steps < 1 or req.grad_accum < 1:
+        raise UserError(f"--steps {req.steps} / --grad-accum {req.grad_accum}: expected >= 1")
+    if req.runtime_overhead_mib < 0:
+        raise UserError(f"--runtime-overhead-mib {req.runtime_overhead_mib}: expected >= 0")
+    spec = resolve_spec(req.model)
+    c = spec.transformer_config
+    num_blocks = int(c["num_layers"]) + int(c.get("num_single_layers", 0))
+    plan = split_for_ratio(num_blocks, req.skip_ratio, req.skip_front, req.skip_back)
+    cfg = StepConfig(spec, resolution_px=req.resolution_px or spec.train_px,
+                     text_tokens=req.text_tokens or spec.text.seq_len, n_front=plan.n_front, n_back=plan.n_back,
+                     rank=req.rank, bits=req.bits, gradient_checkpointing=req.checkpoint_blocks)
+    cfg.validate()
+    trace = trace_step(cfg, attention=req.attention)
+    memory = MemoryPlan.from_trace(trace, int(req.runtime_overhead_mib * MIB))
+    return {
+        "model": spec.name,
+        "plan": {"num_blocks": num_blocks, "n_front": plan.n_front, "n_back": plan.n_back,
+                 "kept": [plan.n_front, num_blocks - plan.n_back], "skip_ratio": round(plan.skip_ratio, 4),
+                 "split_chosen_by": plan.chosen_by},
+        "step": {"resolution_px": cfg.resolution_px, "image_tokens": cfg.image_tokens,
+                 "text_tokens": cfg.text_tokens, "rank": cfg.rank, "bits": cfg.bits,
+                 "compute_dtype": "bf16" if cfg.bits == 16 else "fp32", "attention": req.attention,
+                 "dequant_recomputed_in_backward": cfg.bits in (8, 4),
+                 "checkpoint_blocks_what_if": req.checkpoint_blocks},
+        "memory": memory.to_json(),
+        "activation_detail": {"saved_activations_bytes": trace.saved_activations_bytes,
+                              "lora_grads_bytes": trace.lora_grads_bytes,
+                              "cache_entry_bytes": trace.cache_entry_bytes,
+                              "text_conditioning_bytes": trace.text_conditioning_bytes},
+        "storage": storage_plan(trace, req.steps * req.grad_accum),
+        "params": {"frozen_kept": trace.frozen_param_count, "lora": trace.lora_param_count},
+        "tflops_per_sample": round(trace.flops / 1e12, 4),
+        "counts": "peak_bytes = frozen weights + LoRA + AdamW states + activation arena (traced step peak, incl. "
+                  "LoRA grads) + step inputs + runtime overhead (assumed)",
+    }

@@ -1,0 +1,89 @@
+"""Counting the bytes a training step allocates, op by op, on real or fake tensors.
+
+`StepMemoryTracker` is a TorchDispatchMode: every storage an op creates is counted as live from the op's return
+until its storage is freed (a weakref finalizer on the storage; torch keeps one Python object per storage), so
+`peak_bytes` is the peak of the bytes that tensors created inside the mode held at once. Storages that existed
+before (weights, optimizer states, inputs) are not counted: pass them as `preexisting`. On fake tensors
+(FakeTensorMode) this traces a step without running it; on real CPU tensors it is the allocator-level live-tensor
+peak of the step (what torch allocated, before malloc's own overhead).
+
+`saved_tensor_bytes()` wraps a region in autograd's saved-tensor hooks and sums the distinct storages autograd
+keeps for backward (activations), excluding preexisting ones (frozen weights saved by linear layers).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from typing import Iterable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+
+def storage_key(t: torch.Tensor) -> int:
+    return t.untyped_storage()._cdata
+
+
+def storage_keys(tensors: Iterable[torch.Tensor]) -> set[int]:
+    return {storage_key(t) for t in tensors if isinstance(t, torch.Tensor)}
+
+
+class StepMemoryTracker(TorchDispatchMode):
+    def __init__(self, preexisting: set[int] | None = None):
+        super().__init__()
+        self.preexisting = set(preexisting or ())
+        self.live_bytes = 0
+        self.peak_bytes = 0
+        self._live: dict[int, int] = {}
+        self.marks: dict[str, int] = {}           # name -> live bytes at that point (mark())
+
+    def _track(self, t: torch.Tensor) -> None:
+        st = t.untyped_storage()
+        key = st._cdata
+        if key in self._live or key in self.preexisting:
+            return
+        n = st.nbytes()
+        self._live[key] = n
+        self.live_bytes += n
+        self.peak_bytes = max(self.peak_bytes, self.live_bytes)
+        weakref.finalize(st, self._free, key)
+
+    def _free(self, key: int) -> None:
+        n = self._live.pop(key, 0)
+        self.live_bytes -= n
+
+    def mark(self, name: str) -> None:
+        self.marks[name] = self.live_bytes
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor):
+                self._track(t)
+        return out
+
+
+class SavedTensorBytes:
+    """Distinct storages autograd saves for backward inside the context, minus preexisting ones."""
+
+    def __init__(self, preexisting: set[int] | None = None):
+        self.preexisting = set(preexisting or ())
+        self._seen: dict[int, int] = {}
+
+    @property
+    def bytes(self) -> int:
+        return sum(self._seen.values())
+
+    def _pack(self, t: torch.Tensor):
+        st = t.untyped_storage()
+        key = st._cdata
+        if key not in self.preexisting and key not in self._seen:
+            self._seen[key] = st.nbytes()
+        return t
+
+    @contextlib.contextmanager
+    def __call__(self):
+        with torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t):
+            yield self

@@ -1,0 +1,85 @@
+"""Block selection by cross-attention masking (PAPER.md section 3): which n front and m back blocks to skip.
+
+    masking.py    text-attention masks in chosen blocks (wrapping diffusers' FLUX / SANA processors)
+    sampling.py   the images compared: Euler generation, or the one-forward x0_hat proxy
+    embedders.py  D = 1 - cosine of image embeddings: offline "pixel-stats" default, or CLIP / DINO from a folder
+    scorer.py     score every split n + m = k, take the argmin
+    plot.py       score vs split, PNG
+
+`select_splits(...)` scores several budgets at once (shared masked images); `select_plan(...)` is the one-ratio
+verb `compile --skip-ratio` calls, returning a SkipPlan with chosen_by="selection" and the scores.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Sequence
+
+import torch.nn as nn
+
+from ..errors import UserError
+from ..images import Photo
+from ..models.latents import LatentEncoder
+from ..models.specs import ModelSpec
+from ..models.text import encode_prompt
+from ..models.views import block_names_of, make_view
+from ..plan import SkipPlan, skip_budget
+from .embedders import load_embedder
+from .scorer import Probe, SelectionConfig, check_budget, choose, photo_latents, score_splits
+
+__all__ = ["SCORED_ON", "SelectionConfig", "make_probe", "select_splits", "select_plan", "check_budget"]
+
+log = logging.getLogger(__name__)
+SCORED_ON = "base model (no subject LoRA exists before selection); proxy: noised photo latents of the subject"
+
+
+def make_probe(spec: ModelSpec, transformer: nn.Module, vae: nn.Module, photos: Sequence[Photo] | None,
+               prompt: str, seed: int, config: SelectionConfig, embedder=None) -> Probe:
+    config.validate()
+    if config.method == "proxy" and not photos:
+        raise UserError("selection method 'proxy' needs the subject's photos (--images)")
+    view = make_view(spec.arch, transformer)
+    decoder = LatentEncoder(spec.arch, vae)
+    side = spec.train_px // spec.vae_scale_factor
+    latent_shape = (1, int(vae.config.latent_channels), side, side)
+    latents = [photo_latents(p, spec.train_px, decoder) for p in photos] if config.method == "proxy" else []
+    return Probe(view=view, decoder=decoder, cond=encode_prompt(spec, prompt),
+                 embedder=embedder if embedder is not None else load_embedder(config.embedder), config=config,
+                 seeds=[seed + j for j in range(config.num_seeds)], latent_shape=latent_shape,
+                 photo_latents=latents)
+
+
+def select_splits(probe: Probe, budgets: Sequence[int], ratios: Sequence[float | None] | None = None) -> list[dict]:
+    """For each budget k: {"budget", "skip_ratio", "chosen": [n, m], "splits": [every split's score]}."""
+    ratios = list(ratios) if ratios is not None else [None] * len(budgets)
+    for k in budgets:
+        check_budget(probe.num_blocks, k)
+    out = []
+    for k, r in zip(budgets, ratios):
+        t0 = time.perf_counter()
+        rows = score_splits(probe, k)
+        n, m = choose(rows)
+        log.info("budget %d: chose front %d, back %d (%.1f s)", k, n, m, time.perf_counter() - t0)
+        out.append({"budget": k, "skip_ratio": r, "chosen": [n, m], "splits": rows})
+    return out
+
+
+def selection_record(probe: Probe, result: dict, prompt: str) -> dict:
+    """What a SkipPlan (and so the bundle manifest) records about how it was chosen."""
+    emb = probe.embedder
+    return {"method": probe.config.method, "config": probe.config.to_json(), "embedder": getattr(emb, "name", "?"),
+            "embedder_description": getattr(emb, "description", ""), "seeds": probe.seeds, "prompt": prompt,
+            "scored_on": SCORED_ON, "budget": result["budget"], "skip_ratio": result["skip_ratio"],
+            "scores": result["splits"]}
+
+
+def select_plan(spec: ModelSpec, transformer: nn.Module, vae: nn.Module, photos: Sequence[Photo] | None,
+                prompt: str, skip_ratio: float, seed: int = 0, config: SelectionConfig | None = None) -> SkipPlan:
+    """The skip plan for a ratio, chosen by cross-attention masking (what `compile --skip-ratio` uses)."""
+    config = config or SelectionConfig()
+    k = skip_budget(len(block_names_of(transformer)), skip_ratio)     # a bad ratio fails before any forward
+    probe = make_probe(spec, transformer, vae, photos, prompt, seed, config)
+    result = select_splits(probe, [k], [skip_ratio])[0]
+    n, m = result["chosen"]
+    return SkipPlan(probe.num_blocks, n, m, chosen_by="selection", selection=selection_record(probe, result, prompt))

@@ -1,0 +1,144 @@
+"""The selection rule (PAPER.md section 3): for a skip budget k, score every split n + m = k and take the argmin.
+
+    score(n, m) = mean over seeds j of  D(x_g, x_hat_n) + D(x_g, x_tilde_m),     D = 1 - cosine(embeddings)
+
+x_g: the unmasked images; x_hat_n: with the text masked in the first n blocks; x_tilde_m: in the last m blocks.
+n = 0 (or m = 0) masks nothing, so its distance is 0. Ties go to the split with the smaller n (listed first).
+
+What the images are (`SelectionConfig.method`):
+- "generation" (the paper's): the model's own Euler sampler from noise, one image per seed, for the prompt.
+- "proxy": x0_hat = x_t - t v at `proxy_times`, one forward each, x_t from the subject's photo latents and the
+  seed's noise (photo j mod P for seed j); D is averaged over the times too.
+Both score the *base* model: the paper probes a LoRA-tuned model, but selection runs before any LoRA exists here.
+The proxy is the one place where the photos carry the subject into the probe.
+
+The probe caches the embeddings of each masked set, so all budgets of one run share the 2 k_max + 1 image sets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import UserError
+from ..images import Photo
+from ..models.latents import LatentEncoder
+from ..models.views import Conditioning, DiTView
+from .embedders import DEFAULT_EMBEDDER, cosine_distance
+from .masking import text_masked
+from .sampling import generate, predict_clean
+
+METHODS = ("generation", "proxy")
+
+
+@dataclass(frozen=True)
+class SelectionConfig:
+    method: str = "generation"
+    steps: int = 4                                          # Euler steps of the generation
+    num_seeds: int = 2                                      # seeds seed, seed + 1, ...
+    proxy_times: tuple[float, ...] = (0.8, 0.5, 0.2)        # proxy: rectified-flow times (1 = noise)
+    embedder: str = DEFAULT_EMBEDDER
+
+    def validate(self) -> None:
+        if self.method not in METHODS:
+            raise UserError(f"selection method {self.method!r}: expected one of {', '.join(METHODS)}")
+        if self.steps < 1:
+            raise UserError(f"selection steps must be >= 1, got {self.steps}")
+        if self.num_seeds < 1:
+            raise UserError(f"selection seeds must be >= 1, got {self.num_seeds}")
+        if not self.proxy_times or not all(0.0 < t <= 1.0 for t in self.proxy_times):
+            raise UserError(f"proxy times must be in (0, 1], got {list(self.proxy_times)}")
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["proxy_times"] = list(self.proxy_times)
+        if self.method == "generation":
+            d.pop("proxy_times")
+        else:
+            d.pop("steps")
+        return d
+
+
+def check_budget(num_blocks: int, k: int) -> int:
+    if not 0 < k < num_blocks:
+        raise UserError(f"skip budget {k}: need 0 < k < {num_blocks} (the model's number of blocks), "
+                        f"so that at least one block is kept")
+    return int(k)
+
+
+def front_set(n: int) -> tuple[int, ...]:
+    return tuple(range(n))
+
+
+def back_set(num_blocks: int, m: int) -> tuple[int, ...]:
+    return tuple(range(num_blocks - m, num_blocks))
+
+
+def photo_latents(photo: Photo, train_px: int, encoder: LatentEncoder) -> torch.Tensor:
+    """Centre square of the photo, resized to the train resolution, encoded: [1, C, h, w]."""
+    _, h, w = photo.pixels.shape
+    s = min(h, w)
+    top, left = (h - s) // 2, (w - s) // 2
+    square = photo.pixels[None, :, top:top + s, left:left + s]
+    square = F.interpolate(square, size=(train_px, train_px), mode="bilinear", align_corners=False, antialias=True)
+    with torch.no_grad():
+        return encoder(square)
+
+
+@dataclass
+class Probe:
+    """Masked images of one model, prompt and seed set, embedded; cached per masked block set."""
+    view: DiTView                       # over all blocks
+    decoder: LatentEncoder
+    cond: Conditioning
+    embedder: object
+    config: SelectionConfig
+    seeds: list[int]
+    latent_shape: tuple[int, ...]       # generation: [1, C, h, w]
+    photo_latents: list[torch.Tensor] = field(default_factory=list)   # proxy: one [1, C, h, w] per photo
+    _cache: dict = field(default_factory=dict)
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.view.blocks)
+
+    def images(self, masked: tuple[int, ...]) -> torch.Tensor:
+        """[S, 3, H, W]: one image per seed (generation) or per seed and proxy time (proxy)."""
+        with text_masked(self.view, masked):
+            if self.config.method == "generation":
+                return torch.cat([generate(self.view, self.decoder, self.cond, self.latent_shape, s,
+                                           self.config.steps) for s in self.seeds], 0)
+            return torch.cat([predict_clean(self.view, self.decoder, self.cond,
+                                            self.photo_latents[j % len(self.photo_latents)], s,
+                                            self.config.proxy_times) for j, s in enumerate(self.seeds)], 0)
+
+    def embeddings(self, masked: tuple[int, ...]) -> torch.Tensor:
+        if masked not in self._cache:
+            self._cache[masked] = self.embedder(self.images(masked))
+        return self._cache[masked]
+
+    def distance(self, masked: tuple[int, ...]) -> float:
+        """Mean over seeds (and proxy times) of D(x_g, x_masked); 0 when nothing is masked."""
+        if not masked:
+            return 0.0
+        return float(cosine_distance(self.embeddings(()), self.embeddings(masked)).mean())
+
+
+def score_splits(probe: Probe, k: int) -> list[dict]:
+    """Every split n + m = k, n = 0 .. k, with its score."""
+    b = probe.num_blocks
+    check_budget(b, k)
+    rows = []
+    for n in range(k + 1):
+        m = k - n
+        d_front, d_back = probe.distance(front_set(n)), probe.distance(back_set(b, m))
+        rows.append({"n_front": n, "n_back": m, "score": d_front + d_back,
+                     "front_distance": d_front, "back_distance": d_back})
+    return rows
+
+
+def choose(rows: list[dict]) -> tuple[int, int]:
+    best = min(rows, key=lambda r: (r["score"], r["n_front"]))
+    return best["n_front"], best["n_back"]

@@ -1,0 +1,56 @@
+"""What the device runs per sample before the training step, as its own ExecuTorch program (inference only):
+
+    photo [1, 3, H, W] in [-1, 1], crop_box [3] (x0_px, y0_px, side_px)
+        --PatchSampler (grid_sample crop + resize to s_min)--> patch [1, 3, s_min, s_min]
+        --LatentEncoder (the model's autoencoder encoder, deterministic)--> x0 [1, C, h, w]
+
+Noising (x_t = (1 - t) x0 + t noise) and the patch embedding are inside the training step program (they are the
+first ops of TrainingStep), and the noise itself comes from the portable RNG, so x0 is all this program makes.
+One program per distinct photo size (static shapes).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from ditskip_edge.models.latents import LatentEncoder
+from ditskip_edge.patch_sampling import PatchSampler
+
+
+class Preprocess(nn.Module):
+    def __init__(self, sampler: PatchSampler, encoder: LatentEncoder):
+        super().__init__()
+        self.sampler, self.encoder = sampler, encoder
+
+    def forward(self, photo: torch.Tensor, crop_box: torch.Tensor) -> torch.Tensor:
+        return self.encoder(self.sampler(photo, crop_box))
+
+
+def export_module(module: nn.Module, example: tuple, backend: str = "portable"):
+    """Inference export (no backward). Returns the ExecutorchProgramManager."""
+    from executorch.exir import EdgeCompileConfig, to_edge, to_edge_transform_and_lower
+    with torch.no_grad():
+        ep = torch.export.export(module.eval(), example, strict=False)
+    cc = EdgeCompileConfig(_check_ir_validity=False)
+    if backend == "xnnpack":
+        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+        edge = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()], compile_config=cc)
+    else:
+        edge = to_edge(ep, compile_config=cc)
+    return edge.to_executorch()
+
+
+def export_preprocess(sampler: PatchSampler, encoder: LatentEncoder, photo_shape_hw: tuple[int, int],
+                      backend: str = "portable"):
+    """(ExecutorchProgramManager, memory dict) for photos of photo_shape_hw."""
+    h, w = photo_shape_hw
+    example = (torch.zeros(1, 3, h, w), torch.tensor([0.0, 0.0, float(min(h, w))]))
+    et = export_module(Preprocess(sampler, encoder), example, backend)
+    plan = et.executorch_program.execution_plan[0]
+    fep = et.exported_program()
+    const = sum(v.numel() * v.element_size() for v in list(fep.state_dict.values()) + list(fep.constants.values())
+                if torch.is_tensor(v))
+    memory = {"pte_bytes": len(et.buffer), "planned_arena_bytes": int(sum(plan.non_const_buffer_sizes)),
+              "non_const_buffer_sizes": [int(x) for x in plan.non_const_buffer_sizes], "constant_bytes": const}
+    return et, memory

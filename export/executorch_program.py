@@ -1,0 +1,148 @@
+"""The kept blocks' training step as a joint forward-backward ExecuTorch program.
+
+    bundle --build_step--> FlatTrainingStep (kept blocks + LoRA, frozen linears int8/int4, decoder, loss)
+           --export_training_program--> torch.export -> _export_forward_backward -> graph passes
+           -> to_edge (portable) | to_edge_transform_and_lower (XNNPACK) -> .pte bytes + memory report + op placement
+
+Attention is exported under `sdpa_kernel([SDPBackend.MATH])`: the fused CPU SDPA backward has no ExecuTorch kernel,
+the math path is plain matmul + softmax.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn as nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from ditskip_edge.bundle_model import OpenBundle, build_skip_model
+from ditskip_edge.quantize import QuantSpec, quantize_frozen_linears
+from ditskip_edge.sample_inputs import sample_noise
+from ditskip_edge.training_step import TrainingStep
+
+from . import graph_passes
+from .contract import FlatTrainingStep, flatten_step_inputs, input_specs, program_lora_keys
+
+log = logging.getLogger(__name__)
+BACKENDS = ("portable", "xnnpack")
+
+
+@dataclass(frozen=True)
+class ExportConfig:
+    quant: QuantSpec = field(default_factory=lambda: QuantSpec(bits=16))
+    backend: str = "portable"                   # "portable" | "xnnpack"
+    recompute_frozen: bool = True               # graph_passes.recompute_frozen_in_backward
+    mm_rewrite: bool = True                     # graph_passes.addmm_to_mm_add
+
+    def __post_init__(self):
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
+
+
+@dataclass
+class StepModule:
+    module: FlatTrainingStep
+    names: list[str]
+    example: list[torch.Tensor]
+    lora_keys: dict[str, str]                   # program parameter name -> LoRA file key
+    transformer: nn.Module
+    n_quantized: int
+
+
+def example_step_inputs(b: OpenBundle, sample_index: int = 0):
+    s = b.schedule.samples[sample_index]
+    entry = dict(b.cache.read(s.index))
+    x0 = entry.pop("x0")
+    noise = sample_noise(s, tuple(x0.shape))
+    return flatten_step_inputs(x0, noise, torch.tensor([s.t], dtype=torch.float32), b.cond, entry)
+
+
+def build_step(b: OpenBundle, quant: QuantSpec, decoder: nn.Module | None = None) -> StepModule:
+    """The exportable step: the eager SkipModel (bundle_model.build_skip_model, LoRA with full-model names) with
+    every frozen nn.Linear of the kept span, embedders and head replaced by an int8/int4 QuantLinear."""
+    skip_model, transformer, _ = build_skip_model(b)
+    n_q = quantize_frozen_linears(skip_model.view, quant)
+    names, example = example_step_inputs(b)
+    flat = FlatTrainingStep(TrainingStep(skip_model, decoder), names).eval()
+    return StepModule(flat, names, example, program_lora_keys(flat, transformer), transformer, n_q)
+
+
+@dataclass
+class TrainingProgram:
+    buffer: bytes
+    backend: str
+    quant_bits: int
+    inputs: list[dict]
+    lora_keys: dict[str, str]
+    memory: dict
+    ops: dict
+    passes: dict
+
+
+def _op_name(target) -> str:
+    name = getattr(target, "__name__", None) or str(target)
+    return name.removeprefix("aten.").removesuffix(".default")
+
+
+def _op_placement(edge_program) -> dict:
+    gm = edge_program.graph_module
+    delegated, portable = 0, Counter()
+    for n in gm.graph.nodes:
+        if n.op != "call_function":
+            continue
+        name = _op_name(n.target)
+        if "executorch_call_delegate" in name:
+            delegated += 1
+        elif "getitem" not in name:
+            portable[name] += 1
+    delegated_ops = Counter()
+    for _, sub in gm.named_children():   # lowered modules keep their original graphs
+        orig = getattr(sub, "original_module", None)
+        if orig is not None:
+            for n in orig.graph.nodes:
+                if n.op == "call_function":
+                    delegated_ops[_op_name(n.target)] += 1
+    return {"xnnpack_delegates": delegated, "xnnpack_ops": dict(sorted(delegated_ops.items())),
+            "portable_ops": dict(sorted(portable.items()))}
+
+
+def export_joint(step: StepModule, cfg: ExportConfig):
+    """torch.export + joint forward-backward + graph passes. Returns (ExportedProgram, pass counts)."""
+    from torch.export.experimental import _export_forward_backward
+    with sdpa_kernel([SDPBackend.MATH]), torch.no_grad():
+        ep = torch.export.export(step.module, tuple(step.example), strict=False)
+    with sdpa_kernel([SDPBackend.MATH]):
+        ep = _export_forward_backward(ep)
+    passes = {"empty_permuted": graph_passes.replace_empty_permuted(ep),
+              "negative_pad": graph_passes.negative_pad_to_slice(ep)}
+    if cfg.mm_rewrite:
+        passes["addmm_to_mm_add"] = graph_passes.addmm_to_mm_add(ep)
+    if cfg.recompute_frozen:
+        passes["recompute_frozen"] = graph_passes.recompute_frozen_in_backward(ep)
+    passes["unused_constants"] = graph_passes.remove_unused_constants(ep)
+    return ep, passes
+
+
+def lower(ep, backend: str):
+    from executorch.exir import EdgeCompileConfig, to_edge, to_edge_transform_and_lower
+    cc = EdgeCompileConfig(_check_ir_validity=False)
+    if backend == "xnnpack":
+        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+        return to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()], compile_config=cc)
+    return to_edge(ep, compile_config=cc)
+
+
+def export_training_program(step: StepModule, cfg: ExportConfig) -> TrainingProgram:
+    from .executorch_memory import memory_report
+    ep, passes = export_joint(step, cfg)
+    edge = lower(ep, cfg.backend)
+    ops = _op_placement(edge.exported_program())
+    et = edge.to_executorch()
+    buf = et.buffer
+    memory = memory_report(et, step, len(buf))
+    return TrainingProgram(buffer=buf, backend=cfg.backend, quant_bits=cfg.quant.bits,
+                           inputs=[s.to_json() for s in input_specs(step.names, step.example)],
+                           lora_keys=step.lora_keys, memory=memory, ops=ops, passes=passes)

@@ -1,0 +1,210 @@
+"""Graph passes on a joint forward-backward ExportedProgram (the output of `_export_forward_backward`).
+
+Each pass rewrites `ep.graph_module` in place, keeps every node's fake value (`meta["val"]`) right, and returns
+how many nodes it changed. They are runtime-agnostic aten-level rewrites: the ExecuTorch exporter uses them and so
+can any other exporter that starts from a joint graph.
+
+- `replace_empty_permuted`: `aten.empty_permuted` (SiLU backward on 4-D tensors, SANA) has no ExecuTorch kernel.
+- `negative_pad_to_slice`: `constant_pad_nd` with negative pads (the backward of SANA's `F.pad`) is a crop; the
+  portable kernel rejects negative pads.
+- `addmm_to_mm_add`: ExecuTorch's portable `addmm.out` is a naive loop, `mm.out` is optimised (STACK.md: 6x per
+  step at 256 wide).
+- `recompute_frozen_in_backward`: a value computed only from frozen constants (a dequantized weight, a transposed
+  weight) that the backward reads is recomputed just before its first backward use instead of being kept alive in
+  the activation arena from forward to backward.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.export import ExportedProgram
+from torch.fx import Graph, Node
+
+aten = torch.ops.aten
+
+
+def _fake(node: Node):
+    return node.meta.get("val") if isinstance(node, Node) else node
+
+
+def _insert(g: Graph, target, args, kwargs=None, like: Node | None = None) -> Node:
+    """A call_function node (inserted at the graph's current insertion point) with its fake value computed."""
+    kwargs = kwargs or {}
+    new = g.call_function(target, args, kwargs)
+    fargs = torch.fx.node.map_arg(args, _fake)
+    fkwargs = torch.fx.node.map_arg(kwargs, _fake)
+    leaves = torch.utils._pytree.tree_leaves((fargs, fkwargs, like.meta.get("val") if like is not None else None))
+    mode = next(v.fake_mode for v in leaves if isinstance(v, torch.Tensor) and hasattr(v, "fake_mode"))
+    with mode:
+        new.meta["val"] = target(*fargs, **fkwargs)
+    if like is not None:
+        for k in ("stack_trace", "nn_module_stack", "source_fn_stack"):
+            if k in like.meta:
+                new.meta[k] = like.meta[k]
+    return new
+
+
+def _finish(ep: ExportedProgram) -> None:
+    ep.graph_module.graph.lint()
+    ep.graph_module.recompile()
+
+
+def replace_empty_permuted(ep: ExportedProgram) -> int:
+    g = ep.graph_module.graph
+    n_fixed = 0
+    for n in list(g.nodes):
+        if n.op != "call_function" or n.target != aten.empty_permuted.default:
+            continue
+        kw = {k: v for k, v in n.kwargs.items() if k in ("dtype", "layout", "device", "pin_memory")}
+        with g.inserting_before(n):
+            new = _insert(g, aten.empty.memory_format, (list(n.args[0]),), kw, like=n)
+        n.replace_all_uses_with(new)
+        g.erase_node(n)
+        n_fixed += 1
+    if n_fixed:
+        # full_like / empty_like downstream copied the permuted strides into their fake values: make them contiguous
+        for n in g.nodes:
+            fv = n.meta.get("val")
+            if n.op == "call_function" and isinstance(fv, torch.Tensor) and not fv.is_contiguous() \
+                    and n.target in (aten.full_like.default, aten.empty_like.default):
+                with fv.fake_mode:
+                    n.meta["val"] = torch.empty(fv.shape, dtype=fv.dtype, device=fv.device)
+    _finish(ep)
+    return n_fixed
+
+
+def negative_pad_to_slice(ep: ExportedProgram) -> int:
+    g = ep.graph_module.graph
+    n_fixed = 0
+    for n in list(g.nodes):
+        if n.op != "call_function" or n.target != aten.constant_pad_nd.default:
+            continue
+        x, pad = n.args[0], list(n.args[1])
+        if not all(p <= 0 for p in pad) or not any(p < 0 for p in pad):
+            continue
+        shape = x.meta["val"].shape
+        cur = x
+        with g.inserting_before(n):
+            for i in range(len(pad) // 2):
+                dim = len(shape) - 1 - i
+                lo, hi = -pad[2 * i], -pad[2 * i + 1]
+                if lo or hi:
+                    cur = _insert(g, aten.slice.Tensor, (cur, dim, lo, shape[dim] - hi), like=n)
+            # slice is a strided view; downstream views need a contiguous tensor
+            cur = _insert(g, aten.clone.default, (cur,), {"memory_format": torch.contiguous_format}, like=n)
+        n.replace_all_uses_with(cur)
+        g.erase_node(n)
+        n_fixed += 1
+    _finish(ep)
+    return n_fixed
+
+
+def addmm_to_mm_add(ep: ExportedProgram) -> int:
+    g = ep.graph_module.graph
+    n_fixed = 0
+    for n in list(g.nodes):
+        if n.op != "call_function" or n.target != aten.addmm.default:
+            continue
+        if n.kwargs.get("beta", 1) != 1 or n.kwargs.get("alpha", 1) != 1:
+            continue
+        bias, a, b = n.args[:3]
+        with g.inserting_before(n):
+            mm = _insert(g, aten.mm.default, (a, b), like=n)
+            add = _insert(g, aten.add.Tensor, (mm, bias), like=n)
+        n.replace_all_uses_with(add)
+        g.erase_node(n)
+        n_fixed += 1
+    _finish(ep)
+    return n_fixed
+
+
+def frozen_input_names(ep: ExportedProgram) -> set[str]:
+    """Placeholders holding frozen state: parameters without a gradient output, buffers, lifted constants."""
+    sig = ep.graph_signature
+    trained = set()
+    if sig.backward_signature is not None:
+        trained = set(sig.backward_signature.gradients_to_parameters.values())
+    frozen = {ph for ph, p in sig.inputs_to_parameters.items() if p not in trained}
+    frozen |= set(sig.inputs_to_buffers)
+    frozen |= set(sig.inputs_to_lifted_tensor_constants)
+    return frozen
+
+
+def recompute_frozen_in_backward(ep: ExportedProgram) -> int:
+    """Rematerialise constant-only subgraphs (e.g. codes * scale -> weight -> transpose) for their backward users.
+
+    The backward region is every node after the loss. A constant-only node read there gets one copy of its
+    constant-only ancestry inserted before its first backward user; the forward copy then dies after its last
+    forward use, so memory planning no longer keeps a float weight alive across the whole step."""
+    g = ep.graph_module.graph
+    frozen = frozen_input_names(ep)
+    nodes = list(g.nodes)
+    pos = {n: i for i, n in enumerate(nodes)}
+    out_node = nodes[-1]
+    loss = out_node.args[0][0]
+    const: set[Node] = set()
+    for n in nodes:
+        if n.op == "placeholder" and n.name in frozen:
+            const.add(n)
+        elif n.op == "call_function" and n.all_input_nodes and all(a in const for a in n.all_input_nodes):
+            const.add(n)
+    n_copied = 0
+    for n in nodes:
+        if n not in const or n.op == "placeholder" or pos[n] > pos[loss]:
+            continue
+        bwd_users = sorted((u for u in n.users if u.op != "output" and pos.get(u, -1) > pos[loss]),
+                           key=pos.get)
+        if not bwd_users:
+            continue
+        copies: dict[Node, Node] = {}
+
+        def copy(x: Node) -> Node:
+            nonlocal n_copied
+            if x.op == "placeholder":
+                return x
+            if x not in copies:
+                args = torch.fx.node.map_arg(x.args, copy)
+                kwargs = torch.fx.node.map_arg(x.kwargs, copy)
+                new = g.call_function(x.target, args, kwargs)
+                new.meta = dict(x.meta)
+                copies[x] = new
+                n_copied += 1
+            return copies[x]
+
+        with g.inserting_before(bwd_users[0]):
+            twin = copy(n)
+        for u in bwd_users:
+            u.replace_input_with(n, twin)
+    _finish(ep)
+    return n_copied
+
+
+def remove_unused_constants(ep: ExportedProgram) -> int:
+    """Drop frozen buffers / lifted constants nothing reads (after dead-code elimination). ExecuTorch drops unused
+    parameters itself but keeps unused buffers: e.g. the int8 codes of the last kept double block's text-stream
+    weights, whose output the head never reads. Returns the number of inputs removed."""
+    import copy
+
+    from torch.export.graph_signature import InputKind
+    g = ep.graph_module.graph
+    for n in list(g.nodes):     # metadata asserts count as side effects and would keep dead dequant chains alive
+        if n.op == "call_function" and n.target == aten._assert_tensor_metadata.default:
+            g.erase_node(n)
+    g.eliminate_dead_code()
+    placeholders = {n.name: n for n in g.nodes if n.op == "placeholder"}
+    sig = copy.deepcopy(ep.graph_signature)
+    removed = 0
+    for spec in list(sig.input_specs):
+        if spec.kind not in (InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
+            continue
+        node = placeholders.get(spec.arg.name)
+        if node is None or node.users:
+            continue
+        sig.input_specs.remove(spec)
+        ep.state_dict.pop(spec.target, None)
+        ep.constants.pop(spec.target, None)
+        g.erase_node(node)
+        removed += 1
+    ep._graph_signature = sig
+    _finish(ep)
+    return removed

@@ -1,0 +1,6 @@
+import SwiftUI
+
+@main
+struct DitSkipDemoApp: App {
+    var body: some Scene { WindowGroup { ContentView() } }
+}

@@ -1,0 +1,34 @@
+// A small Objective-C facade over executorch::extension::training::TrainingModule (C++), which has no Swift or
+// Objective-C binding of its own. Swift sees float buffers: inputs are copied in, parameters and gradients are
+// views of the runtime's memory (parameters live in the program's planned arena: writing them is the update).
+#import <Foundation/Foundation.h>
+
+NS_ASSUME_NONNULL_BEGIN
+
+/// A float32 view of a tensor owned by the runtime, valid until the next forwardBackward or until the module dies.
+@interface DSTensorView : NSObject
+@property(nonatomic, readonly) NSString *name;
+@property(nonatomic, readonly) float *data;
+@property(nonatomic, readonly) NSInteger count;
+@property(nonatomic, readonly) NSArray<NSNumber *> *shape;
+@end
+
+/// One program input: float32 values in row-major order and the shape the manifest gives for it.
+@interface DSTensorInput : NSObject
+- (instancetype)initWithValues:(NSData *)float32Values shape:(NSArray<NSNumber *> *)shape;
+@property(nonatomic, readonly) NSData *values;
+@property(nonatomic, readonly) NSArray<NSNumber *> *shape;
+@end
+
+@interface DSTrainingModule : NSObject
+/// Loads a joint forward-backward .pte (bundle programs/executorch/train_step_*.pte).
+- (nullable instancetype)initWithPath:(NSString *)path error:(NSError **)error;
+/// Runs the joint graph; returns the loss (output 0). Gradients are then available through namedGradients.
+- (nullable NSNumber *)forwardBackward:(NSString *)method
+                                inputs:(NSArray<DSTensorInput *> *)inputs
+                                 error:(NSError **)error;
+- (nullable NSDictionary<NSString *, DSTensorView *> *)namedParameters:(NSString *)method error:(NSError **)error;
+- (nullable NSDictionary<NSString *, DSTensorView *> *)namedGradients:(NSString *)method error:(NSError **)error;
+@end
+
+NS_ASSUME_NONNULL_END

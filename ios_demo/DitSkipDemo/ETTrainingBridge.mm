@@ -1,0 +1,117 @@
+#import "ETTrainingBridge.h"
+
+#include <executorch/extension/data_loader/file_data_loader.h>
+#include <executorch/extension/tensor/tensor.h>
+#include <executorch/extension/training/module/training_module.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+using executorch::extension::FileDataLoader;
+using executorch::extension::TensorPtr;
+using executorch::extension::from_blob;
+using executorch::extension::training::TrainingModule;
+using executorch::runtime::EValue;
+using executorch::runtime::Error;
+
+static NSError *DSError(NSString *what, Error code) {
+  return [NSError errorWithDomain:@"org.ditskip.executorch"
+                             code:(NSInteger)code
+                         userInfo:@{NSLocalizedDescriptionKey :
+                                        [NSString stringWithFormat:@"%@ (ExecuTorch error 0x%x)", what, (unsigned)code]}];
+}
+
+@implementation DSTensorView {
+  NSString *_name;
+  float *_data;
+  NSInteger _count;
+  NSArray<NSNumber *> *_shape;
+}
+- (instancetype)initWithName:(NSString *)name tensor:(const executorch::aten::Tensor &)t {
+  if ((self = [super init])) {
+    _name = name;
+    _data = t.mutable_data_ptr<float>();
+    _count = (NSInteger)t.numel();
+    NSMutableArray *shape = [NSMutableArray array];
+    for (auto s : t.sizes()) [shape addObject:@(s)];
+    _shape = shape;
+  }
+  return self;
+}
+- (NSString *)name { return _name; }
+- (float *)data { return _data; }
+- (NSInteger)count { return _count; }
+- (NSArray<NSNumber *> *)shape { return _shape; }
+@end
+
+@implementation DSTensorInput
+- (instancetype)initWithValues:(NSData *)float32Values shape:(NSArray<NSNumber *> *)shape {
+  if ((self = [super init])) {
+    _values = [float32Values copy];
+    _shape = [shape copy];
+  }
+  return self;
+}
+@end
+
+@implementation DSTrainingModule {
+  std::unique_ptr<TrainingModule> _module;
+}
+
+- (nullable instancetype)initWithPath:(NSString *)path error:(NSError **)error {
+  if ((self = [super init])) {
+    auto loader = FileDataLoader::from(path.UTF8String);
+    if (!loader.ok()) {
+      if (error) *error = DSError([NSString stringWithFormat:@"cannot open %@", path], loader.error());
+      return nil;
+    }
+    _module = std::make_unique<TrainingModule>(std::make_unique<FileDataLoader>(std::move(loader.get())));
+  }
+  return self;
+}
+
+- (nullable NSNumber *)forwardBackward:(NSString *)method
+                                inputs:(NSArray<DSTensorInput *> *)inputs
+                                 error:(NSError **)error {
+  std::vector<TensorPtr> keep;        // the tensors must outlive the call
+  std::vector<EValue> values;
+  keep.reserve(inputs.count);
+  for (DSTensorInput *input in inputs) {
+    std::vector<executorch::aten::SizesType> sizes;
+    for (NSNumber *s in input.shape) sizes.push_back((executorch::aten::SizesType)s.longLongValue);
+    keep.push_back(from_blob((void *)input.values.bytes, sizes, executorch::aten::ScalarType::Float));
+    values.emplace_back(*keep.back());
+  }
+  auto result = _module->execute_forward_backward(method.UTF8String, values);
+  if (!result.ok()) {
+    if (error) *error = DSError(@"forward-backward failed", result.error());
+    return nil;
+  }
+  return @(result.get()[0].toTensor().const_data_ptr<float>()[0]);
+}
+
+- (nullable NSDictionary<NSString *, DSTensorView *> *)views:(bool)parameters
+                                                      method:(NSString *)method
+                                                       error:(NSError **)error {
+  auto result = parameters ? _module->named_parameters(method.UTF8String) : _module->named_gradients(method.UTF8String);
+  if (!result.ok()) {
+    if (error) *error = DSError(parameters ? @"named_parameters failed" : @"named_gradients failed", result.error());
+    return nil;
+  }
+  NSMutableDictionary *out = [NSMutableDictionary dictionary];
+  for (const auto &kv : result.get()) {
+    NSString *name = [[NSString alloc] initWithBytes:kv.first.data() length:kv.first.size() encoding:NSUTF8StringEncoding];
+    out[name] = [[DSTensorView alloc] initWithName:name tensor:kv.second];
+  }
+  return out;
+}
+
+- (nullable NSDictionary<NSString *, DSTensorView *> *)namedParameters:(NSString *)method error:(NSError **)error {
+  return [self views:true method:method error:error];
+}
+
+- (nullable NSDictionary<NSString *, DSTensorView *> *)namedGradients:(NSString *)method error:(NSError **)error {
+  return [self views:false method:method error:error];
+}
+@end

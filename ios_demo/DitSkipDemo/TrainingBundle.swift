@@ -1,0 +1,101 @@
+import Foundation
+
+struct Sample { let index: Int; let photo: Int; let t: Float; let cropBox: [Int]; let noiseSeed: UInt64 }
+struct InputSpec { let name: String; let shape: [Int]; let dtype: String }
+
+/// A bundle as the device reads it, through the contract only (docs/bundle_contract.json; names in BundleContract).
+final class TrainingBundle {
+    let root: URL
+    let manifest: [String: Any]
+    let samples: [Sample]
+    let steps: Int
+    let gradAccum: Int
+    let program: [String: Any]
+    let inputs: [InputSpec]
+    let trainable: [String: String]            // program parameter name -> LoRA file key
+    private let cond: [String: RawTensor]
+    private let cacheDir: URL
+    private let cacheEntries: [String]
+
+    init(root: URL) throws {
+        self.root = root
+        let m = try JSONSerialization.jsonObject(with: Data(contentsOf: root.appendingPathComponent(BundleContract.manifestFile)))
+        guard let manifest = m as? [String: Any] else { throw TrainError.bundle("manifest.json is not an object") }
+        guard manifest["format"] as? String == BundleContract.bundleFormat,
+              manifest["format_version"] as? Int == BundleContract.bundleFormatVersion
+        else { throw TrainError.bundle("\(root.path)/manifest.json: not a \(BundleContract.bundleFormat) v\(BundleContract.bundleFormatVersion) bundle") }
+        self.manifest = manifest
+        guard let subject = manifest["subject_stage"] as? [String: Any],
+              let schedulePath = subject["schedule"] as? String, let textPath = subject["text_conditioning"] as? String,
+              let cachePath = subject["cache"] as? String
+        else { throw TrainError.bundle("manifest.json: subject_stage incomplete") }
+        let schedule = try JSONSerialization.jsonObject(with: Data(contentsOf: root.appendingPathComponent(schedulePath))) as! [String: Any]
+        guard schedule["sample_fields"] as? [String] == BundleContract.sampleFields
+        else { throw TrainError.bundle("schedule.json: sample_fields are not \(BundleContract.sampleFields)") }
+        samples = (schedule["samples"] as! [[Any]]).map { r in
+            Sample(index: r[0] as! Int, photo: r[1] as! Int, t: Float(r[2] as! Double), cropBox: r[3] as! [Int],
+                   noiseSeed: (r[4] as! NSNumber).uint64Value)
+        }
+        let config = schedule["config"] as! [String: Any]
+        steps = config["steps"] as! Int
+        gradAccum = config["grad_accum"] as! Int
+        cond = try Safetensors.read(root.appendingPathComponent(textPath)).tensors
+        cacheDir = root.appendingPathComponent(cachePath)
+        let index = try JSONSerialization.jsonObject(with: Data(contentsOf: cacheDir.appendingPathComponent(BundleContract.cacheIndexFile))) as! [String: Any]
+        cacheEntries = index["entries"] as! [String]
+
+        let programs = manifest[BundleContract.programsField] as? [[String: Any]] ?? []
+        guard let train = programs.first(where: { $0["name"] as? String == BundleContract.etTrainStep
+                                                  && $0["runtime"] as? String == BundleContract.etRuntime })
+        else { throw TrainError.bundle("manifest.json: no executorch train_step program (compile with --runtime executorch)") }
+        program = train
+        inputs = (train[BundleContract.etInputsField] as! [[String: Any]]).map {
+            InputSpec(name: $0["name"] as! String, shape: $0["shape"] as! [Int], dtype: $0["dtype"] as? String ?? "float32")
+        }
+        trainable = train[BundleContract.etTrainableField] as! [String: String]
+        try checkInputOrder(inputs.map(\.name))
+    }
+
+    var programURL: URL { root.appendingPathComponent(program[BundleContract.etProgramField] as! String) }
+
+    var loraMetadata: [String: String] {
+        ((manifest[BundleContract.loraFileField] as? [String: Any])?["metadata"] as? [String: String]) ?? ["format": "pt"]
+    }
+
+    var scheduleSha256: String {
+        let subject = manifest["subject_stage"] as! [String: Any]
+        let files = manifest["files"] as! [String: [String: Any]]
+        return files[subject["schedule"] as! String]!["sha256"] as! String
+    }
+
+    /// x0, noise, t, cond.* sorted, entry.* sorted (contract `step_inputs`): refuse a program that differs.
+    private func checkInputOrder(_ names: [String]) throws {
+        let fixed = BundleContract.fixedInputs
+        let conds = names.filter { $0.hasPrefix(BundleContract.condPrefix) }.sorted()
+        let entries = names.filter { $0.hasPrefix(BundleContract.entryPrefix) }.sorted()
+        guard names == fixed + conds + entries else { throw TrainError.bundle("program inputs \(names) are not in contract order") }
+    }
+
+    func samplesForStep(_ step: Int) -> ArraySlice<Sample> { samples[(step * gradAccum)..<((step + 1) * gradAccum)] }
+
+    /// One sample's inputs in program order: x0 from the cache entry, noise from the portable RNG, t, text, entry.
+    func stepInputs(_ s: Sample) throws -> [DSTensorInput] {
+        let entry = try Safetensors.read(cacheDir.appendingPathComponent(cacheEntries[s.index])).tensors
+        guard let x0 = try entry[BundleContract.x0Key]?.floats() else { throw TrainError.bundle("cache entry \(s.index) has no x0") }
+        return try inputs.map { spec in
+            let values: [Float]
+            switch spec.name {
+            case "x0": values = x0
+            case "noise": values = PortableRng.normal(seed: s.noiseSeed, count: x0.count)
+            case "t": values = [s.t]
+            case let n where n.hasPrefix(BundleContract.condPrefix):
+                values = try cond[String(n.dropFirst(BundleContract.condPrefix.count))]!.floats()
+            default:
+                values = try entry[String(spec.name.dropFirst(BundleContract.entryPrefix.count))]!.floats()
+            }
+            guard spec.dtype == "float32", values.count == spec.shape.reduce(1, *)
+            else { throw TrainError.bundle("input \(spec.name): \(values.count) values for \(spec.shape) \(spec.dtype)") }
+            return DSTensorInput(values: values.withUnsafeBufferPointer { Data(buffer: $0) }, shape: spec.shape.map { NSNumber(value: $0) })
+        }
+    }
+}

@@ -1,0 +1,356 @@
+"""One bundle contract (docs/bundle_contract.json) for the compiler, the Python runtime trainers and the demo apps.
+
+Properties protected:
+- the apps' generated contract constants (BundleContract.kt / .swift) are those of the JSON file;
+- real bundles (ExecuTorch and ORT programs, compiled here) have every manifest field, schedule field, cache format,
+  program method, input order, shape and dtype the contract names;
+- every JSON field the Kotlin and Swift sources read by name exists in a real bundle, the sources take the input
+  names, prefixes and method from the contract constants (no hard-coded copies), and handle exactly the contract's
+  fixed inputs;
+- the Kotlin and Swift RNG constants are ditskip_edge/rng.py's, and the contract's check values are rng.normal's;
+- the Kotlin and Swift AdamW loops, transliterated to numpy, compute torch.optim.AdamW's update.
+The apps cannot be built here (no Android SDK, no Xcode): these textual checks are what keeps them from drifting.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from device_fixtures import available, bundle_for
+
+ROOT = Path(__file__).resolve().parent.parent
+CONTRACT = json.loads((ROOT / "docs" / "bundle_contract.json").read_text())
+KT_DIR = ROOT / "android_demo/app/src/main/java/org/ditskip/demo"
+SWIFT_DIR = ROOT / "ios_demo/DitSkipDemo"
+GENERATED = {"BundleContract.kt", "BundleContract.swift"}
+
+
+def _sources(directory: Path, ext: str) -> dict[str, str]:
+    return {p.name: p.read_text() for p in sorted(directory.glob(f"*.{ext}")) if p.name not in GENERATED}
+
+
+def _code_only(text: str) -> str:
+    """Source without comments (// ... and /* ... */), for checks on what the code itself says."""
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    return re.sub(r"//[^\n]*", "", text)
+
+
+KOTLIN = _sources(KT_DIR, "kt")
+SWIFT = _sources(SWIFT_DIR, "swift")
+
+
+def test_generated_app_constants_are_up_to_date():
+    from device_tests.gen_contract import outputs
+    for path, text in outputs().items():
+        assert path.is_file() and path.read_text() == text, f"{path} is stale: run python -m device_tests.gen_contract"
+
+
+# ---------------------------------------------------------------- real bundles against the contract
+
+def _st_keys(path: Path) -> list[str]:
+    from safetensors import safe_open
+    with safe_open(str(path), "np") as f:
+        return list(f.keys())
+
+
+def _st_arrays(path: Path) -> dict[str, np.ndarray]:
+    from safetensors.numpy import load_file
+    return load_file(str(path))
+
+
+def expected_inputs(root: Path, manifest: dict) -> list[tuple[str, list[int]]]:
+    """The contract's input order and shapes, computed from the bundle's own files."""
+    s = CONTRACT["step_inputs"]
+    stage = manifest["subject_stage"]
+    cond = _st_arrays(root / stage["text_conditioning"])
+    index = json.loads((root / stage["cache"] / CONTRACT["cache"]["index_file"]).read_text())
+    entry = _st_arrays(root / stage["cache"] / index["entries"][0])
+    x0 = list(entry[CONTRACT["cache"]["x0_key"]].shape)
+    out = [("x0", x0), ("noise", x0), ("t", s["t_shape"])]
+    out += [(s["cond_prefix"] + k, list(cond[k].shape)) for k in sorted(cond)]
+    out += [(s["entry_prefix"] + k, list(entry[k].shape)) for k in sorted(entry) if k != CONTRACT["cache"]["x0_key"]]
+    assert [n for n, _ in out[:3]] == s["fixed"]
+    return out
+
+
+def check_common(root: Path) -> dict:
+    b = CONTRACT["bundle"]
+    manifest = json.loads((root / b["manifest_file"]).read_text())
+    assert manifest["format"] == b["format"] and manifest["format_version"] == b["format_version"]
+    missing = [f for f in b["manifest_fields"] if f not in manifest]
+    assert not missing, f"{root}/manifest.json lacks contract fields {missing}"
+    for rel, info in manifest["files"].items():
+        assert set(b["file_entry_fields"]) <= set(info), rel
+    stage = manifest["subject_stage"]
+    assert set(b["subject_stage_fields"]) <= set(stage)
+    assert set(b["optimizer_fields"]) <= set(manifest["optimizer"])
+    sched = json.loads((root / stage["schedule"]).read_text())
+    c = CONTRACT["schedule"]
+    assert set(c["fields"]) <= set(sched) and set(c["config_fields"]) <= set(sched["config"])
+    assert sched["sample_fields"] == c["sample_fields"]
+    index = json.loads((root / stage["cache"] / CONTRACT["cache"]["index_file"]).read_text())
+    assert set(CONTRACT["cache"]["index_fields"]) <= set(index), "cache index format changed: bump the contract"
+    assert len(index["entries"]) == len(sched["samples"])
+    assert CONTRACT["cache"]["x0_key"] in _st_keys(root / stage["cache"] / index["entries"][0])
+    return manifest
+
+
+@pytest.mark.skipif(not available("executorch"), reason="ExecuTorch exporter not on this branch")
+def test_executorch_bundle_matches_the_contract(tmp_path_factory):
+    root = bundle_for("executorch", tmp_path_factory)
+    manifest = check_common(root)
+    et = CONTRACT["runtimes"]["executorch"]
+    programs = manifest[et["programs_field"]]
+    assert isinstance(programs, list), "programs layout changed"
+    train = [p for p in programs if p["name"] == et["train_step_name"] and p["runtime"] == et["runtime_name"]]
+    assert train, "no executorch train_step program"
+    for p in train:
+        assert set(et["entry_fields"]) <= set(p)
+        assert p[et["method_field"]] == et["method"]
+        assert p[et["program_field"]] in manifest["files"] and (root / p[et["program_field"]]).is_file()
+        got = [(s["name"], list(s["shape"])) for s in p[et["inputs_field"]]]
+        assert got == expected_inputs(root, manifest), "program inputs differ from the contract order/shapes"
+        assert all(s["dtype"] == CONTRACT["step_inputs"]["dtype"] for s in p[et["inputs_field"]])
+        assert all(set(et["input_spec_fields"]) <= set(s) for s in p[et["inputs_field"]])
+        keys = p[et["trainable_field"]]
+        assert set(p[et["trainable_shapes_field"]]) == set(keys)
+        lf = manifest[et["lora_file_field"]]
+        assert set(et["lora_file_fields"]) <= set(lf) and lf["name"] == CONTRACT["lora_file"]["name"]
+        assert set(keys.values()) == set(lf["keys"])
+        assert all(k.startswith(CONTRACT["lora_file"]["key_prefix"]) and ".lora_" in k for k in keys.values())
+
+
+@pytest.mark.skipif(not available("ort"), reason="ORT exporter not on this branch")
+def test_ort_bundle_matches_the_contract(tmp_path_factory):
+    root = bundle_for("ort", tmp_path_factory)
+    manifest = check_common(root)
+    ort = CONTRACT["runtimes"]["ort"]
+    section = manifest[ort["programs_field"]][ort["section_key"]]
+    names = section["inputs"]["inputs"]
+    assert names == [n for n, _ in expected_inputs(root, manifest)] + ort["extra_inputs"]
+    for art in ort["artifacts"]:
+        assert (root / ort["program_dir"] / section["artifacts"][art]).exists(), art
+
+
+def test_one_bundle_cannot_mix_the_two_programs_layouts_yet(tmp_path):
+    """Known gap: executorch writes `programs` as a list, ort as a dict; compile refuses both at once, cleanly."""
+    from conftest import compile_tiny
+    from ditskip_edge.errors import UserError
+    with pytest.raises(UserError, match="cannot share one bundle"):
+        compile_tiny(tmp_path / "both", "flux-tiny", runtimes=["executorch", "ort"])
+    assert not (tmp_path / "both").exists() and not list(tmp_path.glob(".both*"))
+
+
+# ---------------------------------------------------------------- the app sources against the contract
+
+KT_JSON_READ = re.compile(r'\b(?:get|opt)(?:JSONObject|JSONArray|String|Int|Long|Double|Boolean)\("([^"]+)"\)')
+SWIFT_JSON_READ = re.compile(r'\[\s*"([^"]+)"\s*\](?!\s*=[^=])')          # reads, not report writes
+APP_OWN_FIELDS = {"step", "losses", "bundle_schedule_sha256",                     # the apps' checkpoint metadata
+                  "dtype", "shape", "data_offsets", "__metadata__"}              # safetensors header
+
+
+def _json_keys(obj, out: set[str]) -> set[str]:
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            out.add(k)
+            _json_keys(v, out)
+    elif isinstance(obj, list):
+        for v in obj:
+            _json_keys(v, out)
+    return out
+
+
+@pytest.mark.skipif(not available("executorch"), reason="ExecuTorch exporter not on this branch")
+def test_every_field_the_apps_read_exists_in_a_real_bundle(tmp_path_factory):
+    root = bundle_for("executorch", tmp_path_factory)
+    manifest = json.loads((root / "manifest.json").read_text())
+    stage = manifest["subject_stage"]
+    keys = _json_keys(manifest, set())
+    _json_keys(json.loads((root / stage["schedule"]).read_text()), keys)
+    _json_keys(json.loads((root / stage["cache"] / CONTRACT["cache"]["index_file"]).read_text()), keys)
+    keys |= APP_OWN_FIELDS
+    for lang, sources, pattern in (("Kotlin", KOTLIN, KT_JSON_READ), ("Swift", SWIFT, SWIFT_JSON_READ)):
+        used = {m for text in sources.values() for m in pattern.findall(text)}
+        used = {u for u in used if not u.startswith(("param/", "m/", "v/"))}
+        assert used, f"no JSON reads found in the {lang} sources (pattern broken?)"
+        unknown = sorted(used - keys)
+        assert not unknown, f"{lang} app reads fields no real bundle has: {unknown}"
+
+
+@pytest.mark.parametrize("lang", ["kotlin", "swift"])
+def test_apps_take_names_from_the_contract(lang):
+    sources = KOTLIN if lang == "kotlin" else SWIFT
+    text = _code_only("\n".join(sources.values()))
+    c = "BundleContract."
+    need = (["FIXED_INPUTS", "COND_PREFIX", "ENTRY_PREFIX", "ET_METHOD", "X0_KEY", "PROGRAMS_FIELD", "ET_TRAIN_STEP",
+             "ET_INPUTS_FIELD", "ET_TRAINABLE_FIELD", "LORA_FILE", "RNG_CHECK_NORMALS"] if lang == "kotlin" else
+            ["fixedInputs", "condPrefix", "entryPrefix", "etMethod", "x0Key", "programsField", "etTrainStep",
+             "etInputsField", "etTrainableField", "loraFile", "rngCheckNormals"])
+    missing = [n for n in need if c + n not in text]
+    assert not missing, f"{lang} sources do not use the contract constants {missing}"
+    et = CONTRACT["runtimes"]["executorch"]
+    s = CONTRACT["step_inputs"]
+    for literal in (s["cond_prefix"], s["entry_prefix"], et["train_step_name"], et["method"]):
+        assert f'"{literal}"' not in text, f"{lang} sources hard-code {literal!r}: use BundleContract"
+    # The input dispatch handles exactly the contract's fixed inputs by name, everything else by prefix.
+    handled = set(re.findall(r'(?:spec\.name ==|case) "(\w+)"', text))
+    assert handled == set(s["fixed"]), (lang, handled)
+
+
+# ---------------------------------------------------------------- RNG constants
+
+def _u64(text: str) -> int:
+    neg = text.startswith("-")
+    v = int(text.lstrip("-").rstrip("Ll"), 16)
+    return (-v if neg else v) % (1 << 64)
+
+
+def test_kotlin_and_swift_rng_constants_are_rng_py():
+    from ditskip_edge import rng
+    want = {"GOLDEN": int(rng._GOLDEN), "MIX1": int(rng._M1), "MIX2": int(rng._M2)}
+    assert want["GOLDEN"] == int(CONTRACT["rng"]["golden_gamma"], 16)
+    assert want["MIX1"] == int(CONTRACT["rng"]["mix1"], 16) and want["MIX2"] == int(CONTRACT["rng"]["mix2"], 16)
+    kt, sw = KOTLIN["PortableRng.kt"], SWIFT["PortableRng.swift"]
+    for name, value in want.items():
+        m = re.search(rf"const val {name}: Long = (-?0x[0-9a-fA-F]+L)", kt)
+        assert m and _u64(m.group(1)) == value, f"Kotlin {name}"
+        m = re.search(rf"static let {name.lower()}: UInt64 = (0x[0-9a-fA-F]+)", sw)
+        assert m and _u64(m.group(1)) == value, f"Swift {name}"
+    kt_mix = _block(kt, "fun splitmix64", "fun uniform")
+    sw_mix = _block(sw, "static func splitmix64", "static func uniform")
+    assert re.findall(r"ushr (\d+)\)", kt_mix) == ["30", "27", "31"] and "word ushr 11" in kt
+    assert re.findall(r">> (\d+)\)", sw_mix) == ["30", "27", "31"] and "word >> 11" in sw
+    for text in (kt, sw):
+        assert "9007199254740992.0" in text                       # 2^-53 = 1 / 2^53
+        assert "+ 0.5" in text and "2.0 * " in text and "-2.0 * " in text
+    got = rng.normal(CONTRACT["rng"]["check_seed"], (len(CONTRACT["rng"]["check_first_normals"]),))
+    assert np.array_equal(got, np.array(CONTRACT["rng"]["check_first_normals"], np.float32))
+
+
+def test_rng_py_reimplemented_from_the_parsed_constants_matches():
+    """What the app sources compute (word, uniform, Box-Muller with their constants), in Python, equals rng.normal."""
+    from ditskip_edge import rng
+    m = (1 << 64) - 1
+    consts = {n: _u64(re.search(rf"const val {n}: Long = (-?0x[0-9a-fA-F]+L)", KOTLIN["PortableRng.kt"]).group(1))
+              for n in ("GOLDEN", "MIX1", "MIX2")}
+
+    def splitmix(z):
+        z = ((z ^ (z >> 30)) * consts["MIX1"]) & m
+        z = ((z ^ (z >> 27)) * consts["MIX2"]) & m
+        return z ^ (z >> 31)
+
+    seed = 0x7FFF_1234_5678_9ABC
+    u = [((splitmix((seed + (i + 1) * consts["GOLDEN"]) & m) >> 11) + 0.5) * 2.0 ** -53 for i in range(8)]
+    z = [np.float32(np.sqrt(-2 * np.log(u[2 * i])) * np.cos(2 * np.pi * u[2 * i + 1])) for i in range(4)]
+    assert np.array_equal(np.array(z, np.float32), rng.normal(seed, (4,)))
+
+
+# ---------------------------------------------------------------- AdamW formula
+
+def _block(text: str, start: str, end: str) -> str:
+    i = text.index(start) + len(start)
+    return text[i:text.index(end, i)]
+
+
+def _kotlin_to_python(code: str) -> str:
+    out = []
+    for line in code.replace(";", "\n").splitlines():
+        line = line.strip()
+        if not line or line.startswith(("for ", "val mm", "val vv", "val g =", "}", "//")):
+            continue
+        line = re.sub(r"^val ", "", line)
+        line = re.sub(r"(\w+)\.pow\((\w+)\.toDouble\(\)\)", r"(\1 ** float(\2))", line)
+        line = re.sub(r"(?<![\w.])\(([^()]*)\)\.toFloat\(\)", r"np.float32(\1)", line)
+        line = re.sub(r"(\w+(?:\([^()]*\))?)\.toFloat\(\)", r"np.float32(\1)", line)
+        line = re.sub(r"\b1f\b", "np.float32(1)", line)
+        line = line.replace("sqrt(", "np.sqrt(").replace("p.get(i)", "p[i]")
+        line = re.sub(r"^p\.put\(i, (.*)\)$", r"p[i] = \1", line)
+        out.append(line)
+    return "\n".join(out)
+
+
+def _swift_to_python(code: str) -> str:
+    out = []
+    for line in code.splitlines():
+        line = line.strip()
+        if not line or line.startswith(("for ", "var mm", "var vv", "guard", "let n =", "}", "//", "m[name]")):
+            continue
+        line = re.sub(r"^let ", "", line)
+        line = re.sub(r"\), (\w+) = ", r")\n\1 = ", line)
+        line = re.sub(r"pow\((\w+), Double\((\w+)\)\)", r"(\1 ** float(\2))", line)
+        line = re.sub(r"([\w\[\]]+)\.squareRoot\(\)", r"np.sqrt(\1)", line)
+        line = re.sub(r"\bFloat\(", "np.float32(", line)
+        out.append(line)
+    return "\n".join(out)
+
+
+def _run_app_adamw(scalars_py: str, body_py: str, steps, lr, betas, eps, wd, p0):
+    p = p0.copy()
+    mm, vv = np.zeros_like(p), np.zeros_like(p)
+    for step, g in enumerate(steps, start=1):
+        env = {"np": np, "lr": lr, "beta1": betas[0], "beta2": betas[1], "eps": eps, "weightDecay": wd, "step": step,
+               "stepCount": step}
+        exec(scalars_py, env)
+        env.update(p=p, g=g, mm=mm, vv=vv, i=slice(None))
+        exec(body_py, env)
+    return p
+
+
+@pytest.mark.parametrize("lang", ["kotlin", "swift"])
+def test_app_adamw_is_torch_adamw(lang):
+    import torch
+    if lang == "kotlin":
+        src = KOTLIN["AdamW.kt"]
+        scalars = _kotlin_to_python(_block(src, "step += 1", "for ((name, p) in params)"))
+        body = _kotlin_to_python(_block(src, "for (i in g.indices) {", "}"))
+    else:
+        src = SWIFT["AdamW.swift"]
+        scalars = _swift_to_python(_block(src, "stepCount += 1", "for (name, p) in params"))
+        body = _swift_to_python(_block(src, "for i in 0..<n {", "}"))
+    assert "p[i] =" in body and "mm[i] =" in body and "vv[i] =" in body, body
+    gen = np.random.default_rng(0)
+    p0 = gen.standard_normal(64).astype(np.float32)
+    grads = [gen.standard_normal(64).astype(np.float32) for _ in range(4)]
+    lr, betas, eps, wd = 1e-2, (0.9, 0.999), 1e-8, 1e-2
+    got = _run_app_adamw(scalars, body, grads, lr, betas, eps, wd, p0)
+    w = torch.nn.Parameter(torch.from_numpy(p0.copy()))
+    opt = torch.optim.AdamW([w], lr=lr, betas=betas, eps=eps, weight_decay=wd)
+    for g in grads:
+        w.grad = torch.from_numpy(g)
+        opt.step()
+    np.testing.assert_allclose(got, w.detach().numpy(), rtol=1e-5, atol=1e-6)
+    assert not np.allclose(got, p0)
+
+
+# ---------------------------------------------------------------- Kotlin on a plain JVM (only where kotlinc exists)
+
+@pytest.mark.skipif(__import__("shutil").which("kotlinc") is None, reason="no kotlinc on this machine")
+def test_kotlin_sources_compile_and_match_python_on_the_jvm(tmp_path):
+    """The app's pure-Kotlin files type-check against stubs of the Android / ExecuTorch signatures, and its RNG and
+    AdamW, run on the JVM, give rng.py's noise exactly and torch.optim.AdamW's update."""
+    import subprocess
+    import torch
+    from ditskip_edge import rng
+    stubs = sorted((ROOT / "android_demo/hostcheck").glob("*.kt"))
+    app = [KT_DIR / n for n in ("PortableRng.kt", "AdamW.kt", "BundleContract.kt", "Safetensors.kt",
+                                "TrainingBundle.kt", "EtTrainer.kt", "MemoryProbe.kt")]
+    jar = tmp_path / "check.jar"
+    out = subprocess.run(["kotlinc", "-nowarn", *map(str, stubs + app), "-include-runtime", "-d", str(jar)],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    seed = 0x7FFF_1234_5678_9ABC
+    run = subprocess.run(["java", "-cp", str(jar), "HostCheckKt", str(seed)], capture_output=True, text=True, check=True)
+    lines = dict(line.split(" ", 1) for line in run.stdout.strip().splitlines())
+    assert lines["selfCheck"] == "true"
+    assert np.array_equal(np.array(lines["normals"].split(), np.float32), rng.normal(seed, (8,)))
+    w = torch.nn.Parameter(torch.tensor([1.0, -2.0, 0.5]))
+    opt = torch.optim.AdamW([w], lr=1e-2, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2)
+    for g in ([0.1, -0.3, 0.7], [-0.2, 0.4, 0.05], [0.3, 0.3, -0.6]):
+        w.grad = torch.tensor(g)
+        opt.step()
+    np.testing.assert_allclose(np.array(lines["adamw"].split(), np.float32), w.detach().numpy(), rtol=1e-6, atol=1e-7)

@@ -1,0 +1,191 @@
+"""The user's path through the CLI: compile -> bundle -> train -> a LoRA diffusers loads; bad input; resume."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+
+from conftest import PHOTOS, compile_tiny
+from ditskip_edge.bundle import read_manifest
+from ditskip_edge.cli import main
+from ditskip_edge.errors import BundleError
+from ditskip_edge.models.loading import build_transformer, build_vae, resolve_spec, save_pipeline_folder
+from ditskip_edge.models.text import encode_prompt
+from ditskip_edge.models.views import full_model_forward, make_view
+
+
+def _run(capsys, *argv) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_compile_json_prints_one_document_and_a_complete_bundle(tmp_path, capsys):
+    out = tmp_path / "b"
+    code, stdout, _ = _run(capsys, "compile", "--images", str(PHOTOS), "--prompt", "a photo of sks toy",
+                           "--out", str(out), "--skip-front", "1", "--skip-back", "1", "--steps", "3", "--json")
+    assert code == 0
+    doc = json.loads(stdout)
+    assert doc["plan"]["n_front"] == 1 and doc["num_samples"] == 3
+    manifest = read_manifest(out)       # verifies every file's size and hash
+    assert "model/kept_weights.safetensors" in manifest["files"]
+    assert manifest["plan"]["chosen_by"] == "explicit"
+
+
+def _lora_output(spec, lora_dir: Path | None):
+    transformer = build_transformer(spec)
+    if lora_dir is not None:
+        from diffusers import FluxPipeline
+        sd = FluxPipeline.lora_state_dict(str(lora_dir))
+        sd = sd[0] if isinstance(sd, tuple) else sd
+        transformer.load_lora_adapter(sd, prefix="transformer")
+    view = make_view(spec.arch, transformer)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(1, 64, 64, generator=g)
+    with torch.no_grad():
+        return full_model_forward(spec.arch, transformer, x, torch.tensor([0.5]), encode_prompt(spec, "a toy"))
+
+
+def test_trained_lora_loads_into_the_full_diffusers_model_and_changes_its_output(flux_bundle, tmp_path, capsys):
+    spec = resolve_spec("flux-tiny")
+    base = _lora_output(spec, None)
+    code, stdout, _ = _run(capsys, "train", str(flux_bundle), "--run-dir", str(tmp_path / "zero"), "--steps", "0",
+                           "--json")
+    assert code == 0
+    zero = _lora_output(spec, tmp_path / "zero" / "lora")
+    assert torch.equal(zero, base), "a LoRA trained for zero steps must leave the model unchanged"
+    code, stdout, _ = _run(capsys, "train", str(flux_bundle), "--run-dir", str(tmp_path / "run"), "--json")
+    assert code == 0
+    summary = json.loads(stdout)
+    assert len(summary["losses"]) == 6
+    trained = _lora_output(spec, tmp_path / "run" / "lora")
+    assert (trained - base).abs().max() > 1e-6
+
+
+def test_interrupted_training_resumes_to_the_same_lora(flux_bundle, tmp_path):
+    from safetensors.torch import load_file
+    from ditskip_edge.trainer import TrainConfig, train_eager
+    train_eager(flux_bundle, TrainConfig(run_dir=tmp_path / "full", checkpoint_every=2))
+    partial = train_eager(flux_bundle, TrainConfig(run_dir=tmp_path / "cut", checkpoint_every=2, stop_after=3))
+    assert partial["interrupted_at_step"] == 3
+    resumed = train_eager(flux_bundle, TrainConfig(run_dir=tmp_path / "cut", checkpoint_every=2))
+    assert resumed["resumed_from_step"] == 3
+    a = load_file(str(tmp_path / "full" / "lora" / "pytorch_lora_weights.safetensors"))
+    b = load_file(str(tmp_path / "cut" / "lora" / "pytorch_lora_weights.safetensors"))
+    assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], atol=1e-7) for k in a)
+
+
+def test_sana_bundle_trains_and_its_lora_has_full_model_names(sana_bundle, tmp_path):
+    from safetensors.torch import load_file
+    from ditskip_edge.trainer import TrainConfig, train_eager
+    s = train_eager(sana_bundle, TrainConfig(run_dir=tmp_path / "r"))
+    keys = load_file(s["lora"]).keys()
+    # kept blocks are 1..3 of 6: LoRA names say so, in the full model's numbering
+    blocks = {k.split(".")[2] for k in keys}
+    assert blocks == {"1", "2", "3"} and all(k.startswith("transformer.transformer_blocks.") for k in keys)
+
+
+def _assert_clean_failure(capsys, tmp_path, out: Path, *argv, expect: str):
+    code, stdout, err = _run(capsys, *argv)
+    assert code == 2
+    assert expect in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+    assert not [p for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.tmp")]
+
+
+def _compile_args(images, out, *extra):
+    return ["compile", "--images", str(images), "--prompt", "a photo of sks toy", "--out", str(out),
+            "--skip-front", "1", "--skip-back", "1", "--steps", "2", *extra]
+
+
+def test_bad_input_gets_a_clear_error_and_no_half_written_bundle(tmp_path, capsys):
+    out = tmp_path / "out"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    _assert_clean_failure(capsys, tmp_path, out, *_compile_args(empty, out), expect="is empty")
+    _assert_clean_failure(capsys, tmp_path, out, *_compile_args(tmp_path / "nope", out), expect="does not exist")
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    Image.new("RGB", (300, 300)).save(mixed / "a.png")
+    (mixed / "notes.txt").write_text("hello")
+    _assert_clean_failure(capsys, tmp_path, out, *_compile_args(mixed, out), expect="notes.txt: not an image")
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "broken.png").write_bytes(b"not a png")
+    _assert_clean_failure(capsys, tmp_path, out, *_compile_args(fake, out), expect="cannot be read as an image")
+    _assert_clean_failure(capsys, tmp_path, out, *_compile_args(PHOTOS, out)[:-6], "--skip-front", "3",
+                          "--skip-back", "3", "--steps", "2", expect="leaves no kept block")
+    _assert_clean_failure(capsys, tmp_path, out, *_compile_args(PHOTOS, out, "--model", "flux-huge"),
+                          expect="unknown model 'flux-huge'")
+    _assert_clean_failure(capsys, tmp_path, out, *_compile_args(PHOTOS, out, "--model", "flux-dev"),
+                          expect="no weights here")
+
+
+def test_failure_inside_compilation_leaves_no_bundle(tmp_path, monkeypatch):
+    import ditskip_edge.compile as c
+
+    def boom(*a, **k):
+        raise RuntimeError("disk full")
+    monkeypatch.setattr(c, "compute_residuals", boom)
+    with pytest.raises(RuntimeError):
+        compile_tiny(tmp_path / "b", steps=2)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_tampered_bundle_is_refused(tmp_path):
+    b = compile_tiny(tmp_path / "b", steps=2)
+    w = b / "model" / "kept_weights.safetensors"
+    data = bytearray(w.read_bytes())
+    data[-1] ^= 0xFF
+    w.write_bytes(bytes(data))
+    with pytest.raises(BundleError, match="kept_weights.safetensors"):
+        read_manifest(b)
+
+
+def test_train_refuses_a_folder_that_is_not_a_bundle(tmp_path, capsys):
+    code, _, err = _run(capsys, "train", str(tmp_path))
+    assert code == 2 and "not a bundle" in err
+
+
+@pytest.mark.parametrize("name", ["flux-tiny", "sana-tiny"])
+def test_a_local_diffusers_folder_loads_and_compiles(name, tmp_path):
+    spec = resolve_spec(name)
+    transformer, vae = build_transformer(spec), build_vae(spec)
+    folder = save_pipeline_folder(spec, transformer, vae, tmp_path / "model")
+    local = resolve_spec(str(folder))
+    assert local.arch == spec.arch and local.source != "builtin"
+    loaded = build_transformer(local)
+    for (k, a), (_, b) in zip(transformer.state_dict().items(), loaded.state_dict().items()):
+        assert torch.equal(a, b), k
+    b = compile_tiny(tmp_path / "bundle", str(folder), steps=2)
+    assert read_manifest(b)["model"]["source"] == str(folder.resolve())
+
+
+def test_real_size_configs_build_on_the_meta_device():
+    from ditskip_edge.models.views import block_names_of
+    sizes = {}
+    for name, blocks in (("flux-dev", 57), ("sana-1600m", 20), ("sana-600m", 28)):
+        m = build_transformer(resolve_spec(name), device="meta")
+        assert len(block_names_of(m)) == blocks
+        sizes[name] = sum(p.numel() for p in m.parameters())
+    assert 11.5e9 < sizes["flux-dev"] < 12.5e9
+    assert 1.4e9 < sizes["sana-1600m"] < 1.8e9 and 0.5e9 < sizes["sana-600m"] < 0.7e9
+
+
+def test_a_local_pipeline_folder_with_real_text_encoders_conditions_on_the_prompt(tmp_path):
+    """No hash encoder marker: the folder's own CLIP + T5 encode the prompt (through FluxPipeline.encode_prompt)."""
+    from safetensors.torch import load_file
+    from tiny_pipeline import save_tiny_flux_pipeline
+    folder = save_tiny_flux_pipeline(tmp_path / "pipe")
+    spec = resolve_spec(str(folder))
+    assert spec.text.kind == "pipeline"
+    a, b = encode_prompt(spec, "a photo of sks toy"), encode_prompt(spec, "a photo of sks dog")
+    assert a["txt"].shape == (1, 512, 32) and a["pooled"].shape == (1, 32)
+    assert not torch.equal(a["txt"], b["txt"])
+    bundle = compile_tiny(tmp_path / "bundle", str(folder), steps=2)
+    stored = load_file(str(bundle / "subject" / "text_conditioning.safetensors"))
+    assert torch.equal(stored["txt"], a["txt"])

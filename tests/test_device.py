@@ -1,0 +1,106 @@
+"""Device tests: a bundle trained in a separate runtime-only process under a memory cap (device_tests/runner.py).
+
+Properties protected:
+- a tiny bundle trains under the cap derived from its own memory prediction, the child imports no compiler /
+  diffusers / peft / torchao / onnx module, its resident peak fits the budget, and it writes a LoRA;
+- under a cap well below the prediction the run fails cleanly (exit 3, "out of memory under the cap", no traceback
+  needed to understand it) and leaves the previous checkpoint byte-identical and usable;
+- a run killed (SIGKILL) mid-schedule resumes from its checkpoint and ends with the same LoRA, bit for bit, as an
+  uninterrupted run.
+Runtimes whose trainer is not on this branch are skipped by name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from device_tests.runner import file_appeared, run_device
+
+from device_fixtures import TRAINER_MODULES, available, bundle_for
+
+# Each runtime's run-folder checkpoint, written atomically by its trainer (tmp + rename).
+CHECKPOINTS = {"ort": "ort_checkpoint", "executorch": "checkpoint_executorch.npz"}
+
+RUNTIMES = [pytest.param(r, marks=pytest.mark.skipif(not available(r), reason=f"{TRAINER_MODULES[r]} not on this "
+                                                                               f"branch"))
+            for r in ("executorch", "ort")]
+
+
+@pytest.fixture
+def bundles(tmp_path_factory):
+    return lambda runtime: bundle_for(runtime, tmp_path_factory)
+
+
+def _lora(run) -> dict[str, np.ndarray]:
+    from safetensors.numpy import load_file
+    return load_file(run.summary["lora"])
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_tiny_bundle_trains_under_its_predicted_cap(bundles, tmp_path, runtime):
+    run = run_device(bundles(runtime), runtime, tmp_path / "run")
+    assert run.status == "ok", run.message
+    assert run.result["host_modules_loaded"] == []
+    if runtime == "ort":
+        assert run.result["torch_loaded"] is False
+    assert run.result["rlimit_as_bytes"] > run.result["baseline"]["vm_size_bytes"]
+    assert run.rss_within_budget, (run.peak_rss_bytes, run.baseline_rss_bytes, run.budget_bytes)
+    assert run.prediction["bytes"] > 0 and run.prediction["source"] in ("planner", "memory_report")
+    assert len(run.timeline) >= 2 and run.peak_rss_bytes >= run.baseline_rss_bytes
+    losses = run.summary["losses"]
+    assert len(losses) == 6 and all(math.isfinite(x) for x in losses)
+    lora = _lora(run)
+    assert lora and all(k.startswith("transformer.") and ".lora_" in k for k in lora)
+    assert (Path(run.run_dir) / "device_run.json").is_file()
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_cap_far_below_prediction_fails_cleanly_and_keeps_the_checkpoint(bundles, tmp_path, runtime):
+    device_bundle = bundles(runtime)
+    run_dir = tmp_path / "run"
+    first = run_device(device_bundle, runtime, run_dir, steps=2)
+    assert first.status == "ok", first.message
+    ckpt = run_dir / CHECKPOINTS[runtime]
+    before = _sha(ckpt)
+
+    starved = run_device(device_bundle, runtime, run_dir, budget_bytes=int(first.prediction["bytes"] * 0.1),
+                         reserve=False)
+    assert starved.status == "out_of_memory", starved.message
+    assert starved.returncode == 3
+    assert "out of memory under the cap" in starved.message and "RLIMIT_AS" in starved.message
+    assert _sha(ckpt) == before, "the failed run changed the checkpoint"
+    assert not list(run_dir.glob("*.tmp")), "the failed run left a half-written file"
+
+    resumed = run_device(device_bundle, runtime, run_dir)
+    assert resumed.status == "ok", resumed.message
+    assert resumed.summary["resumed_from_step"] == 2 and len(resumed.summary["losses"]) == 6
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_killed_run_resumes_to_the_same_lora(bundles, tmp_path, runtime):
+    device_bundle = bundles(runtime)
+    whole = run_device(device_bundle, runtime, tmp_path / "whole")
+    assert whole.status == "ok", whole.message
+
+    run_dir = tmp_path / "killed"
+    killed = run_device(device_bundle, runtime, run_dir, kill_when=file_appeared(CHECKPOINTS[runtime]))
+    assert killed.status == "killed" and killed.returncode == -9, (killed.status, killed.message)
+    assert not (run_dir / "lora").exists()
+
+    resumed = run_device(device_bundle, runtime, run_dir)
+    assert resumed.status == "ok", resumed.message
+    assert 1 <= resumed.summary["resumed_from_step"] < 6
+    assert resumed.summary["losses"] == whole.summary["losses"]
+    a, b = _lora(whole), _lora(resumed)
+    assert a.keys() == b.keys()
+    for k in a:
+        assert np.array_equal(a[k], b[k]), k

@@ -1,0 +1,105 @@
+"""The memory planner: predictions from fake tensors match what eager allocates; the plan command's contract."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from ditskip_edge.cli import main
+from ditskip_edge.models.specs import builtin_spec
+from ditskip_edge.planner.memory import MemoryPlan, program_preexisting, trace_step
+from ditskip_edge.planner.program import StepConfig, build_step_program
+from ditskip_edge.planner.split import split_for_ratio
+from ditskip_edge.planner.tracker import SavedTensorBytes, StepMemoryTracker
+
+TOLERANCE = 0.02   # fake-tensor prediction vs eager live-tensor bytes, relative
+
+
+def _eager_step_bytes(cfg: StepConfig) -> dict:
+    prog = build_step_program(cfg, device="cpu")
+    pre = program_preexisting(prog)
+    saved, tracker = SavedTensorBytes(pre), StepMemoryTracker(pre)
+    with tracker:
+        with saved():
+            loss = prog.loss()
+        loss.backward()
+    return {"frozen": prog.frozen_bytes(), "lora": prog.lora_bytes(), "peak": tracker.peak_bytes,
+            "saved": saved.bytes, "inputs": sum(prog.input_bytes().values())}
+
+
+@pytest.mark.parametrize("model,bits", [("flux-tiny", 32), ("flux-tiny", 8), ("sana-tiny", 4)])
+def test_predicted_weight_and_activation_bytes_match_eager(model, bits):
+    spec = builtin_spec(model)
+    cfg = StepConfig(spec, resolution_px=spec.train_px, text_tokens=8, n_front=1, n_back=2, rank=4, bits=bits)
+    predicted = trace_step(cfg, attention="flash", count_flops=False)
+    measured = _eager_step_bytes(cfg)
+    assert predicted.frozen_weights_bytes == measured["frozen"]
+    assert predicted.lora_params_bytes == measured["lora"]
+    assert predicted.saved_activations_bytes == measured["saved"]
+    assert abs(predicted.activation_arena_bytes / measured["peak"] - 1) <= TOLERANCE
+    assert (predicted.cache_entry_bytes + predicted.text_conditioning_bytes + predicted.noise_bytes
+            == measured["inputs"])
+
+
+def test_quantized_weights_predict_less_frozen_memory_and_recompute_saves_no_weights():
+    spec = builtin_spec("flux-tiny")
+    base = dict(spec=spec, resolution_px=spec.train_px, text_tokens=8, n_front=1, n_back=2, rank=4)
+    fp32, int8, int4 = (trace_step(StepConfig(**base, bits=b), count_flops=False) for b in (32, 8, 4))
+    int8_saved = trace_step(StepConfig(**base, bits=8, recompute_dequant=False), count_flops=False)
+    assert fp32.frozen_weights_bytes > int8.frozen_weights_bytes > int4.frozen_weights_bytes
+    # autograd keeping each dequantized weight costs about the fp32 kept linears again
+    assert int8_saved.saved_activations_bytes > int8.saved_activations_bytes
+
+
+def test_skipping_more_blocks_predicts_less_memory():
+    spec = builtin_spec("sana-tiny")
+    peaks = []
+    for front, back in [(0, 0), (0, 1), (1, 1), (2, 1), (2, 2), (3, 2)]:
+        tr = trace_step(StepConfig(spec, resolution_px=spec.train_px, text_tokens=8, n_front=front, n_back=back,
+                                   rank=4, bits=8), attention="math", count_flops=False)
+        peaks.append(MemoryPlan.from_trace(tr, 0).peak_bytes)
+    assert all(a > b for a, b in zip(peaks, peaks[1:])), peaks
+
+
+def test_paper_splits_for_flux_and_a_documented_default_otherwise():
+    assert (split_for_ratio(57, 0.5).n_front, split_for_ratio(57, 0.5).n_back) == (19, 10)
+    assert (split_for_ratio(57, 0.3).n_front, split_for_ratio(57, 0.3).n_back) == (7, 10)
+    assert (split_for_ratio(57, 0.4).n_front, split_for_ratio(57, 0.4).n_back) == (13, 10)
+    p = split_for_ratio(20, 0.5)
+    assert p.chosen_by == "default" and p.n_front + p.n_back == 10
+    assert split_for_ratio(20, None, 3, 1).n_front == 3
+
+
+def test_plan_json_prints_one_document_with_the_breakdown(capsys):
+    rc = main(["plan", "--model", "sana-tiny", "--skip-front", "1", "--skip-back", "2", "--bits", "8",
+               "--resolution", "256", "--text-tokens", "8", "--rank", "4", "--json"])
+    assert rc == 0
+    doc = json.loads(capsys.readouterr().out)
+    mem = doc["memory"]
+    parts = ["frozen_weights_bytes", "lora_params_bytes", "adamw_states_bytes", "activation_arena_bytes",
+             "step_inputs_bytes", "runtime_overhead_bytes"]
+    assert mem["peak_bytes"] == sum(mem[k] for k in parts)
+    assert all(mem[k] > 0 for k in parts)
+    assert doc["plan"]["kept"] == [1, 4] and doc["storage"]["cache_bytes"] > 0
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--model", "no-such-model", "--skip-ratio", "0.5"], "unknown model"),
+    (["--model", "sana-tiny", "--skip-ratio", "1.5"], "skip ratio must be in (0, 1)"),
+    (["--model", "sana-tiny", "--skip-ratio", "0.5", "--skip-front", "1"], "not both"),
+    (["--model", "sana-tiny", "--skip-front", "3", "--skip-back", "3"], "leaves no kept block"),
+    (["--model", "sana-tiny", "--skip-ratio", "0.5", "--resolution", "100"], "multiple of 32"),
+    (["--model", "sana-tiny"], "--skip-ratio"),
+])
+def test_bad_arguments_give_one_line_error(argv, needle, capsys):
+    assert main(["plan", *argv, "--json"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0] and err[0].startswith("ditskip-edge plan: error:")
+
+
+def test_bits_outside_16_8_4_is_rejected_by_the_parser(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["plan", "--model", "sana-tiny", "--skip-ratio", "0.5", "--bits", "3"])
+    assert e.value.code == 2 and "invalid choice" in capsys.readouterr().err
