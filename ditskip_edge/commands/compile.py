@@ -35,7 +35,8 @@ def register(sub) -> None:
     p.add_argument("--runtime", action="append", default=[], dest="runtimes",
                    help="also export the device programs for this runtime (repeatable): executorch | ort")
     p.add_argument("--cache-codec", default=DEFAULT_CODEC,
-                   help=f"residual-cache codec: fp32 | fp16 | int8-token | int8-channel | int8-gG | int8-tG | int4-gG | int4-tG | "
+                   help=f"residual-cache codec: fp32 | fp16 | int8-token | int8-channel | int8-gG | int8-tG | "
+                        f"int4-gG | int4-tG | "
                         f"lowrank-rR, or 'DEFAULT,name=CODEC,...' (default {DEFAULT_CODEC}; see cache-report)")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
     p.add_argument("--quant-bits", default="8", help="frozen-weight bits of the device programs: 16 (fp32), 8, 4; "
