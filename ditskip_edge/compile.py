@@ -35,7 +35,7 @@ from .models.views import block_names_of, make_view
 from .patch_sampling import PatchSampler
 from .plan import SkipPlan
 from .quantize import QuantSpec
-from .residual_cache import CacheWriter
+from .residual_cache import DEFAULT_CODEC, CacheCodec, CacheWriter
 from .sample_inputs import clean_latents, sample_noise
 from .schedule import Schedule, ScheduleConfig, make_schedule
 from .skip_model import compute_residuals
@@ -47,6 +47,7 @@ SCHEDULE_FILE = "subject/schedule.json"
 TEXT_FILE = "subject/text_conditioning.safetensors"
 CACHE_DIR = "subject/cache"
 PHOTOS_DIR = "subject/photos"
+CACHE_WARN_REL_ERROR = 0.05     # compile warns when a residual's coding error exceeds this (||d_hat - d|| / ||d||)
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,7 @@ class CompileRequest:
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
     lora: LoraSpec = field(default_factory=LoraSpec)
     optimizer: OptimizerSpec = field(default_factory=OptimizerSpec)
+    cache_codec: str = DEFAULT_CODEC      # residual-cache codec spec (ditskip_edge/cache/codecs.py)
     overwrite: bool = False
     runtimes: list[str] = field(default_factory=list)           # device runtimes to compile programs for
     quant: QuantSpec = field(default_factory=QuantSpec)         # ort: frozen weights in the device programs
@@ -122,7 +124,8 @@ def compile_model_stage(writer: BundleWriter, spec: ModelSpec, transformer: nn.M
 
 
 def compile_subject_stage(writer: BundleWriter, spec: ModelSpec, transformer: nn.Module, vae: nn.Module,
-                          photos: list[Photo], prompt: str, schedule_cfg: ScheduleConfig, plan: SkipPlan) -> dict:
+                          photos: list[Photo], prompt: str, schedule_cfg: ScheduleConfig, plan: SkipPlan,
+                          cache_codec: str = DEFAULT_CODEC) -> dict:
     schedule = make_schedule(schedule_cfg, [tuple(p.pixels.shape[1:]) for p in photos], [p.name for p in photos])
     schedule.save(writer.path(SCHEDULE_FILE))
     for i, p in enumerate(photos):
@@ -134,7 +137,7 @@ def compile_subject_stage(writer: BundleWriter, spec: ModelSpec, transformer: nn
     sampler = PatchSampler(schedule_cfg.s_min_px)
     encoder = LatentEncoder(spec.arch, vae)
     identity = cache_identity(spec, plan, schedule)
-    cache = CacheWriter(writer.path(CACHE_DIR), identity)
+    cache = CacheWriter(writer.path(CACHE_DIR), identity, cache_codec)
     t0 = time.perf_counter()
     for s in tqdm(schedule.samples, desc="residual cache", unit="sample", leave=False):
         x0 = clean_latents(photos[s.photo].pixels, s, sampler, encoder)
@@ -143,10 +146,16 @@ def compile_subject_stage(writer: BundleWriter, spec: ModelSpec, transformer: nn
         residuals = compute_residuals(full_view, plan, x0, noise, t, cond)
         cache.add(s.index, {"x0": x0, **residuals})
     index = cache.finish()
+    for name, err in index["rel_error"].items():
+        if err["max"] > CACHE_WARN_REL_ERROR:
+            log.warning("residual cache codec %s: %s has relative error up to %.1f%% (mean %.1f%%); consider a finer "
+                        "--cache-codec", index["codec"]["spec"], name, 100 * err["max"], 100 * err["mean"])
     stage = {"schedule": SCHEDULE_FILE, "text_conditioning": TEXT_FILE, "cache": CACHE_DIR,
              "photos": [f"{PHOTOS_DIR}/{i:03d}.png" for i in range(len(photos))], "prompt": prompt,
              "num_samples": schedule.num_samples, "clamped_crops": schedule.clamped_samples,
-             "entry_shapes": index["shapes"], "seconds": round(time.perf_counter() - t0, 3)}
+             "entry_shapes": index["shapes"], "cache_codec": index["codec"]["spec"],
+             "cache_rel_error": index["rel_error"],
+             "cache_entry_bytes": index["entry_bytes"], "seconds": round(time.perf_counter() - t0, 3)}
     writer.manifest.update(schedule=schedule.to_json()["config"], subject_stage=stage)
     return stage
 
@@ -179,6 +188,7 @@ def compile_bundle(req: CompileRequest) -> dict:
     if sched.multiple_px != spec.pixel_multiple:
         sched = ScheduleConfig(**{**asdict(sched), "multiple_px": spec.pixel_multiple})
     sched.validate()
+    codec = CacheCodec.parse(req.cache_codec).spec      # a bad codec spec fails before any work
     photos = load_photos(req.images, sched.s_max_px)
     writer = BundleWriter(req.out, overwrite=req.overwrite)
     log.info("loading %s", spec.name)
@@ -189,9 +199,10 @@ def compile_bundle(req: CompileRequest) -> dict:
     with writer:
         writer.manifest["created_by"] = f"ditskip-edge {__version__}"
         model_stage = compile_model_stage(writer, spec, transformer, plan, req.lora, req.optimizer)
-        subject_stage = compile_subject_stage(writer, spec, transformer, vae, photos, req.prompt, sched, plan)
+        subject_stage = compile_subject_stage(writer, spec, transformer, vae, photos, req.prompt, sched, plan, codec)
         runtime_stages = {r: run_runtime_stage(r, writer, req) for r in req.runtimes}
     return {"bundle": str(Path(req.out).resolve()), "model": spec.name, "plan": plan.to_json(),
             "kept_blocks": len(plan.kept), "num_samples": subject_stage["num_samples"],
             "clamped_crops": subject_stage["clamped_crops"], "kept_weight_bytes": model_stage["kept_weight_bytes"],
+            "cache_codec": codec, "cache_entry_bytes": subject_stage["cache_entry_bytes"],
             **({"runtimes": runtime_stages} if runtime_stages else {})}

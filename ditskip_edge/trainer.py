@@ -2,7 +2,8 @@
 
     for step in steps:                       # one optimizer step = grad_accum scheduled samples
         for sample in schedule.samples_for_step(step):
-            loss = skip_model(x0, noise, t, text, residuals) / grad_accum ; loss.backward()
+            loss = step(x0, noise, t, text, encoded cache entry) / grad_accum ; loss.backward()
+                                             # TrainingStep: the cache decoder runs inside the step
         adamw.step(); zero_grad()
         checkpoint every N steps (atomic); log loss
 
@@ -25,6 +26,7 @@ from .bundle_model import OpenBundle, build_skip_model, open_bundle
 from .errors import UserError
 from .lora import lora_state_dict, save_lora
 from .sample_inputs import sample_noise
+from .training_step import TrainingStep
 
 log = logging.getLogger(__name__)
 CHECKPOINT = "checkpoint.pt"
@@ -40,7 +42,9 @@ class TrainConfig:
 
 
 def sample_batch(b: OpenBundle, sample) -> tuple:
-    entry = b.cache.read(sample.index)
+    """One scheduled sample's inputs: x0 [1, C, h, w] fp32, noise, t [1], and the *encoded* cache entry (the
+    residual parts as stored, decoded by the TrainingStep's decoder)."""
+    entry = b.cache.read_encoded(sample.index)
     x0 = entry.pop("x0")
     noise = sample_noise(sample, tuple(x0.shape))
     return x0, noise, torch.tensor([sample.t], dtype=torch.float32), entry
@@ -55,6 +59,7 @@ def _atomic_save(obj, path: Path) -> None:
 def train_eager(bundle_dir: str | Path, cfg: TrainConfig) -> dict:
     b = open_bundle(bundle_dir)
     model, transformer, names = build_skip_model(b)
+    step_fn = TrainingStep(model, b.cache.decoder())
     total = b.schedule.config.steps if cfg.steps is None else cfg.steps
     if total > b.schedule.config.steps or total < 0:
         raise UserError(f"--steps {total}: the bundle's schedule has {b.schedule.config.steps} steps")
@@ -86,8 +91,8 @@ def train_eager(bundle_dir: str | Path, cfg: TrainConfig) -> dict:
     for step in bar:
         step_loss = 0.0
         for s in b.schedule.samples_for_step(step):
-            x0, noise, t, residuals = sample_batch(b, s)
-            loss = model(x0, noise, t, b.cond, residuals) / accum
+            x0, noise, t, entry = sample_batch(b, s)
+            loss = step_fn(x0, noise, t, b.cond, entry) / accum
             loss.backward()
             step_loss += loss.item()
         opt.step()
@@ -107,6 +112,7 @@ def train_eager(bundle_dir: str | Path, cfg: TrainConfig) -> dict:
                "steps": total, "resumed_from_step": start, "losses": losses,
                "final_loss": losses[-1] if losses else None, "lora": str(lora_path.resolve()),
                "trainable_params": sum(p.numel() for p in params),
+               "cache_codec": b.cache.codec.spec,
                "seconds_per_step": round(seconds / max(done_now, 1), 4)}
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary

@@ -55,7 +55,7 @@ class StepModule:
 
 def example_step_inputs(b: OpenBundle, sample_index: int = 0):
     s = b.schedule.samples[sample_index]
-    entry = dict(b.cache.read(s.index))
+    entry = dict(b.cache.read_encoded(s.index))     # as stored: the program decodes in-graph (issue 4 codecs)
     x0 = entry.pop("x0")
     noise = sample_noise(s, tuple(x0.shape))
     return flatten_step_inputs(x0, noise, torch.tensor([s.t], dtype=torch.float32), b.cond, entry)
@@ -67,6 +67,8 @@ def build_step(b: OpenBundle, quant: QuantSpec, decoder: nn.Module | None = None
     skip_model, transformer, _ = build_skip_model(b)
     n_q = quantize_frozen_linears(skip_model.view, quant)
     names, example = example_step_inputs(b)
+    if decoder is None:
+        decoder = b.cache.decoder()                 # the bundle's cache codec, decoded inside the step
     flat = FlatTrainingStep(TrainingStep(skip_model, decoder), names).eval()
     return StepModule(flat, names, example, program_lora_keys(flat, transformer), transformer, n_q)
 

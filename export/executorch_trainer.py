@@ -96,13 +96,21 @@ class BundleData:
         self.cache_index = json.loads((self.cache_dir / "cache_index.json").read_text())
         self.photos = stage["photos"]
         self._load = load_file
+        self._reader = None
 
     def samples_for_step(self, step: int) -> list:
         a = int(self.config["grad_accum"])
         return self.samples[step * a:(step + 1) * a]
 
     def entry(self, index: int) -> dict[str, np.ndarray]:
-        return self._load(str(self.cache_dir / self.cache_index["entries"][index]))
+        """One sample's cache entry as stored: per-sample safetensors (contract v1) or, for the sharded cache
+        (issue 4, `layout` in the index), that sample's bytes read from its shard and checked against its SHA-256."""
+        if "layout" not in self.cache_index:
+            return self._load(str(self.cache_dir / self.cache_index["entries"][index]))
+        if self._reader is None:
+            from ditskip_edge.cache.store import CacheReader
+            self._reader = CacheReader(self.cache_dir)
+        return {k: v.numpy() for k, v in self._reader.read_encoded(index).items()}
 
     def photo_pixels(self, photo: int) -> np.ndarray:
         """[1, 3, H, W] float32 in [-1, 1], decoded from the bundle's PNG as images.normalise does."""
@@ -128,7 +136,8 @@ def step_inputs(program: dict, data: BundleData, sample: list, x0: np.ndarray | 
             raise BundleError(f"program input {spec['name']!r} has no source in the bundle")
         if list(a.shape) != list(spec["shape"]):
             raise BundleError(f"program input {spec['name']}: shape {list(a.shape)}, program expects {spec['shape']}")
-        out.append(torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32)))
+        # the program's input dtype: float32, or the cache codec's stored dtype (int8 / uint8 codes, fp16 scales)
+        out.append(torch.from_numpy(np.ascontiguousarray(a, dtype=np.dtype(spec.get("dtype", "float32")))))
     return out
 
 

@@ -53,8 +53,8 @@ class EagerReference:
         b = open_bundle(bundle)
         self.model, self.transformer, self.names = build_skip_model(b)
         quantize_frozen_linears(self.model.view, QuantSpec(bits=b.manifest["programs"]["ort"]["quant"]["bits"]))
-        entry = b.cache.read(0)
-        self.step = OrtStep(TrainingStep(self.model), StepSignature.of(b.cond, entry))
+        entry = b.cache.read_encoded(0)       # as stored; the bundle's codec decodes inside the step (issue 4)
+        self.step = OrtStep(TrainingStep(self.model, b.cache.decoder()), StepSignature.of(b.cond, entry))
         self.params = {n: p for n, p in self.transformer.named_parameters() if p.requires_grad}
         # start from the program's checkpoint: peft draws LoRA A afresh (unseeded) in every build_skip_model
         state, _, _ = open_training(OrtBundle(bundle))

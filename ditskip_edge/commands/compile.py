@@ -7,6 +7,7 @@ from ..compile import CompileRequest, OptimizerSpec, compile_bundle
 from ..lora import LoraSpec
 from ..models.loading import resolve_spec
 from ..quantize import QuantSpec
+from ..residual_cache import DEFAULT_CODEC
 from ..schedule import ScheduleConfig
 
 
@@ -33,6 +34,10 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--runtime", action="append", default=[], dest="runtimes",
                    help="also export the device programs for this runtime (repeatable): executorch | ort")
+    p.add_argument("--cache-codec", default=DEFAULT_CODEC,
+                   help=f"residual-cache codec: fp32 | fp16 | int8-token | int8-channel | int8-gG | int8-tG | "
+                        f"int4-gG | int4-tG | "
+                        f"lowrank-rR, or 'DEFAULT,name=CODEC,...' (default {DEFAULT_CODEC}; see cache-report)")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
     p.add_argument("--quant-bits", default="8", help="frozen-weight bits of the device programs: 16 (fp32), 8, 4; "
                                                      "executorch takes a comma-separated list, ort the first value")
@@ -52,6 +57,7 @@ def run(args) -> dict:
     req = CompileRequest(model=args.model, images=args.images, prompt=args.prompt, out=args.out,
                          n_front=args.skip_front, n_back=args.skip_back, skip_ratio=args.skip_ratio,
                          schedule=sched, lora=lora, optimizer=OptimizerSpec(lr=args.lr), overwrite=args.force,
+                         cache_codec=args.cache_codec,
                          runtimes=args.runtimes, quant=QuantSpec(bits=int(args.quant_bits.split(",")[0])),
                          runtime_options={"executorch": {
                              "quant_bits": [int(b) for b in args.quant_bits.split(",") if b],
