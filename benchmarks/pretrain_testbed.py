@@ -10,7 +10,7 @@ captioned scenes (ditskip_edge/testbed/scenes.py), rectified flow in pixel space
 Writes ditskip_edge/assets/flux-testbed/transformer.safetensors (+ pretrain_log.json with the command, seed,
 machine, steps, losses). Run under `nice -n 19` on a shared machine:
 
-    nice -n 19 python benchmarks/pretrain_testbed.py --minutes 35 --threads 2
+    nice -n 19 python benchmarks/pretrain_testbed.py --minutes 36 --threads 1
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def jittered(scene, rnd: random.Random):
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--minutes", type=float, default=35.0, help="wall-clock budget for the training loop")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)   # 2 threads on a shared 2-core machine spin in OpenMP barriers: 10x slower
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--captions", type=int, default=2048)
