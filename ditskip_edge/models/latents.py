@@ -27,7 +27,8 @@ class PixelAutoencoder(nn.Module):
         super().__init__()
         self.factor = int(factor)
         self.config = SimpleNamespace(scaling_factor=1.0, shift_factor=0.0, kind="pixel", factor=self.factor,
-                                      in_channels=int(in_channels))
+                                      in_channels=int(in_channels),
+                                      latent_channels=int(in_channels) * self.factor ** 2)
 
     def encode(self, image: torch.Tensor) -> torch.Tensor:
         return F.pixel_unshuffle(image, self.factor)

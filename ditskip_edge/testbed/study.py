@@ -5,8 +5,9 @@
                                   -> load into the full diffusers model -> generate eval prompts x seeds -> score
     -> table (per method, pooled over subjects, 95% CI) + per-subject rows + grids + the orderings the paper reports
 
-Methods (PAPER.md): full LoRA (plan 0/0); BlockSkip 30% and 50% (plans from `ditskip_edge.selection.select_plan`
-when that module exists, else the paper's FLUX splits scaled to this model's blocks); the ablations at the 50% plan:
+Methods (PAPER.md): full LoRA (plan 0/0); BlockSkip 30% and 50% (splits chosen per subject by
+`ditskip_edge.selection` (cross-attention masking, as `compile --skip-ratio` does) when that module exists, else the
+paper's FLUX splits scaled to this model's blocks, or fixed with StudyConfig.fixed_plans); the ablations at the 50% plan:
 no residual (residuals zeroed), fixed resize (no dynamic patches); and skipping the first / last 50% of blocks.
 
 Hooks for work written in parallel:
@@ -61,6 +62,27 @@ def default_plans(num_blocks: int) -> dict[str, tuple[int, int, str]]:
     splits (30%: 7 front / 10 back; 50%: 19 / 10 of 57 blocks) scaled to `num_blocks`."""
     k30, k50 = int(round(0.3 * num_blocks)), int(round(0.5 * num_blocks))
     return {"30": (*_split(k30, 7 / 17), "paper split scaled"), "50": (*_split(k50, 19 / 29), "paper split scaled")}
+
+
+def selected_plans(subject_dir: Path, seed: int = 0) -> dict[str, tuple[int, int, str]] | None:
+    """30% / 50% splits chosen by cross-attention masking (ditskip_edge.selection, the same verb
+    `compile --skip-ratio` uses) on the base model with the subject's photos; None when that module is absent."""
+    try:
+        from ..selection import SelectionConfig, make_probe, select_splits
+    except ImportError:
+        return None
+    from ..images import load_photos
+    from ..models.loading import build_transformer, build_vae
+    from ..plan import skip_budget
+    spec = resolve_spec(MODEL)
+    transformer, vae = build_transformer(spec), build_vae(spec)
+    num_blocks = spec.transformer_config["num_layers"] + spec.transformer_config["num_single_layers"]
+    probe = make_probe(spec, transformer, vae, load_photos(subject_dir, spec.data_px), SUBJECT_PROMPT, seed,
+                       SelectionConfig())
+    ratios = {"30": 0.3, "50": 0.5}
+    results = select_splits(probe, [skip_budget(num_blocks, r) for r in ratios.values()], list(ratios.values()))
+    how = f"selection ({probe.config.method}, {getattr(probe.embedder, 'name', '?')})"
+    return {key: (r["chosen"][0], r["chosen"][1], how) for key, r in zip(ratios, results)}
 
 
 def methods(num_blocks: int, plans: dict[str, tuple[int, int, str]] | None = None) -> dict[str, Method]:
@@ -126,6 +148,7 @@ class StudyConfig:
     guidance: float = 3.0
     n_references: int = 5
     keep_bundles: bool = False
+    fixed_plans: bool = False                # True: the paper's splits scaled, no selection
 
 
 def personalize(subject_dir: Path, work: Path, method: Method, cfg: StudyConfig) -> tuple[Path, dict]:
@@ -159,8 +182,7 @@ def personalize(subject_dir: Path, work: Path, method: Method, cfg: StudyConfig)
 def run_study(cfg: StudyConfig, command: str = "") -> dict:
     spec = resolve_spec(MODEL)
     num_blocks = spec.transformer_config["num_layers"] + spec.transformer_config["num_single_layers"]
-    all_methods = methods(num_blocks)
-    chosen = [all_methods[m] for m in (cfg.methods or list(all_methods))]
+    names = cfg.methods or list(methods(num_blocks))
     prompts = eval_prompts()[: cfg.prompts]
     gen_prompts = [p for p, _ in prompts for _ in cfg.seeds]
     gen_bgs = [bg for _, bg in prompts for _ in cfg.seeds]
@@ -168,7 +190,7 @@ def run_study(cfg: StudyConfig, command: str = "") -> dict:
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     work_root = out / "work"
-    rows, per_subject, t_start = {}, {}, time.perf_counter()
+    rows, per_subject, t_start, all_chosen = {}, {}, time.perf_counter(), {}
     pooled: dict[str, dict[str, list[float]]] = {}
     base = load_model(spec)
     for sname in cfg.subjects:
@@ -178,6 +200,9 @@ def run_study(cfg: StudyConfig, command: str = "") -> dict:
         sdir.mkdir(parents=True, exist_ok=True)
         for i, r in enumerate(refs):
             to_uint8_image(r).save(sdir / f"{i:02d}.png")
+        plans = None if cfg.fixed_plans else selected_plans(sdir, cfg.train_seed)
+        chosen = [methods(num_blocks, plans)[m] for m in names]
+        all_chosen.update({f"{m.name}@{sname}": asdict(m) for m in chosen})
         images = {"base (no LoRA)": generate(spec, base, gen_prompts, gen_seeds, cfg.sample_steps, cfg.guidance)}
         info = {"base (no LoRA)": {}}
         for m in chosen:
@@ -200,7 +225,7 @@ def run_study(cfg: StudyConfig, command: str = "") -> dict:
               "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
               "seconds": round(time.perf_counter() - t_start, 1), "model": spec.to_json(),
               "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
-              "methods": {m.name: asdict(m) for m in chosen}, "prompts": [p for p, _ in prompts],
+              "methods": all_chosen, "prompts": [p for p, _ in prompts],
               "table": rows, "per_subject": per_subject, "orderings": orderings(rows)}
     return result
 
@@ -258,12 +283,16 @@ def to_markdown(result: dict) -> str:
              "|---|---|---|---|---|---|"]
     for n in names:
         r = result["table"][n]
-        mth = result["methods"].get(n)
-        plan = f"{mth['n_front']}/{mth['n_back']}" + ("" if mth["dynamic_patches"] else ", fixed resize") + \
-            (", zeroed residuals" if mth["zero_residuals"] else "") if mth else "-"
+        ms = [m for k, m in result["methods"].items() if k.split("@")[0] == n]
+        plan = ", ".join(sorted({f"{m['n_front']}/{m['n_back']}" for m in ms})) + \
+            ("" if not ms or ms[0]["dynamic_patches"] else ", fixed resize") + \
+            (", zeroed residuals" if ms and ms[0]["zero_residuals"] else "") if ms else "-"
         cells = [f"{r[k]['mean']:.3f} +- {r[k]['ci95']:.3f}" for k in
                  ("subject_sim", "colour_ok", "shape_iou", "background_ok")]
         lines.append(f"| {n} | {plan} | " + " | ".join(cells) + " |")
+    notes = sorted({f"{k.split('@')[0]} {m['n_front']}/{m['n_back']} on {k.split('@')[1]}: {m['note']}"
+                    for k, m in result["methods"].items() if k.startswith("blockskip_")})
+    lines += ["", "Splits (front/back of 12 blocks):", ""] + [f"- {n}" for n in notes]
     lines += ["", "## The paper's orderings on this testbed", ""]
     for label, c in result["orderings"].items():
         vals = ", ".join(f"{k} {v}" for k, v in c.items() if k != "holds")
