@@ -20,6 +20,9 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from _meta import provenance                                                   # noqa: E402
 
 from ditskip_edge.testbed.study import StudyConfig, run_study, to_markdown   # noqa: E402
 
@@ -45,9 +48,9 @@ def main() -> int:
                       guidance=args.guidance, methods=args.methods)
     if args.subjects:
         cfg.subjects = args.subjects
-    command = "python " + " ".join([str(Path(sys.argv[0]).relative_to(ROOT)) if Path(sys.argv[0]).is_absolute()
-                                    else sys.argv[0]] + sys.argv[1:])
-    result = run_study(cfg, command)
+    prov = provenance()
+    result = run_study(cfg, prov["command"])
+    result["machine"] = f"{prov['machine']}; {torch.get_num_threads()} torch thread(s), shared with other jobs"
     out = Path(args.out)
     (out / "personalization_study.json").write_text(json.dumps(result, indent=1))
     (out / "personalization_study.md").write_text(to_markdown(result))

@@ -259,7 +259,7 @@ def _save_grid(path: Path, refs: list[torch.Tensor], images: dict[str, torch.Ten
     rows = [ref_row] + list(images.values())
     padded = [torch.cat([r, torch.ones(cols - len(r), *r.shape[1:])]) if len(r) < cols else r[:cols] for r in rows]
     g = grid(torch.cat(padded), cols)
-    im = to_uint8_image(g * 2 - 1 if False else g)
+    im = to_uint8_image(g)
     im.resize((im.width * 3, im.height * 3), 0).save(path)
 
 
