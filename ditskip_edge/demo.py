@@ -2,7 +2,7 @@
 with BlockSkip 50%, and show the subject being learned.
 
     reference photos of the held-out "teal star" -> demo_out/photos/
-    ditskip-edge compile --model flux-testbed ... --skip-front 4 --skip-back 2   (6 of 12 blocks skipped)
+    ditskip-edge compile --model flux-testbed ... --skip-ratio 0.5   (6 of 12 blocks; split chosen by selection)
     ditskip-edge train demo_out/bundle                                           (eager runtime)
     LoRA -> full diffusers model (load_lora_adapter) -> "a photo of sks toy on a <colour> background"
     -> demo_out/before_after.png (rows: references, before, after) and subject similarity before -> after
@@ -41,7 +41,7 @@ def main() -> int:
         to_uint8_image(r).save(photos / f"{i:02d}.png")
     bundle = OUT / "bundle"
     args = ["compile", "--model", "flux-testbed", "--images", str(photos), "--prompt", SUBJECT_PROMPT,
-            "--skip-front", "4", "--skip-back", "2", "--steps", "150", "--rank", "4", "--lr", "1e-3",
+            "--skip-ratio", "0.5", "--steps", "400", "--rank", "8", "--lr", "1e-2",
             "--out", str(bundle), "--force"]
     if cli_main(args) != 0:
         return 1

@@ -6,7 +6,7 @@ float32 [3, 64, 64] in [-1, 1].
 
 Held-out subjects (SUBJECTS) use shapes and colours the pretraining never shows (heart, star, bowtie; pink, teal,
 brown, cyan): a distinctive object, 5 reference photos each (varied size, placement, background), and prompts
-that put "sks toy" on backgrounds the references never show.
+that put "sks toy" on backgrounds the references never show (in the captions' own phrasing).
 """
 
 from __future__ import annotations
@@ -163,13 +163,13 @@ SUBJECTS: dict[str, Subject] = {
     "brown_bowtie": Subject("brown_bowtie", "bowtie", (140, 80, 35), "striped", (90, 230, 230), None,
                             ("white", "blue")),
 }
-SUBJECT_PROMPT = "a photo of sks toy"
+SUBJECT_PROMPT = "a large sks toy in the center"      # size and placement words the model knows; "sks toy" it does not
 EVAL_BACKGROUNDS = ("green", "black", "yellow", "purple")
 
 
 def eval_prompts() -> list[tuple[str, str]]:
     """(prompt, requested background colour name): backgrounds the references never show."""
-    return [(f"a photo of sks toy on a {bg} background", bg) for bg in EVAL_BACKGROUNDS]
+    return [(f"a large sks toy in the center, on a {bg} background", bg) for bg in EVAL_BACKGROUNDS]
 
 
 def reference_images(subject: Subject, n: int = 5, px: int = SCENE_PX, seed: int = 0) -> list[torch.Tensor]:
