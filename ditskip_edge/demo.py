@@ -30,7 +30,7 @@ def main() -> int:
     from .models.loading import resolve_spec
     from .testbed.metrics import score_images
     from .testbed.sampling import generate, grid, load_model
-    from .testbed.scenes import SUBJECT_PROMPT, SUBJECTS, eval_prompts, reference_images
+    from .testbed.scenes import SUBJECTS, eval_prompts, reference_images, subject_prompt
 
     torch.set_num_threads(1)   # 2 threads on a busy 2-core machine spin in OpenMP barriers
     subject = SUBJECTS[SUBJECT]
@@ -40,7 +40,7 @@ def main() -> int:
     for i, r in enumerate(refs):
         to_uint8_image(r).save(photos / f"{i:02d}.png")
     bundle = OUT / "bundle"
-    args = ["compile", "--model", "flux-testbed", "--images", str(photos), "--prompt", SUBJECT_PROMPT,
+    args = ["compile", "--model", "flux-testbed", "--images", str(photos), "--prompt", subject_prompt(subject),
             "--skip-ratio", "0.5", "--steps", "400", "--rank", "8", "--lr", "1e-2",
             "--out", str(bundle), "--force"]
     if cli_main(args) != 0:
@@ -50,7 +50,7 @@ def main() -> int:
     summary = json.loads((bundle / "runs" / "eager" / "summary.json").read_text())
 
     spec = resolve_spec("flux-testbed")
-    prompts = eval_prompts()
+    prompts = eval_prompts(subject)
     texts, bgs = [p for p, _ in prompts], [bg for _, bg in prompts]
     seeds = [0] * len(texts)
     before = generate(spec, load_model(spec), texts, seeds)

@@ -6,7 +6,8 @@ float32 [3, 64, 64] in [-1, 1].
 
 Held-out subjects (SUBJECTS) use shapes and colours the pretraining never shows (heart, star, bowtie; pink, teal,
 brown, cyan): a distinctive object, 5 reference photos each (varied size, placement, background), and prompts
-that put "sks toy" on backgrounds the references never show (in the captions' own phrasing).
+that put "a large sks <class noun> in the center" (DreamBooth's identifier + the nearest shape the model knows) on
+backgrounds the references never show.
 """
 
 from __future__ import annotations
@@ -149,6 +150,7 @@ class Subject:
     texture_colour: RGB
     inner: tuple[str, RGB, float] | None
     reference_backgrounds: tuple[str, ...]
+    class_word: str                    # DreamBooth's class noun: the nearest shape the model knows
 
     def scene(self, background: RGB, centre: tuple[float, float], half_extent_px: float) -> Scene:
         return Scene(self.shape, self.colour, self.texture, self.texture_colour, background, centre,
@@ -157,19 +159,23 @@ class Subject:
 
 SUBJECTS: dict[str, Subject] = {
     "pink_heart": Subject("pink_heart", "heart", (250, 110, 185), "dotted", (250, 250, 250), None,
-                          ("white", "blue")),
+                          ("white", "blue"), "circle"),
     "teal_star": Subject("teal_star", "star", (0, 160, 160), "plain", (0, 160, 160), ("circle", (245, 135, 25), 0.3),
-                         ("white", "blue")),
+                         ("white", "blue"), "cross"),
     "brown_bowtie": Subject("brown_bowtie", "bowtie", (140, 80, 35), "striped", (90, 230, 230), None,
-                            ("white", "blue")),
+                            ("white", "blue"), "bar"),
 }
-SUBJECT_PROMPT = "a large sks toy in the center"      # size and placement words the model knows; "sks toy" it does not
 EVAL_BACKGROUNDS = ("green", "black", "yellow", "purple")
 
 
-def eval_prompts() -> list[tuple[str, str]]:
+def subject_prompt(subject: Subject) -> str:
+    """The training prompt, DreamBooth-style: identifier + class noun, in the captions' phrasing."""
+    return f"a large sks {subject.class_word} in the center"
+
+
+def eval_prompts(subject: Subject) -> list[tuple[str, str]]:
     """(prompt, requested background colour name): backgrounds the references never show."""
-    return [(f"a large sks toy in the center, on a {bg} background", bg) for bg in EVAL_BACKGROUNDS]
+    return [(f"{subject_prompt(subject)}, on a {bg} background", bg) for bg in EVAL_BACKGROUNDS]
 
 
 def reference_images(subject: Subject, n: int = 5, px: int = SCENE_PX, seed: int = 0) -> list[torch.Tensor]:

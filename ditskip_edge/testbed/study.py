@@ -35,7 +35,7 @@ from ..models.loading import resolve_spec
 from ..schedule import ScheduleConfig
 from .metrics import mean_ci, score_images
 from .sampling import generate, grid, load_model
-from .scenes import SUBJECT_PROMPT, SUBJECTS, eval_prompts, reference_images
+from .scenes import SUBJECTS, eval_prompts, reference_images, subject_prompt
 
 MODEL = "flux-testbed"
 
@@ -64,7 +64,7 @@ def default_plans(num_blocks: int) -> dict[str, tuple[int, int, str]]:
     return {"30": (*_split(k30, 7 / 17), "paper split scaled"), "50": (*_split(k50, 19 / 29), "paper split scaled")}
 
 
-def selected_plans(subject_dir: Path, seed: int = 0) -> dict[str, tuple[int, int, str]] | None:
+def selected_plans(subject_dir: Path, prompt: str, seed: int = 0) -> dict[str, tuple[int, int, str]] | None:
     """30% / 50% splits chosen by cross-attention masking (ditskip_edge.selection, the same verb
     `compile --skip-ratio` uses) on the base model with the subject's photos; None when that module is absent."""
     try:
@@ -77,7 +77,7 @@ def selected_plans(subject_dir: Path, seed: int = 0) -> dict[str, tuple[int, int
     spec = resolve_spec(MODEL)
     transformer, vae = build_transformer(spec), build_vae(spec)
     num_blocks = spec.transformer_config["num_layers"] + spec.transformer_config["num_single_layers"]
-    probe = make_probe(spec, transformer, vae, load_photos(subject_dir, spec.data_px), SUBJECT_PROMPT, seed,
+    probe = make_probe(spec, transformer, vae, load_photos(subject_dir, spec.data_px), prompt, seed,
                        SelectionConfig())
     ratios = {"30": 0.3, "50": 0.5}
     results = select_splits(probe, [skip_budget(num_blocks, r) for r in ratios.values()], list(ratios.values()))
@@ -151,7 +151,7 @@ class StudyConfig:
     fixed_plans: bool = False                # True: the paper's splits scaled, no selection
 
 
-def personalize(subject_dir: Path, work: Path, method: Method, cfg: StudyConfig) -> tuple[Path, dict]:
+def personalize(subject_dir: Path, prompt: str, work: Path, method: Method, cfg: StudyConfig) -> tuple[Path, dict]:
     spec = resolve_spec(MODEL)
     if CODECS.get(method.codec, "missing") == "missing":
         raise NotImplementedError(f"cache codec {method.codec!r} is not available here (have {list(CODECS)})")
@@ -162,7 +162,7 @@ def personalize(subject_dir: Path, work: Path, method: Method, cfg: StudyConfig)
                            dynamic_patches=method.dynamic_patches)
     bundle = work / "bundle"
     t0 = time.perf_counter()
-    summary = compile_bundle(CompileRequest(model=MODEL, images=str(subject_dir), prompt=SUBJECT_PROMPT,
+    summary = compile_bundle(CompileRequest(model=MODEL, images=str(subject_dir), prompt=prompt,
                                             out=str(bundle), n_front=method.n_front, n_back=method.n_back,
                                             schedule=sched, lora=LoraSpec(rank=cfg.rank, alpha=float(cfg.rank)),
                                             optimizer=OptimizerSpec(lr=cfg.lr), overwrite=True))
@@ -183,30 +183,31 @@ def run_study(cfg: StudyConfig, command: str = "") -> dict:
     spec = resolve_spec(MODEL)
     num_blocks = spec.transformer_config["num_layers"] + spec.transformer_config["num_single_layers"]
     names = cfg.methods or list(methods(num_blocks))
-    prompts = eval_prompts()[: cfg.prompts]
-    gen_prompts = [p for p, _ in prompts for _ in cfg.seeds]
-    gen_bgs = [bg for _, bg in prompts for _ in cfg.seeds]
-    gen_seeds = [s for _ in prompts for s in cfg.seeds]
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     work_root = out / "work"
-    rows, per_subject, t_start, all_chosen = {}, {}, time.perf_counter(), {}
+    rows, per_subject, t_start, all_chosen, all_prompts = {}, {}, time.perf_counter(), {}, {}
     pooled: dict[str, dict[str, list[float]]] = {}
     base = load_model(spec)
     for sname in cfg.subjects:
         subject = SUBJECTS[sname]
+        prompts = eval_prompts(subject)[: cfg.prompts]
+        all_prompts[sname] = {"train": subject_prompt(subject), "eval": [p for p, _ in prompts]}
+        gen_prompts = [p for p, _ in prompts for _ in cfg.seeds]
+        gen_bgs = [bg for _, bg in prompts for _ in cfg.seeds]
+        gen_seeds = [s for _ in prompts for s in cfg.seeds]
         refs = reference_images(subject, cfg.n_references)
         sdir = work_root / sname / "photos"
         sdir.mkdir(parents=True, exist_ok=True)
         for i, r in enumerate(refs):
             to_uint8_image(r).save(sdir / f"{i:02d}.png")
-        plans = None if cfg.fixed_plans else selected_plans(sdir, cfg.train_seed)
+        plans = None if cfg.fixed_plans else selected_plans(sdir, subject_prompt(subject), cfg.train_seed)
         chosen = [methods(num_blocks, plans)[m] for m in names]
         all_chosen.update({f"{m.name}@{sname}": asdict(m) for m in chosen})
         images = {"base (no LoRA)": generate(spec, base, gen_prompts, gen_seeds, cfg.sample_steps, cfg.guidance)}
         info = {"base (no LoRA)": {}}
         for m in chosen:
-            lora, info[m.name] = personalize(sdir, work_root / sname / m.name, m, cfg)
+            lora, info[m.name] = personalize(sdir, subject_prompt(subject), work_root / sname / m.name, m, cfg)
             images[m.name] = generate(spec, load_model(spec, lora), gen_prompts, gen_seeds, cfg.sample_steps,
                                       cfg.guidance)
             if not cfg.keep_bundles:
@@ -225,7 +226,7 @@ def run_study(cfg: StudyConfig, command: str = "") -> dict:
               "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
               "seconds": round(time.perf_counter() - t_start, 1), "model": spec.to_json(),
               "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
-              "methods": all_chosen, "prompts": [p for p, _ in prompts],
+              "methods": all_chosen, "prompts": all_prompts,
               "table": rows, "per_subject": per_subject, "orderings": orderings(rows)}
     return result
 
@@ -273,7 +274,8 @@ def to_markdown(result: dict) -> str:
     lines = ["# Personalization study (flux-testbed)", "",
              f"Command: `{result['command']}`  ", f"Machine: {result['machine']}  ",
              f"Date (UTC): {result['date_utc']}; wall time {result['seconds']} s  ",
-             f"Subjects: {', '.join(result['config']['subjects'])}; prompts: {len(result['prompts'])}; "
+             f"Subjects: {', '.join(result['config']['subjects'])}; eval prompts per subject: "
+             f"{len(next(iter(result['prompts'].values()))['eval'])}; "
              f"seeds: {result['config']['seeds']}; steps {result['config']['steps']} x accum "
              f"{result['config']['grad_accum']}, rank {result['config']['rank']}, lr {result['config']['lr']}", "",
              "Mean over subjects x prompts x seeds, +- 95% CI. subject_sim: fixed embedder (shape + colour "
@@ -302,6 +304,8 @@ def to_markdown(result: dict) -> str:
     for s, d in result["per_subject"].items():
         lines.append(f"| {s} | " + " | ".join(f"{d[n]['subject_sim']['mean']:.3f} / {d[n]['background_ok']['mean']:.2f}"
                                                for n in names) + " |")
+    lines += ["", "Prompts (train / eval):", ""] + [f"- {s}: `{d['train']}` / " + ", ".join(f"`{p}`" for p in d["eval"])
+                                                   for s, d in result["prompts"].items()]
     lines += ["", "Grids: `personalization_<subject>.png`: first row the references, then one row per method "
               "(base model first), columns = prompts x seeds."]
     return "\n".join(lines) + "\n"
