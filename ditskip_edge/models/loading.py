@@ -6,7 +6,9 @@
     that every block matters, as in a trained model);
   - device="meta": structure only (real sizes, planning);
   - local folder: `from_pretrained(folder/transformer)`.
-`build_vae(spec)` likewise for the autoencoder.
+  - builtin pretrained (`flux-testbed`): built from its config, then its committed weights
+    (ditskip_edge/assets/<spec.weights>, safetensors) loaded strictly;
+`build_vae(spec)` likewise for the autoencoder (a pixel-space spec gets the weightless PixelAutoencoder).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import torch.nn as nn
 from ..errors import UserError
 from .specs import FLUX_ARCH, SANA_ARCH, ModelSpec, TextSpec, builtin_spec
 
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
 _PIPELINE_ARCH = {"FluxPipeline": FLUX_ARCH, "SanaPipeline": SANA_ARCH}
 TINY_TEXT_FILE = "ditskip_text.json"   # marks a saved tiny model whose text encoder is the built-in hash encoder
 
@@ -96,11 +99,33 @@ def build_transformer(spec: ModelSpec, device: str = "cpu") -> nn.Module:
                         f"or pass a local diffusers folder")
     torch.manual_seed(spec.seed)
     model = cls.from_config(spec.transformer_config).eval()
+    if spec.weights:
+        load_builtin_weights(model, spec)
+        return model
     _randomize_zero_params(model, spec.seed)
     return model
 
 
+def builtin_weights_path(spec: ModelSpec) -> Path:
+    return ASSETS / spec.weights
+
+
+def load_builtin_weights(model: nn.Module, spec: ModelSpec) -> None:
+    from safetensors.torch import load_file
+    path = builtin_weights_path(spec)
+    if not path.is_file():
+        raise UserError(f"{path}: the pretrained weights of '{spec.name}' are missing (made by "
+                        f"benchmarks/pretrain_testbed.py)")
+    result = model.load_state_dict(load_file(str(path)), strict=False)
+    if result.missing_keys or result.unexpected_keys:
+        raise UserError(f"{path}: does not match the '{spec.name}' config: missing {result.missing_keys[:3]}, "
+                        f"unexpected {result.unexpected_keys[:3]}")
+
+
 def build_vae(spec: ModelSpec) -> nn.Module:
+    if spec.vae_config is not None and spec.vae_config.get("kind") == "pixel":
+        from .latents import PixelAutoencoder
+        return PixelAutoencoder(spec.vae_config["factor"], spec.vae_config.get("in_channels", 3)).eval()
     cls = vae_class(spec.arch)
     if spec.source != "builtin":
         return cls.from_pretrained(Path(spec.source) / "vae", dtype=torch.float32).eval()

