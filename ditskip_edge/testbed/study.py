@@ -118,10 +118,11 @@ def train_eager_lora(bundle_dir: Path, run_dir: Path, zero_residuals: bool = Fal
     o = b.optimizer
     opt = torch.optim.AdamW(params, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay)
     accum = b.schedule.config.grad_accum
+    decoder = b.cache.decoder()
     for step in range(b.schedule.config.steps):
         for s in b.schedule.samples_for_step(step):
-            x0, noise, t, residuals = sample_batch(b, s)
-            residuals = {k: torch.zeros_like(v) for k, v in residuals.items()}
+            x0, noise, t, entry = sample_batch(b, s)
+            residuals = {k: torch.zeros_like(v) for k, v in decoder(entry).items()}
             (model(x0, noise, t, b.cond, residuals) / accum).backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
