@@ -403,9 +403,14 @@ def test_kotlin_sources_compile_and_match_python_on_the_jvm(tmp_path):
     np.testing.assert_allclose(np.array(lines["adamw"].split(), np.float32), w.detach().numpy(), rtol=1e-6, atol=1e-7)
 
 
-@pytest.mark.parametrize("codec", ["fp32", "int4-g32,front.txt=fp16", "int8-t8,back.img=lowrank-r4"])
+@pytest.mark.parametrize("codec", ["fp32,front.txt=int8-token", "int4-g32,front.txt=fp16", "int8-t8,back.img=lowrank-r4"])
 def test_cache_of_every_codec_kind_matches_the_contract(tmp_path, codec):
     """Every codec kind's stored parts (names, dtypes, alignment, hashes) are what the contract's table says."""
     from conftest import compile_tiny
-    root = compile_tiny(tmp_path / "b", "flux-tiny", cache_codec=codec)
-    check_common(root)
+    from ditskip_edge.cache.codecs import CacheCodec
+    root = compile_tiny(tmp_path / "b", "flux-tiny", cache_codec=codec)          # host stages only: no programs
+    manifest = json.loads((root / CONTRACT["bundle"]["manifest_file"]).read_text())
+    index = check_cache(root, manifest)
+    assert index["codec"]["spec"] == codec
+    kinds = {CacheCodec.parse(codec).for_name(r).kind for r in index["shapes"] if r != CONTRACT["cache"]["x0_key"]}
+    assert len(kinds) == 2, kinds                                                   # the default and an override
