@@ -224,6 +224,11 @@ def test_every_field_the_apps_read_exists_in_a_real_bundle(tmp_path_factory):
         assert used, f"no JSON reads found in the {lang} sources (pattern broken?)"
         unknown = sorted(used - keys)
         assert not unknown, f"{lang} app reads fields no real bundle has: {unknown}"
+        # and they read the sharded cache as the contract describes it (a v1 reader took `entries` as file names)
+        c = CONTRACT["cache"]
+        need = {"layout", "entries", "shards", "entry_bytes", "format", "format_version",
+                *c["entry_fields"], *c["layout_fields"], *c["shard_fields"]}
+        assert need <= used, f"{lang} app does not read the cache fields {sorted(need - used)}"
 
 
 @pytest.mark.parametrize("lang", ["kotlin", "swift"])
