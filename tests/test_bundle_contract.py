@@ -176,7 +176,10 @@ def test_ort_bundle_matches_the_contract(tmp_path_factory):
     ort = CONTRACT["runtimes"]["ort"]
     section = manifest[ort["programs_field"]][ort["section_key"]]
     names = section["inputs"]["inputs"]
-    assert names == [n for n, _, _ in expected_inputs(root, manifest)] + ort["extra_inputs"]
+    expected = expected_inputs(root, manifest)
+    assert names == [n for n, _, _ in expected] + ort["extra_inputs"]
+    dtypes = section[ort["input_dtypes_field"]]
+    assert dtypes == {**{n: d for n, _, d in expected}, **{n: ort["extra_input_dtype"] for n in ort["extra_inputs"]}}
     for art in ort["artifacts"]:
         assert (root / ort["program_dir"] / section["artifacts"][art]).exists(), art
 

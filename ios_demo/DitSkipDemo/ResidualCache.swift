@@ -44,7 +44,7 @@ final class ResidualCache {
         var shardBytes: [String: Int] = [:]
         for (name, info) in shards {
             let path = dir.appendingPathComponent(name).path
-            let size = (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? nil
+            let size = (try? FileManager.default.attributesOfItem(atPath: path))?[.size] as? Int
             guard let want = info["bytes"] as? Int, size == want
             else { throw TrainError.bundle("\(path): missing or not the size \(BundleContract.cacheIndexFile) gives") }
             shardBytes[name] = want
