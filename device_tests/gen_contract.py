@@ -5,7 +5,8 @@
 
 Outputs: android_demo/app/src/main/java/org/ditskip/demo/BundleContract.kt and
 ios_demo/DitSkipDemo/BundleContract.swift. The apps' hand-written code uses only these names for manifest fields,
-method names, input prefixes, the ORT extra input and the RNG self-check values.
+method names, input prefixes, the cache index format and part dtypes, the ORT extra input and the RNG
+self-check values.
 """
 
 from __future__ import annotations
@@ -38,6 +39,11 @@ def _values(c: dict) -> list[tuple[str, object]]:
         ("ENTRY_PREFIX", s["entry_prefix"]),
         ("X0_KEY", c["cache"]["x0_key"]),
         ("CACHE_INDEX_FILE", c["cache"]["index_file"]),
+        ("CACHE_FORMAT", c["cache"]["format"]),
+        ("CACHE_FORMAT_VERSION", c["cache"]["format_version"]),
+        ("CACHE_PART_DTYPES", list(c["cache"]["part_dtypes"])),
+        ("CACHE_PART_DTYPE_BYTES", list(c["cache"]["part_dtypes"].values())),
+        ("STEP_INPUT_DTYPE", s["dtype"]),
         ("SAMPLE_FIELDS", c["schedule"]["sample_fields"]),
         ("PROGRAMS_FIELD", et["programs_field"]),
         ("ET_RUNTIME", et["runtime_name"]),

@@ -63,19 +63,65 @@ def _st_arrays(path: Path) -> dict[str, np.ndarray]:
     return load_file(str(path))
 
 
-def expected_inputs(root: Path, manifest: dict) -> list[tuple[str, list[int]]]:
-    """The contract's input order and shapes, computed from the bundle's own files."""
+def _cache_index(root: Path, manifest: dict) -> dict:
+    return json.loads((root / manifest["subject_stage"]["cache"] / CONTRACT["cache"]["index_file"]).read_text())
+
+
+def expected_inputs(root: Path, manifest: dict) -> list[tuple[str, list[int], str]]:
+    """The contract's input order, shapes and dtypes, computed from the bundle's own files (text conditioning and
+    the cache index's layout: the stored parts, as the programs take them)."""
     s = CONTRACT["step_inputs"]
     stage = manifest["subject_stage"]
     cond = _st_arrays(root / stage["text_conditioning"])
-    index = json.loads((root / stage["cache"] / CONTRACT["cache"]["index_file"]).read_text())
-    entry = _st_arrays(root / stage["cache"] / index["entries"][0])
-    x0 = list(entry[CONTRACT["cache"]["x0_key"]].shape)
-    out = [("x0", x0), ("noise", x0), ("t", s["t_shape"])]
-    out += [(s["cond_prefix"] + k, list(cond[k].shape)) for k in sorted(cond)]
-    out += [(s["entry_prefix"] + k, list(entry[k].shape)) for k in sorted(entry) if k != CONTRACT["cache"]["x0_key"]]
-    assert [n for n, _ in out[:3]] == s["fixed"]
+    layout = _cache_index(root, manifest)["layout"]
+    x0 = list(layout[CONTRACT["cache"]["x0_key"]]["shape"])
+    out = [("x0", x0, s["dtype"]), ("noise", x0, s["dtype"]), ("t", s["t_shape"], s["dtype"])]
+    out += [(s["cond_prefix"] + k, list(cond[k].shape), s["dtype"]) for k in sorted(cond)]
+    out += [(s["entry_prefix"] + k, list(layout[k]["shape"]), layout[k]["dtype"])
+            for k in sorted(layout) if k != CONTRACT["cache"]["x0_key"]]
+    assert [n for n, _, _ in out[:3]] == s["fixed"]
     return out
+
+
+def check_cache(root: Path, manifest: dict) -> dict:
+    """The sharded cache against the contract's `cache` section: index fields, layout, shards, entry hashes, and
+    every residual's stored parts (names, dtypes) as the contract's codec table gives them."""
+    import hashlib
+    from ditskip_edge.cache.codecs import CacheCodec
+    c = CONTRACT["cache"]
+    cdir = root / manifest["subject_stage"]["cache"]
+    index = _cache_index(root, manifest)
+    assert set(c["index_fields"]) <= set(index), "cache index format changed: bump the contract"
+    assert index["format"] == c["format"] and index["format_version"] == c["format_version"]
+    assert set(c["codec_fields"]) <= set(index["codec"])
+    layout, eb = index["layout"], index["entry_bytes"]
+    assert layout[c["x0_key"]]["dtype"] == c["x0_dtype"]
+    for name, p in layout.items():
+        assert set(c["layout_fields"]) <= set(p), name
+        assert p["dtype"] in c["part_dtypes"], (name, p["dtype"])
+        assert p["bytes"] == int(np.prod(p["shape"])) * c["part_dtypes"][p["dtype"]], name
+        assert p["offset"] % c["part_alignment"] == 0 and p["offset"] + p["bytes"] <= eb, name
+    codec = CacheCodec.parse(index["codec"])
+    for res in index["shapes"]:
+        if res == c["x0_key"]:
+            continue
+        table = c["codecs"][codec.for_name(res).kind]
+        got = {k[len(res) + 1:]: layout[k]["dtype"] for k in layout if k.startswith(res + ".")}
+        assert got == {part: v["dtype"] for part, v in table.items()}, (res, codec.for_name(res).spec, got)
+    for name, info in index["shards"].items():
+        assert set(c["shard_fields"]) <= set(info)
+        assert (cdir / name).stat().st_size == info["bytes"], name
+        assert name in {Path(k).name for k in manifest["files"] if k.startswith(manifest["subject_stage"]["cache"])}
+    assert index["num_entries"] == len(index["entries"])
+    for e in index["entries"]:
+        assert set(c["entry_fields"]) <= set(e) and e["bytes"] == eb
+        with open(cdir / e["shard"], "rb") as f:                 # the apps' check: the slice's SHA-256
+            f.seek(e["offset"])
+            raw = f.read(e["bytes"])
+        assert len(raw) == eb and hashlib.sha256(raw).hexdigest() == e["sha256"]
+    x0 = np.frombuffer(raw, np.float32, count=int(np.prod(layout["x0"]["shape"])), offset=layout["x0"]["offset"])
+    assert np.isfinite(x0).all() and np.abs(x0).max() > 0
+    return index
 
 
 def check_common(root: Path) -> dict:
@@ -93,10 +139,8 @@ def check_common(root: Path) -> dict:
     c = CONTRACT["schedule"]
     assert set(c["fields"]) <= set(sched) and set(c["config_fields"]) <= set(sched["config"])
     assert sched["sample_fields"] == c["sample_fields"]
-    index = json.loads((root / stage["cache"] / CONTRACT["cache"]["index_file"]).read_text())
-    assert set(CONTRACT["cache"]["index_fields"]) <= set(index), "cache index format changed: bump the contract"
+    index = check_cache(root, manifest)
     assert len(index["entries"]) == len(sched["samples"])
-    assert CONTRACT["cache"]["x0_key"] in _st_keys(root / stage["cache"] / index["entries"][0])
     return manifest
 
 
@@ -113,9 +157,9 @@ def test_executorch_bundle_matches_the_contract(tmp_path_factory):
         assert set(et["entry_fields"]) <= set(p)
         assert p[et["method_field"]] == et["method"]
         assert p[et["program_field"]] in manifest["files"] and (root / p[et["program_field"]]).is_file()
-        got = [(s["name"], list(s["shape"])) for s in p[et["inputs_field"]]]
-        assert got == expected_inputs(root, manifest), "program inputs differ from the contract order/shapes"
-        assert all(s["dtype"] == CONTRACT["step_inputs"]["dtype"] for s in p[et["inputs_field"]])
+        got = [(s["name"], list(s["shape"]), s["dtype"]) for s in p[et["inputs_field"]]]
+        assert got == expected_inputs(root, manifest), "program inputs differ from the contract order/shapes/dtypes"
+        assert {s["dtype"] for s in p[et["inputs_field"]]} <= set(et["input_spec_dtypes"])
         assert all(set(et["input_spec_fields"]) <= set(s) for s in p[et["inputs_field"]])
         keys = p[et["trainable_field"]]
         assert set(p[et["trainable_shapes_field"]]) == set(keys)
@@ -132,7 +176,10 @@ def test_ort_bundle_matches_the_contract(tmp_path_factory):
     ort = CONTRACT["runtimes"]["ort"]
     section = manifest[ort["programs_field"]][ort["section_key"]]
     names = section["inputs"]["inputs"]
-    assert names == [n for n, _ in expected_inputs(root, manifest)] + ort["extra_inputs"]
+    expected = expected_inputs(root, manifest)
+    assert names == [n for n, _, _ in expected] + ort["extra_inputs"]
+    dtypes = section[ort["input_dtypes_field"]]
+    assert dtypes == {**{n: d for n, _, d in expected}, **{n: ort["extra_input_dtype"] for n in ort["extra_inputs"]}}
     for art in ort["artifacts"]:
         assert (root / ort["program_dir"] / section["artifacts"][art]).exists(), art
 
@@ -180,6 +227,11 @@ def test_every_field_the_apps_read_exists_in_a_real_bundle(tmp_path_factory):
         assert used, f"no JSON reads found in the {lang} sources (pattern broken?)"
         unknown = sorted(used - keys)
         assert not unknown, f"{lang} app reads fields no real bundle has: {unknown}"
+        # and they read the sharded cache as the contract describes it (a v1 reader took `entries` as file names)
+        c = CONTRACT["cache"]
+        need = {"layout", "entries", "shards", "entry_bytes", "format", "format_version",
+                *c["entry_fields"], *c["layout_fields"], *c["shard_fields"]}
+        assert need <= used, f"{lang} app does not read the cache fields {sorted(need - used)}"
 
 
 @pytest.mark.parametrize("lang", ["kotlin", "swift"])
@@ -188,9 +240,12 @@ def test_apps_take_names_from_the_contract(lang):
     text = _code_only("\n".join(sources.values()))
     c = "BundleContract."
     need = (["FIXED_INPUTS", "COND_PREFIX", "ENTRY_PREFIX", "ET_METHOD", "X0_KEY", "PROGRAMS_FIELD", "ET_TRAIN_STEP",
-             "ET_INPUTS_FIELD", "ET_TRAINABLE_FIELD", "LORA_FILE", "RNG_CHECK_NORMALS"] if lang == "kotlin" else
+             "ET_INPUTS_FIELD", "ET_TRAINABLE_FIELD", "LORA_FILE", "RNG_CHECK_NORMALS", "CACHE_INDEX_FILE",
+             "CACHE_FORMAT", "CACHE_FORMAT_VERSION", "CACHE_PART_DTYPES", "CACHE_PART_DTYPE_BYTES", "STEP_INPUT_DTYPE"]
+            if lang == "kotlin" else
             ["fixedInputs", "condPrefix", "entryPrefix", "etMethod", "x0Key", "programsField", "etTrainStep",
-             "etInputsField", "etTrainableField", "loraFile", "rngCheckNormals"])
+             "etInputsField", "etTrainableField", "loraFile", "rngCheckNormals", "cacheIndexFile", "cacheFormat",
+             "cacheFormatVersion", "cachePartDtypes", "cachePartDtypeBytes", "stepInputDtype"])
     missing = [n for n in need if c + n not in text]
     assert not missing, f"{lang} sources do not use the contract constants {missing}"
     et = CONTRACT["runtimes"]["executorch"]
@@ -337,7 +392,7 @@ def test_kotlin_sources_compile_and_match_python_on_the_jvm(tmp_path):
     import torch
     from ditskip_edge import rng
     stubs = sorted((ROOT / "android_demo/hostcheck").glob("*.kt"))
-    app = [KT_DIR / n for n in ("PortableRng.kt", "AdamW.kt", "BundleContract.kt", "Safetensors.kt",
+    app = [KT_DIR / n for n in ("PortableRng.kt", "AdamW.kt", "BundleContract.kt", "Safetensors.kt", "ResidualCache.kt",
                                 "TrainingBundle.kt", "EtTrainer.kt", "MemoryProbe.kt")]
     jar = tmp_path / "check.jar"
     out = subprocess.run(["kotlinc", "-nowarn", *map(str, stubs + app), "-include-runtime", "-d", str(jar)],
@@ -354,3 +409,16 @@ def test_kotlin_sources_compile_and_match_python_on_the_jvm(tmp_path):
         w.grad = torch.tensor(g)
         opt.step()
     np.testing.assert_allclose(np.array(lines["adamw"].split(), np.float32), w.detach().numpy(), rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("codec", ["fp32,front.txt=int8-token", "int4-g32,front.txt=fp16", "int8-t8,back.img=lowrank-r4"])
+def test_cache_of_every_codec_kind_matches_the_contract(tmp_path, codec):
+    """Every codec kind's stored parts (names, dtypes, alignment, hashes) are what the contract's table says."""
+    from conftest import compile_tiny
+    from ditskip_edge.cache.codecs import CacheCodec
+    root = compile_tiny(tmp_path / "b", "flux-tiny", cache_codec=codec)          # host stages only: no programs
+    manifest = json.loads((root / CONTRACT["bundle"]["manifest_file"]).read_text())
+    index = check_cache(root, manifest)
+    assert index["codec"]["spec"] == codec
+    kinds = {CacheCodec.parse(codec).for_name(r).kind for r in index["shapes"] if r != CONTRACT["cache"]["x0_key"]}
+    assert len(kinds) == 2, kinds                                                   # the default and an override

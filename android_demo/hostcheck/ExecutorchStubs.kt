@@ -7,6 +7,8 @@ abstract class Tensor {
     open fun getRawDataBuffer(): Buffer = TODO()
     companion object {
         @JvmStatic fun fromBlob(data: FloatArray, shape: LongArray): Tensor = TODO()
+        @JvmStatic fun fromBlob(data: ByteArray, shape: LongArray): Tensor = TODO()
+        @JvmStatic fun fromBlobUnsigned(data: ByteArray, shape: LongArray): Tensor = TODO()
     }
 }
 class EValue {

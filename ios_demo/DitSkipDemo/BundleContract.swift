@@ -2,7 +2,7 @@
 import Foundation
 
 enum BundleContract {
-    static let contractVersion = 1
+    static let contractVersion = 2
     static let bundleFormat = "ditskip-edge-bundle"
     static let bundleFormatVersion = 1
     static let manifestFile = "manifest.json"
@@ -11,6 +11,11 @@ enum BundleContract {
     static let entryPrefix = "entry."
     static let x0Key = "x0"
     static let cacheIndexFile = "cache_index.json"
+    static let cacheFormat = "ditskip-edge-residual-cache"
+    static let cacheFormatVersion = 2
+    static let cachePartDtypes = ["float32", "float16", "int8", "uint8"]
+    static let cachePartDtypeBytes = [4, 2, 1, 1]
+    static let stepInputDtype = "float32"
     static let sampleFields = ["index", "photo", "t", "crop_box", "noise_seed"]
     static let programsField = "programs"
     static let etRuntime = "executorch"

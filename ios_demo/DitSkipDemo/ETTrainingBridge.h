@@ -1,5 +1,5 @@
 // A small Objective-C facade over executorch::extension::training::TrainingModule (C++), which has no Swift or
-// Objective-C binding of its own. Swift sees float buffers: inputs are copied in, parameters and gradients are
+// Objective-C binding of its own. Swift sees float buffers (inputs: float32 or a cache part's stored dtype) and copies inputs in; parameters and gradients are
 // views of the runtime's memory (parameters live in the program's planned arena: writing them is the update).
 #import <Foundation/Foundation.h>
 
@@ -13,10 +13,12 @@ NS_ASSUME_NONNULL_BEGIN
 @property(nonatomic, readonly) NSArray<NSNumber *> *shape;
 @end
 
-/// One program input: float32 values in row-major order and the shape the manifest gives for it.
+/// One program input: little-endian row-major bytes, the manifest's dtype for it ("float32", "float16", "int8",
+/// "uint8": contract `cache.part_dtypes`; a cache part is passed as stored) and its shape.
 @interface DSTensorInput : NSObject
-- (instancetype)initWithValues:(NSData *)float32Values shape:(NSArray<NSNumber *> *)shape;
-@property(nonatomic, readonly) NSData *values;
+- (instancetype)initWithBytes:(NSData *)bytes dtype:(NSString *)dtype shape:(NSArray<NSNumber *> *)shape;
+@property(nonatomic, readonly) NSData *bytes;
+@property(nonatomic, readonly) NSString *dtype;
 @property(nonatomic, readonly) NSArray<NSNumber *> *shape;
 @end
 

@@ -46,9 +46,10 @@ static NSError *DSError(NSString *what, Error code) {
 @end
 
 @implementation DSTensorInput
-- (instancetype)initWithValues:(NSData *)float32Values shape:(NSArray<NSNumber *> *)shape {
+- (instancetype)initWithBytes:(NSData *)bytes dtype:(NSString *)dtype shape:(NSArray<NSNumber *> *)shape {
   if ((self = [super init])) {
-    _values = [float32Values copy];
+    _bytes = [bytes copy];
+    _dtype = [dtype copy];
     _shape = [shape copy];
   }
   return self;
@@ -80,7 +81,24 @@ static NSError *DSError(NSString *what, Error code) {
   for (DSTensorInput *input in inputs) {
     std::vector<executorch::aten::SizesType> sizes;
     for (NSNumber *s in input.shape) sizes.push_back((executorch::aten::SizesType)s.longLongValue);
-    keep.push_back(from_blob((void *)input.values.bytes, sizes, executorch::aten::ScalarType::Float));
+    executorch::aten::ScalarType type;
+    size_t itemsize;
+    if ([input.dtype isEqualToString:@"float32"]) { type = executorch::aten::ScalarType::Float; itemsize = 4; }
+    else if ([input.dtype isEqualToString:@"float16"]) { type = executorch::aten::ScalarType::Half; itemsize = 2; }
+    else if ([input.dtype isEqualToString:@"int8"]) { type = executorch::aten::ScalarType::Char; itemsize = 1; }
+    else if ([input.dtype isEqualToString:@"uint8"]) { type = executorch::aten::ScalarType::Byte; itemsize = 1; }
+    else {
+      if (error) *error = DSError([NSString stringWithFormat:@"input dtype %@ not supported", input.dtype], Error::InvalidArgument);
+      return nil;
+    }
+    size_t numel = 1;
+    for (auto s : sizes) numel *= (size_t)s;
+    if (input.bytes.length != numel * itemsize) {
+      if (error) *error = DSError([NSString stringWithFormat:@"input of %lu bytes for %zu %@ values",
+                                   (unsigned long)input.bytes.length, numel, input.dtype], Error::InvalidArgument);
+      return nil;
+    }
+    keep.push_back(from_blob((void *)input.bytes.bytes, sizes, type));
     values.emplace_back(*keep.back());
   }
   auto result = _module->execute_forward_backward(method.UTF8String, values);

@@ -14,8 +14,7 @@ final class TrainingBundle {
     let inputs: [InputSpec]
     let trainable: [String: String]            // program parameter name -> LoRA file key
     private let cond: [String: RawTensor]
-    private let cacheDir: URL
-    private let cacheEntries: [String]
+    let cache: ResidualCache
 
     init(root: URL) throws {
         self.root = root
@@ -40,9 +39,9 @@ final class TrainingBundle {
         steps = config["steps"] as! Int
         gradAccum = config["grad_accum"] as! Int
         cond = try Safetensors.read(root.appendingPathComponent(textPath)).tensors
-        cacheDir = root.appendingPathComponent(cachePath)
-        let index = try JSONSerialization.jsonObject(with: Data(contentsOf: cacheDir.appendingPathComponent(BundleContract.cacheIndexFile))) as! [String: Any]
-        cacheEntries = index["entries"] as! [String]
+        cache = try ResidualCache(dir: root.appendingPathComponent(cachePath))
+        guard cache.count == samples.count
+        else { throw TrainError.bundle("\(cachePath): \(cache.count) cache entries for \(samples.count) samples") }
 
         let programs = manifest[BundleContract.programsField] as? [[String: Any]] ?? []
         guard let train = programs.first(where: { $0["name"] as? String == BundleContract.etTrainStep
@@ -54,6 +53,25 @@ final class TrainingBundle {
         }
         trainable = train[BundleContract.etTrainableField] as! [String: String]
         try checkInputOrder(inputs.map(\.name))
+        try checkEntryInputs()
+    }
+
+    /// entry.<part> inputs are exactly the cache layout's parts without x0, with its dtypes and shapes; the other
+    /// inputs are float32 (contract `step_inputs.dtype_rule`).
+    private func checkEntryInputs() throws {
+        let parts = cache.layout.keys.filter { $0 != BundleContract.x0Key }.sorted()
+        let names = inputs.map(\.name).filter { $0.hasPrefix(BundleContract.entryPrefix) }
+            .map { String($0.dropFirst(BundleContract.entryPrefix.count)) }
+        guard names == parts else { throw TrainError.bundle("program entry inputs \(names) differ from the cache layout's parts \(parts)") }
+        for spec in inputs {
+            if spec.name.hasPrefix(BundleContract.entryPrefix) {
+                let p = cache.layout[String(spec.name.dropFirst(BundleContract.entryPrefix.count))]!
+                guard spec.dtype == p.dtype, spec.shape == p.shape
+                else { throw TrainError.bundle("input \(spec.name): program wants \(spec.dtype) \(spec.shape), cache stores \(p.dtype) \(p.shape)") }
+            } else if spec.dtype != BundleContract.stepInputDtype {
+                throw TrainError.bundle("input \(spec.name): \(spec.dtype), expected \(BundleContract.stepInputDtype)")
+            }
+        }
     }
 
     var programURL: URL { root.appendingPathComponent(program[BundleContract.etProgramField] as! String) }
@@ -78,9 +96,10 @@ final class TrainingBundle {
 
     func samplesForStep(_ step: Int) -> ArraySlice<Sample> { samples[(step * gradAccum)..<((step + 1) * gradAccum)] }
 
-    /// One sample's inputs in program order: x0 from the cache entry, noise from the portable RNG, t, text, entry.
+    /// One sample's inputs in program order: x0 from the cache entry, noise from the portable RNG, t, text, and the
+    /// cache entry's stored parts (SHA-256 checked; int8 / uint8 / float16 / float32 as the program's spec says).
     func stepInputs(_ s: Sample) throws -> [DSTensorInput] {
-        let entry = try Safetensors.read(cacheDir.appendingPathComponent(cacheEntries[s.index])).tensors
+        let entry = try cache.read(s.index)
         guard let x0 = try entry[BundleContract.x0Key]?.floats() else { throw TrainError.bundle("cache entry \(s.index) has no x0") }
         return try inputs.map { spec in
             let values: [Float]
@@ -91,11 +110,15 @@ final class TrainingBundle {
             case let n where n.hasPrefix(BundleContract.condPrefix):
                 values = try cond[String(n.dropFirst(BundleContract.condPrefix.count))]!.floats()
             default:
-                values = try entry[String(spec.name.dropFirst(BundleContract.entryPrefix.count))]!.floats()
+                guard let part = entry[String(spec.name.dropFirst(BundleContract.entryPrefix.count))],
+                      part.shape == spec.shape, part.dtype == ResidualCache.safetensorsDtype[spec.dtype]
+                else { throw TrainError.bundle("input \(spec.name): not in the cache entry as \(spec.dtype) \(spec.shape)") }
+                return DSTensorInput(bytes: part.bytes, dtype: spec.dtype, shape: spec.shape.map { NSNumber(value: $0) })
             }
-            guard spec.dtype == "float32", values.count == spec.shape.reduce(1, *)
+            guard spec.dtype == BundleContract.stepInputDtype, values.count == spec.shape.reduce(1, *)
             else { throw TrainError.bundle("input \(spec.name): \(values.count) values for \(spec.shape) \(spec.dtype)") }
-            return DSTensorInput(values: values.withUnsafeBufferPointer { Data(buffer: $0) }, shape: spec.shape.map { NSNumber(value: $0) })
+            return DSTensorInput(bytes: values.withUnsafeBufferPointer { Data(buffer: $0) }, dtype: spec.dtype,
+                                 shape: spec.shape.map { NSNumber(value: $0) })
         }
     }
 }

@@ -2,7 +2,7 @@
 package org.ditskip.demo
 
 object BundleContract {
-    const val CONTRACT_VERSION = 1
+    const val CONTRACT_VERSION = 2
     const val BUNDLE_FORMAT = "ditskip-edge-bundle"
     const val BUNDLE_FORMAT_VERSION = 1
     const val MANIFEST_FILE = "manifest.json"
@@ -11,6 +11,11 @@ object BundleContract {
     const val ENTRY_PREFIX = "entry."
     const val X0_KEY = "x0"
     const val CACHE_INDEX_FILE = "cache_index.json"
+    const val CACHE_FORMAT = "ditskip-edge-residual-cache"
+    const val CACHE_FORMAT_VERSION = 2
+    val CACHE_PART_DTYPES = listOf("float32", "float16", "int8", "uint8")
+    val CACHE_PART_DTYPE_BYTES = listOf(4, 2, 1, 1)
+    const val STEP_INPUT_DTYPE = "float32"
     val SAMPLE_FIELDS = listOf("index", "photo", "t", "crop_box", "noise_seed")
     const val PROGRAMS_FIELD = "programs"
     const val ET_RUNTIME = "executorch"

@@ -72,19 +72,31 @@ class EtTrainer(private val bundle: TrainingBundle, private val runDir: File) {
         }
     }
 
-    /** Every program input is float32 (contract `step_inputs.dtype`); a stored tensor's shape must be the spec's. */
+    /** A program input with the spec's dtype and shape: float32 (x0, noise, t, cond.*), or a cache part as stored
+     *  (contract `step_inputs.dtype_rule`: int8 / uint8 codes, float16 scales, float32 x0). */
     private fun tensorOf(spec: InputSpec, v: Any): Tensor {
-        require(spec.dtype == "float32") { "input ${spec.name}: program wants ${spec.dtype}, this app feeds float32" }
-        val values = when (v) {
-            is FloatArray -> v
-            is RawTensor -> {
-                require(v.shape.contentEquals(spec.shape)) { "input ${spec.name}: shape ${v.shape.toList()}, program expects ${spec.shape.toList()}" }
-                v.floats()
+        val numel = spec.shape.fold(1L) { a, b -> a * b }
+        if (v is RawTensor) {
+            require(v.shape.contentEquals(spec.shape)) { "input ${spec.name}: shape ${v.shape.toList()}, program expects ${spec.shape.toList()}" }
+            require(ResidualCache.SAFETENSORS_DTYPE[spec.dtype] == v.dtype || (spec.dtype == "float32" && v.dtype == "F32")) {
+                "input ${spec.name}: program wants ${spec.dtype}, stored as ${v.dtype}"
             }
-            else -> error("input ${spec.name}: unexpected value")
         }
-        require(values.size.toLong() == spec.shape.fold(1L) { a, b -> a * b }) { "input ${spec.name}: ${values.size} values for shape ${spec.shape.toList()}" }
-        return Tensor.fromBlob(values, spec.shape)
+        return when (spec.dtype) {
+            "float32" -> {
+                val values = when (v) {
+                    is FloatArray -> v
+                    is RawTensor -> v.floats()
+                    else -> error("input ${spec.name}: unexpected value")
+                }
+                require(values.size.toLong() == numel) { "input ${spec.name}: ${values.size} values for shape ${spec.shape.toList()}" }
+                Tensor.fromBlob(values, spec.shape)
+            }
+            "int8" -> Tensor.fromBlob((v as RawTensor).rawBytes(), spec.shape)
+            "uint8" -> Tensor.fromBlobUnsigned((v as RawTensor).rawBytes(), spec.shape)
+            else -> error("input ${spec.name}: ${spec.dtype} inputs are not supported by the ExecuTorch Java tensor API " +
+                          "this app uses (docs/bundle_contract.md, known gaps); recompile with --cache-codec fp32")
+        }
     }
 
     /** Load the run folder's checkpoint into the runtime's parameters and the optimizer; return the next step. */

@@ -18,6 +18,14 @@ class RawTensor(val dtype: String, val shape: LongArray, val bytes: ByteBuffer) 
         bytes.duplicate().order(ByteOrder.LITTLE_ENDIAN).asFloatBuffer().get(out)
         return out
     }
+
+    /** The stored bytes as they are (int8 / uint8 codes), one byte per element. */
+    fun rawBytes(): ByteArray {
+        require(dtype == "I8" || dtype == "U8") { "tensor is $dtype, expected I8 or U8" }
+        val out = ByteArray(numel)
+        bytes.duplicate().get(out)
+        return out
+    }
 }
 
 /** The safetensors format: u64 little-endian header length, JSON header, then the data (offsets in the header). */

@@ -23,8 +23,7 @@ class TrainingBundle(val root: File) {
     val inputs: List<InputSpec>
     val trainable: Map<String, String>          // program parameter name -> LoRA file key
     private val cond: Map<String, RawTensor>
-    private val cacheDir: File
-    private val cacheEntries: List<String>
+    val cache: ResidualCache
 
     init {
         require(manifest.optString("format") == BundleContract.BUNDLE_FORMAT) {
@@ -50,9 +49,8 @@ class TrainingBundle(val root: File) {
         steps = config.getInt("steps")
         gradAccum = config.getInt("grad_accum")
         cond = Safetensors.read(File(root, subject.getString("text_conditioning")))
-        cacheDir = File(root, subject.getString("cache"))
-        val index = JSONObject(File(cacheDir, BundleContract.CACHE_INDEX_FILE).readText()).getJSONArray("entries")
-        cacheEntries = (0 until index.length()).map { index.getString(it) }
+        cache = ResidualCache(File(root, subject.getString("cache")))
+        require(cache.size == samples.size) { "${cache.dir}: ${cache.size} cache entries for ${samples.size} samples" }
 
         etSection = program(BundleContract.ET_TRAIN_STEP)
             ?: error("${root}/manifest.json: no ${BundleContract.ET_RUNTIME} ${BundleContract.ET_TRAIN_STEP} program (compile with --runtime executorch)")
@@ -63,6 +61,7 @@ class TrainingBundle(val root: File) {
             InputSpec(s.getString("name"), LongArray(shape.length()) { shape.getLong(it) }, s.optString("dtype", "float32"))
         }
         checkInputOrder(inputs.map { it.name })
+        checkEntryInputs()
         val tr = etSection.getJSONObject(BundleContract.ET_TRAINABLE_FIELD)
         trainable = tr.keys().asSequence().associateWith { tr.getString(it) }
     }
@@ -96,12 +95,31 @@ class TrainingBundle(val root: File) {
         require(names == expect) { "program inputs $names are not in contract order $expect" }
     }
 
+    /** entry.<part> inputs are exactly the cache layout's parts without x0, with the layout's dtype and shape; the
+     *  other inputs are float32 (contract `step_inputs.dtype_rule`). */
+    private fun checkEntryInputs() {
+        val parts = cache.layout.keys.filter { it != BundleContract.X0_KEY }.sorted()
+        val names = inputs.filter { it.name.startsWith(BundleContract.ENTRY_PREFIX) }
+            .map { it.name.removePrefix(BundleContract.ENTRY_PREFIX) }
+        require(names == parts) { "program entry inputs $names differ from the cache layout's parts $parts" }
+        for (spec in inputs) {
+            if (spec.name.startsWith(BundleContract.ENTRY_PREFIX)) {
+                val p = cache.layout.getValue(spec.name.removePrefix(BundleContract.ENTRY_PREFIX))
+                require(spec.dtype == p.dtype && spec.shape.contentEquals(p.shape)) {
+                    "input ${spec.name}: program wants ${spec.dtype} ${spec.shape.toList()}, cache stores ${p.dtype} ${p.shape.toList()}"
+                }
+            } else {
+                require(spec.dtype == BundleContract.STEP_INPUT_DTYPE) { "input ${spec.name}: ${spec.dtype}, expected ${BundleContract.STEP_INPUT_DTYPE}" }
+            }
+        }
+    }
+
     fun samplesForStep(step: Int): List<Sample> = samples.subList(step * gradAccum, (step + 1) * gradAccum)
 
     /** One sample's inputs in program order: x0 from the cache entry (or the device preprocessing), noise from the
-     *  portable RNG, t, text conditioning, the encoded cache entry. */
+     *  portable RNG, t, text conditioning, the cache entry's stored parts (SHA-256 checked, coded as stored). */
     fun stepInputs(s: Sample, x0Override: FloatArray? = null): List<Pair<InputSpec, Any>> {
-        val entry = Safetensors.read(File(cacheDir, cacheEntries[s.index]))
+        val entry = cache.read(s.index)
         val x0 = x0Override ?: entry.getValue(BundleContract.X0_KEY).floats()
         return inputs.map { spec ->
             val value: Any = when {
