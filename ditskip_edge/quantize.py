@@ -50,6 +50,22 @@ def _symmetric_codes(w: torch.Tensor, block: tuple[int, int], bits: int) -> tupl
     return codes, scale.float()
 
 
+def _unpack_int4(packed: torch.Tensor, n: int) -> torch.Tensor:
+    """Packed bytes (low nibble first) -> the first n codes as fp32 in -8..7, flat. Plain ops only (remainder / div,
+    no bitwise). Intermediates are dropped as soon as they are used: eager (and the planner's trace) then holds about
+    2 fp32 weights at once here instead of 4.5 (int32 bytes, both nibbles and their stack alive together)."""
+    p = packed.reshape(-1).to(torch.int32)
+    lo = torch.remainder(p, 16)
+    hi = torch.div(p, 16, rounding_mode="floor")
+    del p
+    q = torch.stack([lo, hi], dim=-1).reshape(-1)
+    del lo, hi
+    if q.shape[0] != n:
+        q = q[:n]
+    q = q.to(torch.float32)
+    return q - 8.0
+
+
 class _DequantLinear(torch.autograd.Function):
     """y = x W^T + b with W dequantized in forward and again in backward; saves no weight-sized tensor."""
 
@@ -99,10 +115,7 @@ class QuantLinear(nn.Module):
         o, i = self.out_features, self.in_features
         if self.bits == 8:
             return self.w_codes.to(torch.float32) * self.w_scale
-        p = self.w_packed.to(torch.int32)
-        lo = torch.remainder(p, 16)
-        hi = torch.div(p, 16, rounding_mode="floor")
-        q = torch.stack([lo, hi], dim=-1).reshape(o, i).to(torch.float32) - 8.0
+        q = _unpack_int4(self.w_packed, o * i)
         return (q.reshape(o, i // self.group, self.group) * self.w_scale).reshape(o, i)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -177,14 +190,8 @@ class QuantConv2d(nn.Module):
         o, k = self.weight_shape[0], self.flat_in
         if self.bits == 8:
             return (self.w_codes.to(torch.float32) * self.w_scale).reshape(self.weight_shape)
-        p = self.w_packed.to(torch.int32)
-        lo = torch.remainder(p, 16)
-        hi = torch.div(p, 16, rounding_mode="floor")
-        q = torch.stack([lo, hi], dim=-1).reshape(-1)
-        if q.shape[0] != o * k:
-            q = q[: o * k]
-        q = q.reshape(o, k // self.group, self.group).to(torch.float32) - 8.0
-        return (q * self.w_scale).reshape(self.weight_shape)
+        q = _unpack_int4(self.w_packed, o * k)
+        return (q.reshape(o, k // self.group, self.group) * self.w_scale).reshape(self.weight_shape)
 
     def _conv(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return F.conv2d(x, w, self.bias, self.stride, self.padding, self.dilation, self.groups)
