@@ -62,7 +62,7 @@ def export_one(spec, bits: int, backend: str, rank: int, workdir: Path) -> dict:
     from export.executorch_program import ExportConfig, StepModule, export_training_program
     from ditskip_edge.planner.memory import MemoryPlan, trace_step
     from ditskip_edge.planner.program import build_step_program
-    from ditskip_edge.quantize import QuantSpec, QuantLinear
+    from ditskip_edge.quantize import QUANT_LAYERS, QuantSpec
     from ditskip_edge.training_step import TrainingStep
     from memory_speed import step_config
     cfg = replace(step_config(spec, "blockskip", rank), bits=bits, recompute_dequant=False)
@@ -71,7 +71,7 @@ def export_one(spec, bits: int, backend: str, rank: int, workdir: Path) -> dict:
     flat = FlatTrainingStep(TrainingStep(prog.module), names).eval()
     transformer = prog.module.view          # parameters are shared with the transformer
     step = StepModule(flat, names, example, {}, transformer,
-                      sum(isinstance(m, QuantLinear) for m in flat.modules()))
+                      sum(isinstance(m, QUANT_LAYERS) for m in flat.modules()))
     t0 = time.perf_counter()
     program = export_training_program(step, ExportConfig(quant=QuantSpec(bits=bits if bits in (8, 4) else 16),
                                                           backend=backend))

@@ -3,7 +3,8 @@
     python benchmarks/phone_plan.py        # -> benchmarks/results/phone_plan.{json,md}
 
 Each row is `ditskip-edge plan --model M --skip-ratio R --bits B --json` (math attention: what the ExecuTorch
-program runs; fp32 compute for int8/int4 as the device programs run, bf16 for --bits 16; rank 16; the model's
+program runs; fp32 compute for int8/int4 as the device programs run, bf16 for --bits 16; int8/int4 quantize the
+frozen linears and convolutions (SANA's GLUMBConv: QuantConv2d) alike; rank 16; the model's
 train resolution and text length unless the row says otherwise; runtime overhead 100 MiB assumed).
 Goals (issue 7): FLUX.1-dev under 6 GiB, SANA-1600M under 2 GiB.
 """
@@ -29,7 +30,8 @@ ROWS += [("flux-dev", 0.5, 8, None, True), ("flux-dev", 0.5, 4, None, True), ("f
 
 
 def conv_weight_bytes(model: str, n_front: int, n_back: int) -> int:
-    """fp32 bytes of the kept blocks' Conv2d weights (SANA's GLUMBConv), which quantize.py leaves in float."""
+    """fp32 bytes of the kept blocks' Conv2d weights (SANA's GLUMBConv; int8/int4 quantize them with the linears:
+    this is what they would take in fp32)."""
     import torch.nn as nn
     from ditskip_edge.models.loading import build_transformer, resolve_spec
     from ditskip_edge.models.views import _blocks_of
@@ -47,9 +49,6 @@ def main() -> None:
         p = doc["plan"]
         conv = conv_weight_bytes(model, p["n_front"], p["n_back"])
         doc["conv_weights_fp32_bytes"] = conv
-        # if the 1x1 / depthwise convs were quantized like the linears (not implemented): bytes saved
-        doc["peak_gib_if_convs_quantized"] = round((doc["memory"]["peak_bytes"] - conv * (1 - bits / 32)
-                                                    if bits in (8, 4) else doc["memory"]["peak_bytes"]) / 2 ** 30, 3)
         doc["goal_gib"] = GOALS_GIB[model]
         doc["meets_goal"] = doc["memory"]["peak_gib"] < GOALS_GIB[model]
         rows.append(doc)
@@ -62,14 +61,15 @@ def main() -> None:
     lines = ["# What a phone needs: planner at real scale", "", f"- command: `{res['command']}` (date {started} UTC)",
              "- each row = `ditskip-edge plan --model M --skip-ratio R --bits B [--text-tokens L] --json`: math "
              "attention (the ExecuTorch program's), fp32 compute for int8/int4 (bf16 for 16), LoRA rank 16 on the "
-             "kept blocks, dequantized weights recomputed in backward, runtime overhead 100 MiB (assumed); no "
+             "kept blocks, frozen linears and convolutions (SANA's GLUMBConv) quantized alike at int8/int4, "
+             "dequantized weights recomputed in backward, runtime overhead 100 MiB (assumed); no "
              "weights needed (fake-tensor trace of the real architecture)",
              "- 'block ckpt (what-if)': each kept block's activations recomputed in backward (torch.utils.checkpoint "
              "in the planner's trace); no device runtime here does this yet, it shows what it would buy",
              "- storage: bundle = frozen kept weights at the bits + text conditioning; cache = 2000 samples "
              "(500 steps x 4) of fp32 residual-cache entries (uncompressed; issue 4 compresses)", "",
              "| model | skip | split (front, back) | bits | L | px | block ckpt (what-if) | frozen GiB | LoRA+AdamW GiB | arena GiB | peak GiB | "
-             "goal | peak if convs quantized | bundle GiB | cache GiB | TFLOP/sample |",
+             "goal | kept convs as fp32 GiB | bundle GiB | cache GiB | TFLOP/sample |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for d in rows:
         m, p, s, st = d["memory"], d["plan"], d["storage"], d["step"]
@@ -78,7 +78,7 @@ def main() -> None:
                      f"{'yes' if st['checkpoint_blocks_what_if'] else ''} | "
                      f"{m['frozen_weights_gib']} | {round(m['lora_params_gib'] + m['adamw_states_gib'], 3)} | "
                      f"{m['activation_arena_gib']} | **{m['peak_gib']}** | < {d['goal_gib']}: "
-                     f"{'yes' if d['meets_goal'] else 'no'} | {d['peak_gib_if_convs_quantized']} | "
+                     f"{'yes' if d['meets_goal'] else 'no'} | {round(d['conv_weights_fp32_bytes'] / 2 ** 30, 3)} | "
                      f"{s['bundle_model_gib']} | {s['cache_gib']} | {d['tflops_per_sample']} |")
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print(f"wrote {out}.json / .md", file=sys.stderr)

@@ -8,6 +8,14 @@ weights are baked as float constants):
   - int4: codes packed two per byte uint8 [O, I/2] (low nibble = even column), offset by 8; scales fp32 [O, I/g, 1]
 Forward dequantizes with plain ops (int4 unpacking with remainder/div, no bitwise ops: portable ExecuTorch
 kernels and ONNX opset 16 take them) and calls F.linear. LoRA layers (peft) wrap the quantized base unchanged.
+
+Frozen nn.Conv2d (SANA's GLUMBConv: 1x1 conv_inverted / conv_point, depthwise 3x3 conv_depth; the patch embedder)
+get the same scheme over the flattened weight [O, K], K = in/groups * kh * kw (QuantConv2d):
+  - int8: codes int8 [O, K], scales fp32 [O, 1]
+  - int4: codes packed two per byte uint8 [ceil(O*K/2)] over the flattened [O, K] codes (row-major; a depthwise
+    3x3 has K = 9, odd, so pairs may straddle rows; an odd total is padded with one zero nibble), offset by 8;
+    scales fp32 [O, K/g, 1] with g = group_size when it divides K, else g = K (per output channel)
+and forward is F.conv2d with the module's stride / padding / dilation / groups on the dequantized weight.
 """
 
 from __future__ import annotations
@@ -40,6 +48,22 @@ def _symmetric_codes(w: torch.Tensor, block: tuple[int, int], bits: int) -> tupl
                                         eps=1e-12, scale_dtype=torch.float32)
     codes = quantize_affine(w, block, scale, zero, torch.int8, qmin, qmax)
     return codes, scale.float()
+
+
+def _unpack_int4(packed: torch.Tensor, n: int) -> torch.Tensor:
+    """Packed bytes (low nibble first) -> the first n codes as fp32 in -8..7, flat. Plain ops only (remainder / div,
+    no bitwise). Intermediates are dropped as soon as they are used: eager (and the planner's trace) then holds about
+    2 fp32 weights at once here instead of 4.5 (int32 bytes, both nibbles and their stack alive together)."""
+    p = packed.reshape(-1).to(torch.int32)
+    lo = torch.remainder(p, 16)
+    hi = torch.div(p, 16, rounding_mode="floor")
+    del p
+    q = torch.stack([lo, hi], dim=-1).reshape(-1)
+    del lo, hi
+    if q.shape[0] != n:
+        q = q[:n]
+    q = q.to(torch.float32)
+    return q - 8.0
 
 
 class _DequantLinear(torch.autograd.Function):
@@ -91,10 +115,7 @@ class QuantLinear(nn.Module):
         o, i = self.out_features, self.in_features
         if self.bits == 8:
             return self.w_codes.to(torch.float32) * self.w_scale
-        p = self.w_packed.to(torch.int32)
-        lo = torch.remainder(p, 16)
-        hi = torch.div(p, 16, rounding_mode="floor")
-        q = torch.stack([lo, hi], dim=-1).reshape(o, i).to(torch.float32) - 8.0
+        q = _unpack_int4(self.w_packed, o * i)
         return (q.reshape(o, i // self.group, self.group) * self.w_scale).reshape(o, i)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -106,18 +127,107 @@ class QuantLinear(nn.Module):
         return sum(b.numel() * b.element_size() for b in self.buffers())
 
 
-def quantize_frozen_linears(module: nn.Module, spec: QuantSpec) -> int:
-    """Replace every frozen nn.Linear under `module` (not LoRA's own layers; a peft-wrapped layer's base_layer is
-    replaced inside the wrapper) by a QuantLinear. Returns the number replaced. bits=16 leaves the module as it is."""
+class _DequantConv2d(torch.autograd.Function):
+    """F.conv2d with W dequantized in forward and again in backward (input gradient only; W and b are frozen)."""
+
+    @staticmethod
+    def forward(ctx, x, layer):
+        ctx.layer = layer
+        ctx.input_shape = x.shape
+        return layer._conv(x, layer.dequantized_weight())
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        m = ctx.layer
+        gx = torch.nn.grad.conv2d_input(ctx.input_shape, m.dequantized_weight(), grad_out, stride=m.stride,
+                                        padding=m.padding, dilation=m.dilation, groups=m.groups)
+        return gx, None
+
+
+class QuantConv2d(nn.Module):
+    """A frozen nn.Conv2d with integer weight storage (layouts: module docstring). Buffers only."""
+
+    def __init__(self, conv: nn.Conv2d, spec: QuantSpec):
+        super().__init__()
+        if conv.padding_mode != "zeros" or isinstance(conv.padding, str):
+            raise ValueError(f"QuantConv2d takes zero padding given as numbers, got {conv.padding_mode} / "
+                             f"{conv.padding!r}")
+        w = conv.weight.detach().float()
+        self.out_channels, self.in_channels = conv.out_channels, conv.in_channels
+        self.kernel_size, self.stride, self.padding = tuple(conv.kernel_size), tuple(conv.stride), tuple(conv.padding)
+        self.dilation, self.groups = tuple(conv.dilation), conv.groups
+        self.weight_shape = tuple(w.shape)                                   # [O, I/groups, kh, kw]
+        o = w.shape[0]
+        k = w[0].numel()
+        self.flat_in = k
+        self.bits = spec.bits
+        self.recompute_in_backward = spec.recompute_in_backward
+        w2 = w.reshape(o, k)
+        if spec.bits == 8:
+            codes, scale = _symmetric_codes(w2, (1, k), 8)
+            self.register_buffer("w_codes", codes.contiguous())                      # int8 [O, K]
+            self.register_buffer("w_scale", scale.reshape(o, 1))                    # [O, 1]
+            self.group = k
+        elif spec.bits == 4:
+            g = spec.group_size if k % spec.group_size == 0 else k
+            codes, scale = _symmetric_codes(w2, (1, g), 4)
+            u = (codes.to(torch.int16) + 8).to(torch.uint8).reshape(-1)               # 0..15, [O*K]
+            if u.numel() % 2:
+                u = torch.cat([u, torch.full((1,), 8, dtype=torch.uint8)])            # pad nibble (code 0)
+            self.register_buffer("w_packed", (u[0::2] + u[1::2] * 16).contiguous())  # uint8 [ceil(O*K/2)]
+            self.register_buffer("w_scale", scale.reshape(o, k // g, 1))
+            self.group = g
+        else:
+            raise ValueError("QuantConv2d needs bits 8 or 4")
+        self.register_buffer("bias", None if conv.bias is None else conv.bias.detach().float().clone())
+
+    # peft's LoRA Conv2d wrapper reads base_layer.weight for shapes and dtype
+    @property
+    def weight(self) -> torch.Tensor:
+        return self.dequantized_weight()
+
+    def dequantized_weight(self) -> torch.Tensor:
+        o, k = self.weight_shape[0], self.flat_in
+        if self.bits == 8:
+            return (self.w_codes.to(torch.float32) * self.w_scale).reshape(self.weight_shape)
+        q = _unpack_int4(self.w_packed, o * k)
+        return (q.reshape(o, k // self.group, self.group) * self.w_scale).reshape(self.weight_shape)
+
+    def _conv(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return F.conv2d(x, w, self.bias, self.stride, self.padding, self.dilation, self.groups)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.recompute_in_backward and x.requires_grad and torch.is_grad_enabled():
+            return _DequantConv2d.apply(x, self)
+        return self._conv(x, self.dequantized_weight())
+
+    def storage_bytes(self) -> int:
+        return sum(b.numel() * b.element_size() for b in self.buffers())
+
+
+QUANT_LAYERS = (QuantLinear, QuantConv2d)
+
+
+def quantize_frozen_layers(module: nn.Module, spec: QuantSpec, convs: bool = True) -> int:
+    """Replace every frozen nn.Linear (QuantLinear) and, with `convs`, every frozen nn.Conv2d (QuantConv2d) under
+    `module`: not LoRA's own layers; a peft-wrapped layer's base_layer is replaced inside the wrapper. Returns the
+    number replaced. bits=16 leaves the module as it is."""
     if spec.bits == 16:
         return 0
+    kinds = {nn.Linear: QuantLinear, **({nn.Conv2d: QuantConv2d} if convs else {})}
     n = 0
     for name, parent in list(module.named_modules()):
         for child_name, child in list(parent.named_children()):
-            if type(child) is not nn.Linear or "lora_" in f"{name}.{child_name}":
+            cls = kinds.get(type(child))
+            if cls is None or "lora_" in f"{name}.{child_name}":
                 continue
             if child.weight.requires_grad:
                 continue
-            setattr(parent, child_name, QuantLinear(child, spec))
+            setattr(parent, child_name, cls(child, spec))
             n += 1
     return n
+
+
+def quantize_frozen_linears(module: nn.Module, spec: QuantSpec) -> int:
+    """The historical name: quantizes frozen linears and convolutions alike (quantize_frozen_layers)."""
+    return quantize_frozen_layers(module, spec)

@@ -63,7 +63,8 @@ def example_step_inputs(b: OpenBundle, sample_index: int = 0):
 
 def build_step(b: OpenBundle, quant: QuantSpec, decoder: nn.Module | None = None) -> StepModule:
     """The exportable step: the eager SkipModel (bundle_model.build_skip_model, LoRA with full-model names) with
-    every frozen nn.Linear of the kept span, embedders and head replaced by an int8/int4 QuantLinear."""
+    every frozen nn.Linear / nn.Conv2d of the kept span, embedders and head replaced by an int8/int4 QuantLinear /
+    QuantConv2d."""
     skip_model, transformer, _ = build_skip_model(b)
     n_q = quantize_frozen_linears(skip_model.view, quant)
     names, example = example_step_inputs(b)

@@ -1,7 +1,8 @@
 """A bundle's model-level and subject-level artifacts -> the ONNX Runtime programs under `programs/ort/`.
 
     open bundle -> SkipModel over the kept blocks with LoRA (as bundle_model.build_skip_model builds it)
-      -> frozen linears quantized (int8 codes [O, I] or packed int4 [O, I/2] + fp32 scales: QuantLinear)
+      -> frozen linears and convolutions quantized (int8 codes or packed int4 + fp32 scales: QuantLinear,
+         QuantConv2d; quantize.py)
       -> TrainingStep(skip model, cache decoder) as OrtStep -> ONNX (export/ort_graph.py)
       -> training / eval / optimizer models + checkpoint (export/ort_artifacts.py)
     PatchSampler(s_min) -> patch_sampler.onnx (inference model: photo [1, 3, H, W], crop_box [3] -> patch)
@@ -25,7 +26,7 @@ import torch.nn as nn
 from ditskip_edge.bundle_model import OpenBundle, build_skip_model
 from ditskip_edge.lora import save_lora
 from ditskip_edge.patch_sampling import PatchSampler
-from ditskip_edge.quantize import QuantSpec, quantize_frozen_linears
+from ditskip_edge.quantize import QuantConv2d, QuantLinear, QuantSpec, quantize_frozen_layers
 from ditskip_edge.sample_inputs import sample_noise
 from ditskip_edge.training_step import IdentityDecoder, TrainingStep
 
@@ -106,7 +107,9 @@ def export_ort_programs(b: OpenBundle, out_dir: Path, cfg: OrtExportConfig = Ort
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     model, transformer, trainable = build_skip_model(b)
-    n_quant = quantize_frozen_linears(model.view, cfg.quant)
+    n_quant = quantize_frozen_layers(model.view, cfg.quant)
+    n_conv = sum(isinstance(m, QuantConv2d) for m in model.view.modules())
+    n_lin = sum(isinstance(m, QuantLinear) for m in model.view.modules())
     decoder, entry = cache_decoder_and_entry(b, 0)
     step, inputs = example_step(b, model, decoder, entry)
     with tempfile.TemporaryDirectory() as tmp:
@@ -129,7 +132,8 @@ def export_ort_programs(b: OpenBundle, out_dir: Path, cfg: OrtExportConfig = Ort
         "trainable": trainable,
         "trainable_params": sum(p.numel() for n, p in transformer.named_parameters() if p.requires_grad),
         "quant": {"bits": cfg.quant.bits, "group_size": cfg.quant.group_size if cfg.quant.bits == 4 else None,
-                  "quantized_linears": n_quant, "integer_initializers": len(int_inits),
+                  "quantized_layers": n_quant, "quantized_linears": n_lin, "quantized_convs": n_conv,
+                  "integer_initializers": len(int_inits),
                   "integer_types": sorted({onnx.TensorProto.DataType.Name(t).lower() for t in int_inits.values()})},
         "cache_codec": b.cache.index.get("codec", "fp32"),
         "cache_decoder": type(decoder).__name__,

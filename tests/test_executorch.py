@@ -126,8 +126,10 @@ def test_sana_int4_program_matches_eager(sana_bundle):
     from ditskip_edge.bundle_model import open_bundle
     from ditskip_edge.quantize import QuantSpec
     from export.executorch_program import ExportConfig, build_step, export_training_program
+    from ditskip_edge.quantize import QuantConv2d
     step = build_step(open_bundle(sana_bundle), QuantSpec(bits=4))
     assert step.n_quantized > 0
+    assert any(isinstance(m, QuantConv2d) for m in step.module.modules())     # GLUMBConv's convs are int4 too
     _randomize_lora_b(step.module)
     prog = export_training_program(step, ExportConfig(quant=QuantSpec(bits=4)))
     assert prog.passes["empty_permuted"] > 0 and prog.passes["negative_pad"] > 0   # the SANA graph fixes ran

@@ -100,11 +100,13 @@ def test_exported_files_pass_onnx_checker_and_load_in_ort_1_19_2(bundles, arch):
 @pytest.mark.parametrize("arch,code_dtype", [("flux", np.int8), ("sana", np.uint8)])
 def test_frozen_weights_stay_integers_in_the_checkpoint(bundles, arch, code_dtype):
     """int8 codes (FLUX bundle) and packed int4 bytes (SANA bundle) are integer tensors in the ORT checkpoint,
-    and the checkpoint is smaller than the kept fp32 weights (convolutions and norms stay float)."""
+    linears and SANA's convolutions alike, and the checkpoint is smaller than the kept fp32 weights."""
     b = OrtBundle(bundles[arch])
     state, _, _ = open_training(b)
     codes = {n: p.data for n, p in state.parameters if n.endswith(("w_codes", "w_packed"))}
-    assert len(codes) == b.program["quant"]["quantized_linears"] > 0
+    q = b.program["quant"]
+    assert len(codes) == q["quantized_layers"] == q["quantized_linears"] + q["quantized_convs"] > 0
+    assert (q["quantized_convs"] > 0) == (arch == "sana")
     assert all(v.dtype == code_dtype for v in codes.values())
     assert b.artifact("checkpoint").stat().st_size < b.manifest["model_stage"]["kept_weight_bytes"]
 

@@ -3,7 +3,8 @@
 The step program (program.py) is built with fake CPU tensors and one step (forward + backward) is traced op by op
 (tracker.py): the tracker's peak is the activation arena. Everything else is counted from the program:
 
-    peak_bytes = frozen_weights      kept blocks + embedders + head, at the given bits (int codes + scales)
+    peak_bytes = frozen_weights      kept blocks + embedders + head, at the given bits (int codes + scales;
+                                     linears and convolutions, quantize.py)
                + lora_params         fp32 (bf16 with --bits 16)
                + adamw_states        exp_avg + exp_avg_sq: 2 x lora_params
                + activation_arena    peak of the tensors the step creates: saved activations, the largest
@@ -105,7 +106,7 @@ def _frozen_param_count(prog) -> int:
             if "lora_" not in name and id(p) not in seen:
                 seen.add(id(p))
                 n += p.numel()
-        for name, b in m.named_buffers():          # quantized linears: count the weight they stand for
+        for name, b in m.named_buffers():          # quantized linears / convs: count the weight they stand for
             if name.endswith("w_codes") and id(b) not in seen:
                 seen.add(id(b))
                 n += b.numel()

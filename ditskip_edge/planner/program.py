@@ -29,7 +29,7 @@ from ..models.loading import build_transformer
 from ..models.specs import FLUX_ARCH, ModelSpec
 from ..models.views import block_names_of, full_model_forward, make_view
 from ..plan import SkipPlan
-from ..quantize import QuantSpec, quantize_frozen_linears
+from ..quantize import QuantSpec, quantize_frozen_layers
 from ..skip_model import SkipModel, noisy_latents_and_target, residual_names
 
 
@@ -176,7 +176,7 @@ def _materialize(module: nn.Module, device: str, dtype: torch.dtype, quant: Quan
             if "lora_" not in n:
                 p.data = p.data.to(dtype)
     if quant is not None:
-        quantize_frozen_linears(module, quant)
+        quantize_frozen_layers(module, quant)      # frozen linears and convolutions (SANA's GLUMBConv)
 
 
 def _inputs(cfg: StepConfig, device: str, seed: int):
