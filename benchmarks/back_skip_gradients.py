@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from _meta import provenance, provenance_md  # noqa: E402
-from test_skip_model import _full_loss, _grads, _setup, _skip_loss, _zero  # noqa: E402
+from test_skip_model import _setup, full_and_skip  # noqa: E402
 
 from ditskip_edge.plan import SkipPlan  # noqa: E402
 
@@ -32,13 +32,7 @@ def main() -> None:
         for n_front, n_back in [(1, 0), (2, 0), (0, 1), (1, 1), (1, 2), (2, 2), (0, 3)]:
             plan = SkipPlan(6, n_front, n_back)
             spec, tr, trainable, batch = _setup(name, plan)
-            lf = _full_loss(spec, tr, *batch)
-            lf.backward()
-            gf = _grads(tr, trainable)
-            _zero(tr)
-            ls = _skip_loss(spec, tr, plan, *batch)
-            ls.backward()
-            gs = _grads(tr, trainable)
+            lf, gf, ls, gs = full_and_skip(spec, tr, trainable, plan, batch)
             rows.append({"model": name, "n_front": n_front, "n_back": n_back,
                          "loss_rel_diff": abs(ls.item() - lf.item()) / lf.item(),
                          "lora_grad_cosine": F.cosine_similarity(gs, gf, dim=0).item(),

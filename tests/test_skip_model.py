@@ -63,6 +63,17 @@ def _skip_loss(spec, transformer, plan, x0, noise, t, cond):
     return skip(x0, noise, t, cond, residuals)
 
 
+def full_and_skip(spec, transformer, trainable, plan, batch):
+    """Loss and LoRA gradients of the full model, then of the skip model, for the same sample."""
+    loss_full = _full_loss(spec, transformer, *batch)
+    loss_full.backward()
+    g_full = _grads(transformer, trainable)
+    _zero(transformer)
+    loss_skip = _skip_loss(spec, transformer, plan, *batch)
+    loss_skip.backward()
+    return loss_full, g_full, loss_skip, _grads(transformer, trainable)
+
+
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a - b).norm() / b.norm()).item()
 
@@ -84,13 +95,7 @@ def test_front_skip_gives_the_full_models_loss_and_lora_gradients(name, n_front)
     """n = m = 0 and front-only skip: the front residual is exact, so loss and LoRA gradients equal the full model's."""
     plan = SkipPlan(6, n_front, 0)
     spec, transformer, trainable, batch = _setup(name, plan)
-    loss_full = _full_loss(spec, transformer, *batch)
-    loss_full.backward()
-    g_full = _grads(transformer, trainable)
-    _zero(transformer)
-    loss_skip = _skip_loss(spec, transformer, plan, *batch)
-    loss_skip.backward()
-    g_skip = _grads(transformer, trainable)
+    loss_full, g_full, loss_skip, g_skip = full_and_skip(spec, transformer, trainable, plan, batch)
     assert abs(loss_skip.item() - loss_full.item()) / loss_full.item() <= 1e-5
     assert g_full.norm() > 0
     assert _rel(g_skip, g_full) <= 1e-5
@@ -102,13 +107,7 @@ def test_back_skip_keeps_the_step0_loss_and_reports_gradient_cosine(name, record
     approximate (the back residual is constant): their cosine to the full model's is reported."""
     plan = SkipPlan(6, 1, 2)
     spec, transformer, trainable, batch = _setup(name, plan, random_b=False)
-    loss_full = _full_loss(spec, transformer, *batch)
-    loss_full.backward()
-    g_full = _grads(transformer, trainable)
-    _zero(transformer)
-    loss_skip = _skip_loss(spec, transformer, plan, *batch)
-    loss_skip.backward()
-    g_skip = _grads(transformer, trainable)
+    loss_full, g_full, loss_skip, g_skip = full_and_skip(spec, transformer, trainable, plan, batch)
     assert abs(loss_skip.item() - loss_full.item()) / loss_full.item() <= 1e-5
     cosine = F.cosine_similarity(g_skip, g_full, dim=0).item()
     record_property("lora_grad_cosine_back_skip", cosine)
