@@ -49,73 +49,69 @@ def _finish(ep: ExportedProgram) -> None:
     ep.graph_module.recompile()
 
 
-def replace_empty_permuted(ep: ExportedProgram) -> int:
+def _rewrite_nodes(ep: ExportedProgram, targets: tuple, rewrite) -> int:
+    """Drive a node-for-node rewrite: for every call of one of `targets`, `rewrite(g, n)` inserts (at n) and returns
+    the node that replaces n, or None to leave n as it is. Returns how many nodes were replaced."""
     g = ep.graph_module.graph
     n_fixed = 0
     for n in list(g.nodes):
-        if n.op != "call_function" or n.target != aten.empty_permuted.default:
+        if n.op != "call_function" or n.target not in targets:
             continue
-        kw = {k: v for k, v in n.kwargs.items() if k in ("dtype", "layout", "device", "pin_memory")}
         with g.inserting_before(n):
-            new = _insert(g, aten.empty.memory_format, (list(n.args[0]),), kw, like=n)
+            new = rewrite(g, n)
+        if new is None:
+            continue
         n.replace_all_uses_with(new)
         g.erase_node(n)
         n_fixed += 1
+    _finish(ep)
+    return n_fixed
+
+
+def replace_empty_permuted(ep: ExportedProgram) -> int:
+    def rewrite(g, n):
+        kw = {k: v for k, v in n.kwargs.items() if k in ("dtype", "layout", "device", "pin_memory")}
+        return _insert(g, aten.empty.memory_format, (list(n.args[0]),), kw, like=n)
+
+    n_fixed = _rewrite_nodes(ep, (aten.empty_permuted.default,), rewrite)
     if n_fixed:
         # full_like / empty_like downstream copied the permuted strides into their fake values: make them contiguous
-        for n in g.nodes:
+        for n in ep.graph_module.graph.nodes:
             fv = n.meta.get("val")
             if n.op == "call_function" and isinstance(fv, torch.Tensor) and not fv.is_contiguous() \
                     and n.target in (aten.full_like.default, aten.empty_like.default):
                 with fv.fake_mode:
                     n.meta["val"] = torch.empty(fv.shape, dtype=fv.dtype, device=fv.device)
-    _finish(ep)
+        _finish(ep)
     return n_fixed
 
 
 def negative_pad_to_slice(ep: ExportedProgram) -> int:
-    g = ep.graph_module.graph
-    n_fixed = 0
-    for n in list(g.nodes):
-        if n.op != "call_function" or n.target != aten.constant_pad_nd.default:
-            continue
+    def rewrite(g, n):
         x, pad = n.args[0], list(n.args[1])
         if not all(p <= 0 for p in pad) or not any(p < 0 for p in pad):
-            continue
+            return None
         shape = x.meta["val"].shape
         cur = x
-        with g.inserting_before(n):
-            for i in range(len(pad) // 2):
-                dim = len(shape) - 1 - i
-                lo, hi = -pad[2 * i], -pad[2 * i + 1]
-                if lo or hi:
-                    cur = _insert(g, aten.slice.Tensor, (cur, dim, lo, shape[dim] - hi), like=n)
-            # slice is a strided view; downstream views need a contiguous tensor
-            cur = _insert(g, aten.clone.default, (cur,), {"memory_format": torch.contiguous_format}, like=n)
-        n.replace_all_uses_with(cur)
-        g.erase_node(n)
-        n_fixed += 1
-    _finish(ep)
-    return n_fixed
+        for i in range(len(pad) // 2):
+            dim = len(shape) - 1 - i
+            lo, hi = -pad[2 * i], -pad[2 * i + 1]
+            if lo or hi:
+                cur = _insert(g, aten.slice.Tensor, (cur, dim, lo, shape[dim] - hi), like=n)
+        # slice is a strided view; downstream views need a contiguous tensor
+        return _insert(g, aten.clone.default, (cur,), {"memory_format": torch.contiguous_format}, like=n)
+
+    return _rewrite_nodes(ep, (aten.constant_pad_nd.default,), rewrite)
 
 
 def addmm_to_mm_add(ep: ExportedProgram) -> int:
-    g = ep.graph_module.graph
-    n_fixed = 0
-    for n in list(g.nodes):
-        if n.op != "call_function" or n.target != aten.addmm.default:
-            continue
+    def rewrite(g, n):
         if n.kwargs.get("beta", 1) != 1 or n.kwargs.get("alpha", 1) != 1:
-            continue
+            return None
         bias, a, b = n.args[:3]
-        with g.inserting_before(n):
-            mm = _insert(g, aten.mm.default, (a, b), like=n)
-            add = _insert(g, aten.add.Tensor, (mm, bias), like=n)
-        n.replace_all_uses_with(add)
-        g.erase_node(n)
-        n_fixed += 1
-    _finish(ep)
-    return n_fixed
+        return _insert(g, aten.add.Tensor, (_insert(g, aten.mm.default, (a, b), like=n), bias), like=n)
+
+    return _rewrite_nodes(ep, (aten.addmm.default,), rewrite)
 
 
 def frozen_input_names(ep: ExportedProgram) -> set[str]:
@@ -214,38 +210,23 @@ def mm_to_bmm(ep: ExportedProgram) -> int:
     """mm(a, b) -> squeeze(bmm(a[None], b[None]), 0). XNNPACK's partitioner takes bmm with two dynamic operands but
     not a 2-D mm whose weight is not a plain parameter (in the joint graph every weight reaches mm through a
     transpose, and the backward's mm are activation x activation): with this rewrite the matmuls run in XNNPACK."""
-    g = ep.graph_module.graph
-    n_fixed = 0
-    for n in list(g.nodes):
-        if n.op != "call_function" or n.target != aten.mm.default:
-            continue
+    def rewrite(g, n):
         a, b = n.args
-        with g.inserting_before(n):
-            a3 = _insert(g, aten.unsqueeze.default, (a, 0), like=n)
-            b3 = _insert(g, aten.unsqueeze.default, (b, 0), like=n)
-            bmm = _insert(g, aten.bmm.default, (a3, b3), like=n)
-            out = _insert(g, aten.squeeze.dim, (bmm, 0), like=n)
-        n.replace_all_uses_with(out)
-        g.erase_node(n)
-        n_fixed += 1
-    _finish(ep)
-    return n_fixed
+        a3 = _insert(g, aten.unsqueeze.default, (a, 0), like=n)
+        b3 = _insert(g, aten.unsqueeze.default, (b, 0), like=n)
+        return _insert(g, aten.squeeze.dim, (_insert(g, aten.bmm.default, (a3, b3), like=n), 0), like=n)
+
+    return _rewrite_nodes(ep, (aten.mm.default,), rewrite)
 
 
 def drop_identity_views(ep: ExportedProgram) -> int:
     """Remove `alias` and same-shape `expand` nodes. ExecuTorch materialises them as copies (alias_copy,
     expand_copy), and the ones on attention probabilities [B, H, N, N] are read again by the backward: without this
     pass each attention kept three copies of its probabilities alive from forward to backward."""
-    g = ep.graph_module.graph
-    n_fixed = 0
-    for n in list(g.nodes):
-        if n.op != "call_function" or n.target not in (aten.alias.default, aten.expand.default):
-            continue
+    def rewrite(g, n):
         src = n.args[0]
         a, b = (src.meta.get("val") if isinstance(src, Node) else None), n.meta.get("val")
-        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and tuple(a.shape) == tuple(b.shape):
-            n.replace_all_uses_with(src)
-            g.erase_node(n)
-            n_fixed += 1
-    _finish(ep)
-    return n_fixed
+        same = isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and tuple(a.shape) == tuple(b.shape)
+        return src if same else None
+
+    return _rewrite_nodes(ep, (aten.alias.default, aten.expand.default), rewrite)
