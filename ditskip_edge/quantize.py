@@ -66,6 +66,32 @@ def _unpack_int4(packed: torch.Tensor, n: int) -> torch.Tensor:
     return q - 8.0
 
 
+
+def _encode_rows(w2: torch.Tensor, spec: QuantSpec) -> tuple[dict[str, torch.Tensor], int]:
+    """Quantize a weight matrix [O, K] row-wise: the buffers to register and the group size (layouts: module
+    docstring; int4 codes are packed over the flattened matrix, padded with one zero nibble if O*K is odd)."""
+    o, k = w2.shape
+    if spec.bits == 8:
+        codes, scale = _symmetric_codes(w2, (1, k), 8)
+        return {"w_codes": codes.contiguous(), "w_scale": scale.reshape(o, 1)}, k
+    if spec.bits == 4:
+        g = spec.group_size if k % spec.group_size == 0 else k
+        codes, scale = _symmetric_codes(w2, (1, g), 4)
+        u = (codes.to(torch.int16) + 8).to(torch.uint8).reshape(-1)                  # 0..15, [O*K]
+        if u.numel() % 2:
+            u = torch.cat([u, torch.full((1,), 8, dtype=torch.uint8)])                # pad nibble (code 0)
+        return {"w_packed": (u[0::2] + u[1::2] * 16).contiguous(), "w_scale": scale.reshape(o, k // g, 1)}, g
+    raise ValueError(f"integer storage needs bits 8 or 4, got {spec.bits}")
+
+
+def _decode_rows(layer: nn.Module, o: int, k: int) -> torch.Tensor:
+    """The dequantized fp32 matrix [O, K] of a layer holding _encode_rows' buffers."""
+    if layer.bits == 8:
+        return layer.w_codes.to(torch.float32) * layer.w_scale
+    q = _unpack_int4(layer.w_packed, o * k)
+    return (q.reshape(o, k // layer.group, layer.group) * layer.w_scale).reshape(o, k)
+
+
 class _DequantLinear(torch.autograd.Function):
     """y = x W^T + b with W dequantized in forward and again in backward; saves no weight-sized tensor."""
 
@@ -88,22 +114,13 @@ class QuantLinear(nn.Module):
         self.out_features, self.in_features = w.shape
         self.bits = spec.bits
         self.recompute_in_backward = spec.recompute_in_backward
-        if spec.bits == 8:
-            codes, scale = _symmetric_codes(w, (1, self.in_features), 8)
-            self.register_buffer("w_codes", codes.contiguous())                      # int8 [O, I]
-            self.register_buffer("w_scale", scale.reshape(self.out_features, 1))    # [O, 1]
-            self.group = self.in_features
-        elif spec.bits == 4:
-            g = spec.group_size if self.in_features % spec.group_size == 0 else self.in_features
-            if self.in_features % 2:
-                raise ValueError(f"int4 packing needs an even input width, got {self.in_features}")
-            codes, scale = _symmetric_codes(w, (1, g), 4)
-            u = (codes.to(torch.int16) + 8).to(torch.uint8)                           # 0..15
-            self.register_buffer("w_packed", (u[:, 0::2] + u[:, 1::2] * 16).contiguous())  # uint8 [O, I/2]
-            self.register_buffer("w_scale", scale.reshape(self.out_features, self.in_features // g, 1))
-            self.group = g
-        else:
-            raise ValueError("QuantLinear needs bits 8 or 4")
+        if spec.bits == 4 and self.in_features % 2:
+            raise ValueError(f"int4 packing needs an even input width, got {self.in_features}")
+        buffers, self.group = _encode_rows(w, spec)
+        if spec.bits == 4:      # rows never straddle a byte when I is even: keep the [O, I/2] layout
+            buffers["w_packed"] = buffers["w_packed"].reshape(self.out_features, self.in_features // 2)
+        for name, value in buffers.items():
+            self.register_buffer(name, value)
         self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().float().clone())
 
     # peft's LoRA wrapper reads base_layer.weight for shapes and dtype
@@ -112,11 +129,7 @@ class QuantLinear(nn.Module):
         return self.dequantized_weight()
 
     def dequantized_weight(self) -> torch.Tensor:
-        o, i = self.out_features, self.in_features
-        if self.bits == 8:
-            return self.w_codes.to(torch.float32) * self.w_scale
-        q = _unpack_int4(self.w_packed, o * i)
-        return (q.reshape(o, i // self.group, self.group) * self.w_scale).reshape(o, i)
+        return _decode_rows(self, self.out_features, self.in_features)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.recompute_in_backward and x.requires_grad and torch.is_grad_enabled():
@@ -162,23 +175,9 @@ class QuantConv2d(nn.Module):
         self.flat_in = k
         self.bits = spec.bits
         self.recompute_in_backward = spec.recompute_in_backward
-        w2 = w.reshape(o, k)
-        if spec.bits == 8:
-            codes, scale = _symmetric_codes(w2, (1, k), 8)
-            self.register_buffer("w_codes", codes.contiguous())                      # int8 [O, K]
-            self.register_buffer("w_scale", scale.reshape(o, 1))                    # [O, 1]
-            self.group = k
-        elif spec.bits == 4:
-            g = spec.group_size if k % spec.group_size == 0 else k
-            codes, scale = _symmetric_codes(w2, (1, g), 4)
-            u = (codes.to(torch.int16) + 8).to(torch.uint8).reshape(-1)               # 0..15, [O*K]
-            if u.numel() % 2:
-                u = torch.cat([u, torch.full((1,), 8, dtype=torch.uint8)])            # pad nibble (code 0)
-            self.register_buffer("w_packed", (u[0::2] + u[1::2] * 16).contiguous())  # uint8 [ceil(O*K/2)]
-            self.register_buffer("w_scale", scale.reshape(o, k // g, 1))
-            self.group = g
-        else:
-            raise ValueError("QuantConv2d needs bits 8 or 4")
+        buffers, self.group = _encode_rows(w.reshape(o, k), spec)
+        for name, value in buffers.items():
+            self.register_buffer(name, value)
         self.register_buffer("bias", None if conv.bias is None else conv.bias.detach().float().clone())
 
     # peft's LoRA Conv2d wrapper reads base_layer.weight for shapes and dtype
@@ -187,11 +186,7 @@ class QuantConv2d(nn.Module):
         return self.dequantized_weight()
 
     def dequantized_weight(self) -> torch.Tensor:
-        o, k = self.weight_shape[0], self.flat_in
-        if self.bits == 8:
-            return (self.w_codes.to(torch.float32) * self.w_scale).reshape(self.weight_shape)
-        q = _unpack_int4(self.w_packed, o * k)
-        return (q.reshape(o, k // self.group, self.group) * self.w_scale).reshape(self.weight_shape)
+        return _decode_rows(self, self.weight_shape[0], self.flat_in).reshape(self.weight_shape)
 
     def _conv(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return F.conv2d(x, w, self.bias, self.stride, self.padding, self.dilation, self.groups)
