@@ -16,7 +16,6 @@ import json
 import logging
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -25,6 +24,7 @@ from tqdm import tqdm
 from .bundle_model import OpenBundle, build_skip_model, open_bundle
 from .errors import UserError
 from .lora import lora_state_dict, save_lora
+from .run_config import RunConfig
 from .sample_inputs import sample_noise
 from .training_step import TrainingStep
 
@@ -32,13 +32,7 @@ log = logging.getLogger(__name__)
 CHECKPOINT = "checkpoint.pt"
 
 
-@dataclass
-class TrainConfig:
-    run_dir: Path
-    steps: int | None = None          # None: the whole schedule
-    checkpoint_every: int = 50
-    resume: bool = True
-    stop_after: int | None = None     # stop (as if interrupted) after this many steps in this call: for tests
+TrainConfig = RunConfig
 
 
 def sample_batch(b: OpenBundle, sample) -> tuple:

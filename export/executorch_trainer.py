@@ -29,6 +29,7 @@ import torch   # only as the pybindings' tensor type
 from ditskip_edge import rng
 from ditskip_edge.bundle import read_manifest
 from ditskip_edge.errors import BundleError, UserError
+from ditskip_edge.run_config import RunConfig
 
 from .executorch_adamw import AdamW
 
@@ -37,12 +38,7 @@ LORA_FILE = "pytorch_lora_weights.safetensors"
 
 
 @dataclass
-class RuntimeTrainConfig:
-    run_dir: Path
-    steps: int | None = None
-    checkpoint_every: int = 50
-    resume: bool = True
-    stop_after: int | None = None          # stop as if interrupted after this many steps in this call (tests)
+class RuntimeTrainConfig(RunConfig):
     device_preprocess: bool = False        # x0 from the preprocessing program instead of the cache
     quant_bits: int | None = None          # pick the train_step program with these bits (None: the first)
     progress: bool = True

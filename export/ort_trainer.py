@@ -23,7 +23,6 @@ import os
 import sys
 import time
 import types
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +31,7 @@ from safetensors.numpy import load_file, save_file
 from ditskip_edge import rng
 from ditskip_edge.bundle import read_manifest
 from ditskip_edge.errors import BundleError, UserError
+from ditskip_edge.run_config import RunConfig
 
 
 
@@ -55,13 +55,7 @@ RUN_CHECKPOINT = "ort_checkpoint"
 RUNTIME = "ort"
 
 
-@dataclass
-class OrtTrainConfig:
-    run_dir: Path
-    steps: int | None = None          # None: the whole schedule
-    checkpoint_every: int = 50
-    resume: bool = True
-    stop_after: int | None = None     # stop (as if interrupted) after this many steps in this call: for tests
+OrtTrainConfig = RunConfig
 
 
 _NP_DTYPES = {"float32": np.float32, "float16": np.float16, "int8": np.int8, "uint8": np.uint8}
