@@ -46,7 +46,8 @@ class RuntimeTrainConfig(RunConfig):
 
 def find_program(manifest: dict, name: str, runtime: str = "executorch", quant_bits: int | None = None,
                  extra: dict | None = None) -> dict:
-    for p in manifest.get("programs", []):
+    programs = manifest.get("programs", [])
+    for p in programs if isinstance(programs, list) else []:     # a dict: another runtime's (ORT) programs
         if p["name"] == name and p["runtime"] == runtime and (quant_bits is None or p["quant_bits"] == quant_bits):
             if extra is None or all(p.get(k) == v for k, v in extra.items()):
                 return p

@@ -102,8 +102,11 @@ class OrtBundle:
     def __init__(self, bundle_dir: str | Path, verify: bool = True):
         self.root = Path(bundle_dir)
         self.manifest = read_manifest(self.root, verify=verify)
+        programs = self.manifest.get("programs")
+        if not isinstance(programs, dict) or "ort" not in programs:
+            raise BundleError(f"{self.root / 'manifest.json'}: no ORT programs in this bundle; compile with --runtime ort")
         try:
-            self.program = self.manifest["programs"]["ort"]
+            self.program = programs["ort"]
             self.schedule = json.loads((self.root / self.manifest["subject_stage"]["schedule"]).read_text())
             text = self.manifest["subject_stage"]["text_conditioning"]
             cache_dir = self.root / self.manifest["subject_stage"]["cache"]

@@ -349,3 +349,16 @@ def test_runtime_reads_sharded_cache_entries(tmp_path):
     (tmp_path / "cache_index.json").write_text(json.dumps(index))
     with pytest.raises(BundleError):
         CacheEntries(tmp_path).read_encoded(0)
+
+
+def test_each_runtime_refuses_the_other_runtimes_bundle_with_a_clear_error(flux_ort, tmp_path, capsys):
+    """An ORT bundle trained with --runtime executorch (and an eager-only bundle with --runtime ort): one line, exit 2."""
+    from conftest import compile_tiny
+    from ditskip_edge.cli import main
+    assert main(["train", str(flux_ort), "--runtime", "executorch", "--run-dir", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err
+    assert "no executorch program" in err and "Traceback" not in err
+    eager_only = compile_tiny(tmp_path / "eager_only", steps=1)
+    assert main(["train", str(eager_only), "--runtime", "ort", "--run-dir", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err
+    assert "no ORT programs" in err and "Traceback" not in err
