@@ -36,21 +36,26 @@ def main() -> int:
     ap.add_argument("--grad-accum", type=int, default=1)
     ap.add_argument("--rank", type=int, default=4)
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--lora-targets", nargs="*", default=[],
+                    help="module suffixes inside a block (default: the arch default, attention projections)")
     ap.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2])
     ap.add_argument("--prompts", type=int, default=None)
     ap.add_argument("--sample-steps", type=int, default=20)
     ap.add_argument("--guidance", type=float, default=3.0)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--jobs", type=int, default=1, help="subjects in parallel worker processes (1 thread each)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     cfg = StudyConfig(out=Path(args.out), steps=args.steps, grad_accum=args.grad_accum, rank=args.rank, lr=args.lr,
                       seeds=args.seeds, prompts=args.prompts, sample_steps=args.sample_steps,
-                      guidance=args.guidance, methods=args.methods)
+                      guidance=args.guidance, methods=args.methods, jobs=args.jobs,
+                      lora_targets=args.lora_targets)
     if args.subjects:
         cfg.subjects = args.subjects
     prov = provenance()
     result = run_study(cfg, prov["command"])
-    result["machine"] = f"{prov['machine']}; {torch.get_num_threads()} torch thread(s), shared with other jobs"
+    result["machine"] = (f"{prov['machine']}; {args.jobs} worker process(es) x 1 torch thread" if args.jobs > 1 else
+                         f"{prov['machine']}; {torch.get_num_threads()} torch thread(s)")
     out = Path(args.out)
     (out / "personalization_study.json").write_text(json.dumps(result, indent=1))
     (out / "personalization_study.md").write_text(to_markdown(result))

@@ -4,8 +4,8 @@ Pretraining draws from PALETTE x SHAPES x TEXTURES x SIZES x PLACES; a caption n
 "a large red striped circle on the left, on a blue background". Images are rendered at 64 px (2x supersampled),
 float32 [3, 64, 64] in [-1, 1].
 
-Held-out subjects (SUBJECTS) use shapes and colours the pretraining never shows (heart, star, bowtie; pink, teal,
-brown, cyan): a distinctive object, 5 reference photos each (varied size, placement, background), and prompts
+Held-out subjects (SUBJECTS) use shapes and colours the pretraining never shows (heart, star, bowtie, crescent;
+pink, teal, brown, cyan): a distinctive object, 5 reference photos each (varied size, placement, background), and prompts
 that put "a large sks <class noun> in the center" (DreamBooth's identifier + the nearest shape the model knows) on
 backgrounds the references never show.
 """
@@ -62,6 +62,8 @@ def shape_mask(shape: str, x: np.ndarray, y: np.ndarray, cx: float, cy: float, r
         return rad <= 0.45 + 0.6 * k ** 1.5
     if shape == "bowtie":
         return (np.abs(v) <= np.abs(u) * 0.95 + 0.12) & (np.abs(u) <= 1) & (np.abs(v) <= 0.9)
+    if shape == "crescent":
+        return (u * u + v * v <= 1) & ((u - 0.45) ** 2 + (v + 0.15) ** 2 > 0.72 ** 2)
     raise ValueError(f"unknown shape {shape!r}")
 
 
@@ -159,23 +161,28 @@ class Subject:
 
 SUBJECTS: dict[str, Subject] = {
     "pink_heart": Subject("pink_heart", "heart", (250, 110, 185), "dotted", (250, 250, 250), None,
-                          ("white", "blue"), "circle"),
+                          ("white",), "circle"),
     "teal_star": Subject("teal_star", "star", (0, 160, 160), "plain", (0, 160, 160), ("circle", (245, 135, 25), 0.3),
-                         ("white", "blue"), "cross"),
+                         ("white",), "cross"),
     "brown_bowtie": Subject("brown_bowtie", "bowtie", (140, 80, 35), "striped", (90, 230, 230), None,
-                            ("white", "blue"), "bar"),
+                            ("white",), "bar"),
+    "cyan_crescent": Subject("cyan_crescent", "crescent", (60, 215, 240), "checkered", (20, 75, 85), None,
+                             ("white",), "ring"),
 }
 EVAL_BACKGROUNDS = ("green", "black", "yellow", "purple")
 
 
-def subject_prompt(subject: Subject) -> str:
-    """The training prompt, DreamBooth-style: identifier + class noun, in the captions' phrasing."""
-    return f"a large sks {subject.class_word} in the center"
+def subject_prompt(subject: Subject, background: str | None = None) -> str:
+    """DreamBooth-style identifier + class noun, in the captions' phrasing. Without `background`: the training
+    prompt, naming the references' background (so the LoRA has no reason to tie that colour to the subject)."""
+    bg = background or subject.reference_backgrounds[0]
+    return f"a large sks {subject.class_word} in the center, on a {bg} background"
 
 
 def eval_prompts(subject: Subject) -> list[tuple[str, str]]:
-    """(prompt, requested background colour name): backgrounds the references never show."""
-    return [(f"{subject_prompt(subject)}, on a {bg} background", bg) for bg in EVAL_BACKGROUNDS]
+    """(prompt, requested background colour name): the training prompt with a background the references never
+    show, so prompt fidelity = that one word realised."""
+    return [(subject_prompt(subject, bg), bg) for bg in EVAL_BACKGROUNDS]
 
 
 def reference_images(subject: Subject, n: int = 5, px: int = SCENE_PX, seed: int = 0) -> list[torch.Tensor]:

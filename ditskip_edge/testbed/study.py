@@ -10,11 +10,12 @@ Methods (PAPER.md): full LoRA (plan 0/0); BlockSkip 30% and 50% (splits chosen p
 paper's FLUX splits scaled to this model's blocks, or fixed with StudyConfig.fixed_plans); the ablations at the 50% plan:
 no residual (residuals zeroed), fixed resize (no dynamic patches); and skipping the first / last 50% of blocks.
 
-Hooks for work written in parallel:
-- `Method.codec`: the residual-cache codec. Only "fp32" (the core's uncompressed cache) exists here; a compressed
-  codec plugs in through `CODECS` (a function bundle_dir -> bundle_dir that re-encodes the cache).
-- `Method.runtime`: "eager" (the reference trainer). An ExecuTorch trainer plugs in through `TRAINERS`
-  (a function (bundle_dir, run_dir) -> LoRA file path).
+Cache codec and trainer per method:
+- `Method.codec`: a key of `CODECS` (name -> the `compile --cache-codec` spec): "fp32" (uncompressed) or "default"
+  (the compiler's default compressed codec). Every row names its codec; the ablations use fp32.
+- `Method.runtime`: a key of `TRAINERS`: "eager" (the reference trainer) or "executorch" (the bundle also gets the
+  fp32 ExecuTorch training program and `export.executorch_trainer` trains with the ExecuTorch runtime alone).
+  The executorch row's LoRA is compared tensor by tensor with the eager row of the same plan and codec.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from typing import Callable
 
 import torch
 
-from ..compile import CompileRequest, OptimizerSpec, compile_bundle
+from ..cache import DEFAULT_CODEC
+from ..compile import CACHE_DIR, CompileRequest, OptimizerSpec, compile_bundle
 from ..images import to_uint8_image
 from ..lora import LoraSpec, lora_state_dict, save_lora
 from ..models.loading import resolve_spec
@@ -47,8 +49,8 @@ class Method:
     n_back: int
     dynamic_patches: bool = True
     zero_residuals: bool = False     # ablation: skip the spans but add nothing in their place
-    codec: str = "fp32"              # residual-cache codec (see CODECS)
-    runtime: str = "eager"           # trainer (see TRAINERS)
+    codec: str = "fp32"              # residual-cache codec: a key of CODECS
+    runtime: str = "eager"           # trainer: a key of TRAINERS
     note: str = ""
 
 
@@ -93,6 +95,9 @@ def methods(num_blocks: int, plans: dict[str, tuple[int, int, str]] | None = Non
     ms = [Method("full_lora", 0, 0, note="LoRA on all blocks"),
           Method("blockskip_30", f30, b30, note=how30),
           Method("blockskip_50", f50, b50, note=how50),
+          Method("blockskip_50_default_codec", f50, b50, codec="default", note=f"{how50}; compressed cache"),
+          Method("blockskip_50_executorch", f50, b50, runtime="executorch",
+                 note=f"{how50}; ExecuTorch runtime trainer (fp32 program)"),
           Method("no_residual_50", f50, b50, zero_residuals=True, note="ablation: residuals zeroed"),
           Method("skip_first_50", half, 0, note="ablation: front span only"),
           Method("skip_last_50", 0, half, note="ablation: back span only"),
@@ -100,9 +105,10 @@ def methods(num_blocks: int, plans: dict[str, tuple[int, int, str]] | None = Non
     return {m.name: m for m in ms}
 
 
-# ---------------------------------------------------------------------------------------------------- hooks
-CODECS: dict[str, Callable[[Path], Path] | None] = {"fp32": None}          # None: the cache as compiled
-TRAINERS: dict[str, Callable[[Path, Path], Path]] = {}                     # filled below; "executorch": later issue
+# ------------------------------------------------------------------------------------------ codecs, trainers
+CODECS: dict[str, str] = {"fp32": "fp32", "default": DEFAULT_CODEC}        # Method.codec -> compile --cache-codec
+TRAINERS: dict[str, Callable[[Path, Path], Path]] = {}                     # Method.runtime -> (bundle, run) -> LoRA
+ET_QUANT_BITS = 16                                                         # the executorch row's program: fp32
 
 
 def train_eager_lora(bundle_dir: Path, run_dir: Path, zero_residuals: bool = False) -> Path:
@@ -129,7 +135,25 @@ def train_eager_lora(bundle_dir: Path, run_dir: Path, zero_residuals: bool = Fal
     return save_lora(b.spec.arch, lora_state_dict(transformer), Path(run_dir) / "lora", b.lora, b.kept_block_names)
 
 
+def train_executorch_lora(bundle_dir: Path, run_dir: Path) -> Path:
+    from export.executorch_trainer import RuntimeTrainConfig, train_executorch
+    cfg = RuntimeTrainConfig(run_dir=run_dir, resume=False, quant_bits=ET_QUANT_BITS, progress=False)
+    return Path(train_executorch(bundle_dir, cfg)["lora"])
+
+
 TRAINERS["eager"] = lambda bundle, run: train_eager_lora(bundle, run)
+TRAINERS["executorch"] = train_executorch_lora
+
+
+def lora_difference(a: Path, b: Path) -> dict:
+    """max |a - b| / max |a| over the LoRA tensors of two files with the same keys (eager vs runtime-trained)."""
+    from safetensors.torch import load_file
+    sa, sb = load_file(str(a)), load_file(str(b))
+    if set(sa) != set(sb):
+        raise ValueError(f"LoRA files differ in keys: {sorted(set(sa) ^ set(sb))[:4]}")
+    num = max(float((sa[k] - sb[k]).abs().max()) for k in sa)
+    den = max(float(sa[k].abs().max()) for k in sa)
+    return {"max_abs_diff": num, "max_rel_diff": num / max(den, 1e-30), "tensors": len(sa)}
 
 
 # ---------------------------------------------------------------------------------------------------- study
@@ -141,6 +165,7 @@ class StudyConfig:
     steps: int = 200
     grad_accum: int = 1
     rank: int = 4
+    lora_targets: list[str] = field(default_factory=list)    # module suffixes in a block; [] = the arch default
     lr: float = 1e-3
     train_seed: int = 0
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
@@ -150,86 +175,136 @@ class StudyConfig:
     n_references: int = 5
     keep_bundles: bool = False
     fixed_plans: bool = False                # True: the paper's splits scaled, no selection
+    jobs: int = 1                            # subjects studied in parallel worker processes (1 torch thread each)
 
 
 def personalize(subject_dir: Path, prompt: str, work: Path, method: Method, cfg: StudyConfig) -> tuple[Path, dict]:
     spec = resolve_spec(MODEL)
-    if CODECS.get(method.codec, "missing") == "missing":
-        raise NotImplementedError(f"cache codec {method.codec!r} is not available here (have {list(CODECS)})")
+    if method.codec not in CODECS:
+        raise ValueError(f"cache codec {method.codec!r}: expected one of {list(CODECS)}")
     if method.runtime not in TRAINERS:
-        raise NotImplementedError(f"runtime {method.runtime!r} is not available here (have {list(TRAINERS)})")
+        raise ValueError(f"runtime {method.runtime!r}: expected one of {list(TRAINERS)}")
     sched = ScheduleConfig(steps=cfg.steps, grad_accum=cfg.grad_accum, s_min_px=spec.train_px,
                            s_max_px=spec.data_px, multiple_px=spec.pixel_multiple, seed=cfg.train_seed,
                            dynamic_patches=method.dynamic_patches)
     bundle = work / "bundle"
+    runtimes = ["executorch"] if method.runtime == "executorch" else []
+    et_options = {"quant_bits": [ET_QUANT_BITS], "backend": "portable", "preprocess": False}
     t0 = time.perf_counter()
     summary = compile_bundle(CompileRequest(model=MODEL, images=str(subject_dir), prompt=prompt,
                                             out=str(bundle), n_front=method.n_front, n_back=method.n_back,
-                                            schedule=sched, lora=LoraSpec(rank=cfg.rank, alpha=float(cfg.rank)),
-                                            optimizer=OptimizerSpec(lr=cfg.lr), overwrite=True))
+                                            schedule=sched, lora=LoraSpec(rank=cfg.rank, alpha=float(cfg.rank),
+                                                          targets=list(cfg.lora_targets)),
+                                            optimizer=OptimizerSpec(lr=cfg.lr), overwrite=True,
+                                            cache_codec=CODECS[method.codec], runtimes=runtimes,
+                                            runtime_options={"executorch": et_options}))
     t1 = time.perf_counter()
-    codec = CODECS[method.codec]
-    if codec is not None:
-        bundle = codec(bundle)
     if method.zero_residuals:
         lora = train_eager_lora(bundle, work / "run", zero_residuals=True)
     else:
         lora = TRAINERS[method.runtime](bundle, work / "run")
     t2 = time.perf_counter()
-    return lora, {"compile_s": round(t1 - t0, 2), "train_s": round(t2 - t1, 2),
+    return lora, {"compile_s": round(t1 - t0, 2), "train_s": round(t2 - t1, 2), "cache_codec": CODECS[method.codec],
+                  "cache_bytes": _cache_bytes(bundle), "runtime": method.runtime,
                   "kept_blocks": summary["kept_blocks"], "kept_weight_bytes": summary["kept_weight_bytes"]}
 
 
-def run_study(cfg: StudyConfig, command: str = "") -> dict:
+def _cache_bytes(bundle: Path) -> int:
+    """Bytes of the residual cache as stored in the bundle (shards + index)."""
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    return int(sum(f["bytes"] for name, f in manifest["files"].items() if name.startswith(CACHE_DIR + "/")))
+
+
+def study_subject(sname: str, cfg: StudyConfig) -> dict:
+    """One held-out subject, every method: scores (pooled-ready per-image lists too), methods, prompts, grid PNG.
+    Saved as work/<subject>/subject_result.json; a rerun with the same config reuses it (nothing lost when a later
+    subject fails)."""
     spec = resolve_spec(MODEL)
     num_blocks = spec.transformer_config["num_layers"] + spec.transformer_config["num_single_layers"]
     names = cfg.methods or list(methods(num_blocks))
     out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    work_root = out / "work"
-    rows, per_subject, t_start, all_chosen, all_prompts = {}, {}, time.perf_counter(), {}, {}
-    pooled: dict[str, dict[str, list[float]]] = {}
-    base = load_model(spec)
-    for sname in cfg.subjects:
-        subject = SUBJECTS[sname]
-        prompts = eval_prompts(subject)[: cfg.prompts]
-        all_prompts[sname] = {"train": subject_prompt(subject), "eval": [p for p, _ in prompts]}
-        gen_prompts = [p for p, _ in prompts for _ in cfg.seeds]
-        gen_bgs = [bg for _, bg in prompts for _ in cfg.seeds]
-        gen_seeds = [s for _ in prompts for s in cfg.seeds]
-        refs = reference_images(subject, cfg.n_references)
-        sdir = work_root / sname / "photos"
-        sdir.mkdir(parents=True, exist_ok=True)
-        for i, r in enumerate(refs):
-            to_uint8_image(r).save(sdir / f"{i:02d}.png")
-        plans = None if cfg.fixed_plans else selected_plans(sdir, subject_prompt(subject), cfg.train_seed)
-        chosen = [methods(num_blocks, plans)[m] for m in names]
-        all_chosen.update({f"{m.name}@{sname}": asdict(m) for m in chosen})
-        images = {"base (no LoRA)": generate(spec, base, gen_prompts, gen_seeds, cfg.sample_steps, cfg.guidance)}
-        info = {"base (no LoRA)": {}}
-        for m in chosen:
-            lora, info[m.name] = personalize(sdir, subject_prompt(subject), work_root / sname / m.name, m, cfg)
-            images[m.name] = generate(spec, load_model(spec, lora), gen_prompts, gen_seeds, cfg.sample_steps,
-                                      cfg.guidance)
-            if not cfg.keep_bundles:
-                _rm_tree(work_root / sname / m.name / "bundle")
-        per_subject[sname] = {}
-        for name, ims in images.items():
-            sc = score_images(list(ims), gen_bgs, refs, subject.colour)
-            per_subject[sname][name] = {k: v for k, v in sc.items() if k != "per_image"} | info[name]
-            for k, v in sc["per_image"].items():
-                pooled.setdefault(name, {}).setdefault(k, []).extend(v)
-        _save_grid(out / f"personalization_{sname}.png", refs, images, cols=len(gen_prompts))
-    for name, d in pooled.items():
-        rows[name] = {k: mean_ci(v) for k, v in d.items()}
-    result = {"command": command, "machine": f"{platform.platform()} ({platform.machine()}, "
-              f"{torch.get_num_threads()} torch threads)",
-              "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
-              "seconds": round(time.perf_counter() - t_start, 1), "model": spec.to_json(),
-              "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
-              "methods": all_chosen, "prompts": all_prompts,
-              "table": rows, "per_subject": per_subject, "orderings": orderings(rows)}
+    work = out / "work" / sname
+    saved = work / "subject_result.json"
+    key = json.dumps({k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()
+                      if k not in ("subjects", "jobs")}, sort_keys=True)
+    if saved.is_file() and json.loads(saved.read_text()).get("config_key") == key:
+        return json.loads(saved.read_text())
+    subject = SUBJECTS[sname]
+    prompts = eval_prompts(subject)[: cfg.prompts]
+    gen_prompts = [p for p, _ in prompts for _ in cfg.seeds]
+    gen_bgs = [bg for _, bg in prompts for _ in cfg.seeds]
+    gen_seeds = [s for _ in prompts for s in cfg.seeds]
+    refs = reference_images(subject, cfg.n_references)
+    sdir = work / "photos"
+    sdir.mkdir(parents=True, exist_ok=True)
+    for i, r in enumerate(refs):
+        to_uint8_image(r).save(sdir / f"{i:02d}.png")
+    plans = None if cfg.fixed_plans else selected_plans(sdir, subject_prompt(subject), cfg.train_seed)
+    chosen = [methods(num_blocks, plans)[m] for m in names]
+    images = {"base (no LoRA)": generate(spec, load_model(spec), gen_prompts, gen_seeds, cfg.sample_steps,
+                                         cfg.guidance)}
+    info: dict[str, dict] = {"base (no LoRA)": {}}
+    loras: dict[str, Path] = {}
+    for m in chosen:
+        lora, info[m.name] = personalize(sdir, subject_prompt(subject), work / m.name, m, cfg)
+        loras[m.name] = lora
+        if m.runtime != "eager" and (twin := _eager_twin(m, chosen)) is not None and twin.name in loras:
+            info[m.name]["lora_vs_eager"] = {"eager_method": twin.name, **lora_difference(loras[twin.name], lora)}
+        images[m.name] = generate(spec, load_model(spec, lora), gen_prompts, gen_seeds, cfg.sample_steps,
+                                  cfg.guidance)
+        if not cfg.keep_bundles:
+            _rm_tree(work / m.name / "bundle")
+    scores, per_image = {}, {}
+    for name, ims in images.items():
+        sc = score_images(list(ims), gen_bgs, refs, subject.colour)
+        scores[name] = {k: v for k, v in sc.items() if k != "per_image"} | info[name]
+        per_image[name] = sc["per_image"]
+    _save_grid(out / f"personalization_{sname}.png", refs, images, cols=len(gen_prompts))
+    result = {"config_key": key, "subject": sname, "scores": scores, "per_image": per_image,
+              "methods": {f"{m.name}@{sname}": asdict(m) for m in chosen},
+              "prompts": {"train": subject_prompt(subject), "eval": [p for p, _ in prompts]}}
+    saved.write_text(json.dumps(result, indent=1))
     return result
+
+
+def _study_subject_in_worker(args: tuple[str, StudyConfig]) -> dict:
+    torch.set_num_threads(1)           # one thread per worker: 2 threads per process on 2 shared cores spin
+    return study_subject(*args)
+
+
+def run_study(cfg: StudyConfig, command: str = "") -> dict:
+    """Every subject (in cfg.jobs worker processes when > 1) -> pooled table, per-subject rows, orderings."""
+    t_start = time.perf_counter()
+    spec = resolve_spec(MODEL)
+    Path(cfg.out).mkdir(parents=True, exist_ok=True)
+    if cfg.jobs > 1 and len(cfg.subjects) > 1:
+        import multiprocessing as mp
+        with mp.get_context("spawn").Pool(min(cfg.jobs, len(cfg.subjects))) as pool:
+            results = pool.map(_study_subject_in_worker, [(s, cfg) for s in cfg.subjects], chunksize=1)
+    else:
+        results = [study_subject(s, cfg) for s in cfg.subjects]
+    pooled: dict[str, dict[str, list[float]]] = {}
+    for r in results:
+        for name, per in r["per_image"].items():
+            for k, v in per.items():
+                pooled.setdefault(name, {}).setdefault(k, []).extend(v)
+    rows = {name: {k: mean_ci(v) for k, v in d.items()} for name, d in pooled.items()}
+    return {"command": command, "machine": f"{platform.platform()} ({platform.machine()}, "
+            f"{torch.get_num_threads()} torch threads)",
+            "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+            "seconds": round(time.perf_counter() - t_start, 1), "model": spec.to_json(),
+            "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
+            "methods": {k: v for r in results for k, v in r["methods"].items()},
+            "prompts": {r["subject"]: r["prompts"] for r in results},
+            "table": rows, "per_subject": {r["subject"]: r["scores"] for r in results}, "orderings": orderings(rows)}
+
+
+def _eager_twin(m: Method, chosen: list[Method]) -> Method | None:
+    """The eager method with the same plan, codec and data as a runtime-trained one (its reference)."""
+    for o in chosen:
+        if o.runtime == "eager" and replace(o, name=m.name, runtime=m.runtime, note=m.note) == m:
+            return o
+    return None
 
 
 def _verdict(a: dict, b: dict) -> str:
@@ -251,6 +326,13 @@ def orderings(rows: dict) -> dict:
             ra, rb = rows[a]["subject_sim"], rows[b]["subject_sim"]
             checks[label] = {"verdict": _verdict(ra, rb), "holds": bool(ra["mean"] >= rb["mean"]),
                              a: ra["mean"], b: rb["mean"]}
+    for label, other in [("compressed cache keeps blockskip_50's subject similarity", "blockskip_50_default_codec"),
+                         ("ExecuTorch-trained LoRA matches the eager one", "blockskip_50_executorch")]:
+        if "blockskip_50" in rows and other in rows:
+            a, b = rows[other]["subject_sim"], rows["blockskip_50"]["subject_sim"]
+            same = abs(a["mean"] - b["mean"]) <= max(a["ci95"], b["ci95"])
+            checks[label] = {"verdict": "holds (within CI)" if same else "does not hold", "holds": bool(same),
+                             other: a["mean"], "blockskip_50": b["mean"]}
     if "blockskip_50" in rows and "full_lora" in rows and rows["full_lora"]["subject_sim"]["mean"] > 0:
         ratio = rows["blockskip_50"]["subject_sim"]["mean"] / rows["full_lora"]["subject_sim"]["mean"]
         checks["blockskip_50 keeps >= 90% of full LoRA subject similarity"] = {
@@ -305,6 +387,16 @@ def to_markdown(result: dict) -> str:
     notes = sorted({f"{k.split('@')[0]} {m['n_front']}/{m['n_back']} on {k.split('@')[1]}: {m['note']}"
                     for k, m in result["methods"].items() if k.startswith("blockskip_")})
     lines += ["", "Splits (front/back of 12 blocks):", ""] + [f"- {n}" for n in notes]
+    lines += ["", "## Cache, training time, runtime agreement (per subject)", "",
+              "| subject | method | cache codec | cache bytes | train s | LoRA vs eager twin (max rel diff) |",
+              "|---|---|---|---|---|---|"]
+    for s, d in result["per_subject"].items():
+        for n, r in d.items():
+            if "cache_bytes" not in r:
+                continue
+            diff = r.get("lora_vs_eager")
+            cell = f"{diff['max_rel_diff']:.2e} vs {diff['eager_method']}" if diff else "-"
+            lines.append(f"| {s} | {n} | `{r['cache_codec']}` | {r['cache_bytes']} | {r['train_s']} | {cell} |")
     lines += ["", "## The paper's orderings on this testbed", ""]
     for label, c in result["orderings"].items():
         vals = ", ".join(f"{k} {v}" for k, v in c.items() if k not in ("holds", "verdict"))
