@@ -4,7 +4,7 @@ with BlockSkip 50%, and show the subject being learned.
     reference photos of the held-out "teal star" -> demo_out/photos/
     ditskip-edge compile --model flux-testbed ... --skip-ratio 0.5   (6 of 12 blocks; split chosen by selection)
     ditskip-edge train demo_out/bundle                                           (eager runtime)
-    LoRA -> full diffusers model (load_lora_adapter) -> "a photo of sks toy on a <colour> background"
+    LoRA -> full diffusers model (load_lora_adapter) -> "a large sks cross in the center, on a <colour> background"
     -> demo_out/before_after.png (rows: references, before, after) and subject similarity before -> after
 
 Output goes to demo_out/ (replaced each run).
@@ -41,7 +41,7 @@ def main() -> int:
         to_uint8_image(r).save(photos / f"{i:02d}.png")
     bundle = OUT / "bundle"
     args = ["compile", "--model", "flux-testbed", "--images", str(photos), "--prompt", subject_prompt(subject),
-            "--skip-ratio", "0.5", "--steps", "400", "--rank", "8", "--lr", "1e-2",
+            "--skip-ratio", "0.5", "--steps", "200", "--grad-accum", "4", "--rank", "8", "--lr", "5e-3",
             "--out", str(bundle), "--force"]
     if cli_main(args) != 0:
         return 1

@@ -4,7 +4,7 @@ Built-in names:
 - `flux-tiny`, `sana-tiny`: the real diffusers architectures at toy width, random weights from a fixed seed,
   with tiny random autoencoders of the real kinds (AutoencoderKL / AutoencoderDC) and the hash text encoder.
   Small enough for tests and the demo on 2 CPU cores.
-- `flux-testbed`: a small FLUX (12 blocks: 4 double + 8 single, width 64, 1.2M parameters) that the project pretrained itself (benchmarks/pretrain_testbed.py)
+- `flux-testbed`: a small FLUX (12 blocks: 4 double + 8 single, width 128, 4.6M parameters) that the project pretrained itself (benchmarks/pretrain_testbed.py)
   on generated captioned scenes, in pixel space (space-to-depth "pixel" autoencoder, no learned VAE), with MiniLM
   text conditioning. Its weights ship in ditskip_edge/assets/flux-testbed/. The personalization testbed's model.
 - `flux-dev`, `sana-1600m`, `sana-600m`: the real full-size transformer configs (FLUX.1-dev, SANA 1600M / 600M
@@ -116,7 +116,7 @@ BUILTIN_SPECS: dict[str, ModelSpec] = {
     "flux-testbed": ModelSpec(
         name="flux-testbed", arch=FLUX_ARCH,
         transformer_config=dict(patch_size=1, in_channels=48, num_layers=4, num_single_layers=8,
-                                attention_head_dim=32, num_attention_heads=2, joint_attention_dim=384,
+                                attention_head_dim=32, num_attention_heads=4, joint_attention_dim=384,
                                 pooled_projection_dim=384, guidance_embeds=False, axes_dims_rope=[8, 12, 12]),
         vae_config=dict(kind="pixel", in_channels=3, factor=2), text=TextSpec("minilm", seq_len=16, dim=384,
                                                                                 pooled_dim=384),
