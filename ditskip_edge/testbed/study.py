@@ -98,6 +98,8 @@ def methods(num_blocks: int, plans: dict[str, tuple[int, int, str]] | None = Non
           Method("blockskip_50_default_codec", f50, b50, codec="default", note=f"{how50}; compressed cache"),
           Method("blockskip_50_executorch", f50, b50, runtime="executorch",
                  note=f"{how50}; ExecuTorch runtime trainer (fp32 program)"),
+          Method("paper_split_50", *default_plans(num_blocks)["50"][:2],
+                 note="the paper's FLUX 50% split (19/10 of 57) scaled, not selected"),
           Method("no_residual_50", f50, b50, zero_residuals=True, note="ablation: residuals zeroed"),
           Method("skip_first_50", half, 0, note="ablation: front span only"),
           Method("skip_last_50", 0, half, note="ablation: back span only"),
@@ -320,7 +322,8 @@ def orderings(rows: dict) -> dict:
     pairs = [("residuals far above none", "blockskip_50", "no_residual_50"),
              ("selected split above skip-first-50%", "blockskip_50", "skip_first_50"),
              ("selected split above skip-last-50%", "blockskip_50", "skip_last_50"),
-             ("dynamic patches at least fixed resize", "blockskip_50", "fixed_resize_50")]
+             ("dynamic patches at least fixed resize", "blockskip_50", "fixed_resize_50"),
+             ("selected split at least the paper's split scaled", "blockskip_50", "paper_split_50")]
     for label, a, b in pairs:
         if a in rows and b in rows:
             ra, rb = rows[a]["subject_sim"], rows[b]["subject_sim"]
@@ -385,7 +388,7 @@ def to_markdown(result: dict) -> str:
                  ("subject_sim", "colour_ok", "shape_iou", "background_ok")]
         lines.append(f"| {n} | {plan} | " + " | ".join(cells) + " |")
     notes = sorted({f"{k.split('@')[0]} {m['n_front']}/{m['n_back']} on {k.split('@')[1]}: {m['note']}"
-                    for k, m in result["methods"].items() if k.startswith("blockskip_")})
+                    for k, m in result["methods"].items() if k.startswith(("blockskip_", "paper_split"))})
     lines += ["", "Splits (front/back of 12 blocks):", ""] + [f"- {n}" for n in notes]
     lines += ["", "## Cache, training time, runtime agreement (per subject)", "",
               "| subject | method | cache codec | cache bytes | train s | LoRA vs eager twin (max rel diff) |",
