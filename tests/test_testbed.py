@@ -69,7 +69,8 @@ def test_committed_weights_load_and_the_model_follows_a_prompts_background_colou
 
 def test_the_study_runs_end_to_end_on_a_reduced_setting(tmp_path):
     from ditskip_edge.testbed.study import StudyConfig, run_study, to_markdown
-    methods = ["full_lora", "blockskip_50", "no_residual_50", "blockskip_50_default_codec", "blockskip_50_executorch"]
+    methods = ["full_lora", "blockskip_50", "no_residual_50", "blockskip_50_default_codec", "blockskip_50_executorch",
+               "blockskip_50_ort"]
     cfg = StudyConfig(out=tmp_path, subjects=["teal_star"], methods=methods, steps=3, seeds=[0], prompts=2,
                       sample_steps=2, n_references=4, fixed_plans=True)
     result = run_study(cfg, "pytest")
@@ -85,6 +86,11 @@ def test_the_study_runs_end_to_end_on_a_reduced_setting(tmp_path):
     # the ExecuTorch runtime trained the same LoRA as the eager trainer (same plan, cache, schedule, seed)
     diff = info["blockskip_50_executorch"]["lora_vs_eager"]
     assert diff["eager_method"] == "blockskip_50" and diff["max_rel_diff"] < 1e-3, diff
+    # ORT's optimizer artifact is Hugging Face's AdamW (eps outside the bias correction; tests/test_ort.py matches
+    # it step for step against a torch reference of that update): against torch's AdamW, 3 steps from a zero LoRA B
+    # differ by ~1.5%; a wrong graph (loss, residuals, LoRA placement) would differ by O(1)
+    diff = info["blockskip_50_ort"]["lora_vs_eager"]
+    assert diff["eager_method"] == "blockskip_50" and diff["max_rel_diff"] < 5e-2, diff
     md = to_markdown(result)
     assert "| blockskip_50 |" in md and "blockskip_50_executorch" in md
     assert (tmp_path / "personalization_teal_star.png").is_file()

@@ -13,9 +13,10 @@ no residual (residuals zeroed), fixed resize (no dynamic patches); and skipping 
 Cache codec and trainer per method:
 - `Method.codec`: a key of `CODECS` (name -> the `compile --cache-codec` spec): "fp32" (uncompressed) or "default"
   (the compiler's default compressed codec). Every row names its codec; the ablations use fp32.
-- `Method.runtime`: a key of `TRAINERS`: "eager" (the reference trainer) or "executorch" (the bundle also gets the
-  fp32 ExecuTorch training program and `export.executorch_trainer` trains with the ExecuTorch runtime alone).
-  The executorch row's LoRA is compared tensor by tensor with the eager row of the same plan and codec.
+- `Method.runtime`: a key of `TRAINERS`: "eager" (the reference trainer), "executorch" (the bundle also gets the
+  fp32 ExecuTorch training program and `export.executorch_trainer` trains with the ExecuTorch runtime alone) or
+  "ort" (fp32 ONNX Runtime Training artifacts, `export.ort_trainer`; ORT's AdamW is the Hugging Face variant).
+  A runtime row's LoRA is compared tensor by tensor with the eager row of the same plan and codec.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from ..compile import CACHE_DIR, CompileRequest, OptimizerSpec, compile_bundle
 from ..images import to_uint8_image
 from ..lora import LoraSpec, lora_state_dict, save_lora
 from ..models.loading import resolve_spec
+from ..quantize import QuantSpec
 from ..schedule import ScheduleConfig
 from .metrics import mean_ci, score_images
 from .sampling import generate, grid, load_model
@@ -98,6 +100,8 @@ def methods(num_blocks: int, plans: dict[str, tuple[int, int, str]] | None = Non
           Method("blockskip_50_default_codec", f50, b50, codec="default", note=f"{how50}; compressed cache"),
           Method("blockskip_50_executorch", f50, b50, runtime="executorch",
                  note=f"{how50}; ExecuTorch runtime trainer (fp32 program)"),
+          Method("blockskip_50_ort", f50, b50, runtime="ort",
+                 note=f"{how50}; ONNX Runtime Training trainer (fp32 weights, ORT's AdamW)"),
           Method("paper_split_50", *default_plans(num_blocks)["50"][:2],
                  note="the paper's FLUX 50% split (19/10 of 57) scaled, not selected"),
           Method("no_residual_50", f50, b50, zero_residuals=True, note="ablation: residuals zeroed"),
@@ -143,8 +147,14 @@ def train_executorch_lora(bundle_dir: Path, run_dir: Path) -> Path:
     return Path(train_executorch(bundle_dir, cfg)["lora"])
 
 
+def train_ort_lora(bundle_dir: Path, run_dir: Path) -> Path:
+    from export.ort_trainer import OrtTrainConfig, train_ort
+    return Path(train_ort(bundle_dir, OrtTrainConfig(run_dir=run_dir, resume=False))["lora"])
+
+
 TRAINERS["eager"] = lambda bundle, run: train_eager_lora(bundle, run)
 TRAINERS["executorch"] = train_executorch_lora
+TRAINERS["ort"] = train_ort_lora
 
 
 def lora_difference(a: Path, b: Path) -> dict:
@@ -190,7 +200,7 @@ def personalize(subject_dir: Path, prompt: str, work: Path, method: Method, cfg:
                            s_max_px=spec.data_px, multiple_px=spec.pixel_multiple, seed=cfg.train_seed,
                            dynamic_patches=method.dynamic_patches)
     bundle = work / "bundle"
-    runtimes = ["executorch"] if method.runtime == "executorch" else []
+    runtimes = [method.runtime] if method.runtime != "eager" else []
     et_options = {"quant_bits": [ET_QUANT_BITS], "backend": "portable", "preprocess": False}
     t0 = time.perf_counter()
     summary = compile_bundle(CompileRequest(model=MODEL, images=str(subject_dir), prompt=prompt,
@@ -199,7 +209,8 @@ def personalize(subject_dir: Path, prompt: str, work: Path, method: Method, cfg:
                                                           targets=list(cfg.lora_targets)),
                                             optimizer=OptimizerSpec(lr=cfg.lr), overwrite=True,
                                             cache_codec=CODECS[method.codec], runtimes=runtimes,
-                                            runtime_options={"executorch": et_options}))
+                                            runtime_options={"executorch": et_options},
+                                            quant=QuantSpec(bits=16)))          # ort: fp32 frozen weights
     t1 = time.perf_counter()
     if method.zero_residuals:
         lora = train_eager_lora(bundle, work / "run", zero_residuals=True)
@@ -330,7 +341,8 @@ def orderings(rows: dict) -> dict:
             checks[label] = {"verdict": _verdict(ra, rb), "holds": bool(ra["mean"] >= rb["mean"]),
                              a: ra["mean"], b: rb["mean"]}
     for label, other in [("compressed cache keeps blockskip_50's subject similarity", "blockskip_50_default_codec"),
-                         ("ExecuTorch-trained LoRA matches the eager one", "blockskip_50_executorch")]:
+                         ("ExecuTorch-trained LoRA matches the eager one", "blockskip_50_executorch"),
+                         ("ORT-trained LoRA matches the eager one", "blockskip_50_ort")]:
         if "blockskip_50" in rows and other in rows:
             a, b = rows[other]["subject_sim"], rows["blockskip_50"]["subject_sim"]
             same = abs(a["mean"] - b["mean"]) <= max(a["ci95"], b["ci95"])
