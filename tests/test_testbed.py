@@ -95,3 +95,17 @@ def test_the_study_runs_end_to_end_on_a_reduced_setting(tmp_path):
     assert "| blockskip_50 |" in md and "blockskip_50_executorch" in md
     assert (tmp_path / "personalization_teal_star.png").is_file()
     json.dumps(result)
+
+
+def test_a_rerun_reuses_a_finished_subject_and_a_changed_config_recomputes_it(tmp_path, monkeypatch):
+    from ditskip_edge.testbed import study
+    cfg = study.StudyConfig(out=tmp_path, subjects=["teal_star"], methods=["full_lora"], steps=2, seeds=[0], prompts=1,
+                            sample_steps=2, n_references=3, fixed_plans=True)
+    first = study.study_subject("teal_star", cfg)
+    calls = []
+    real = study.personalize
+    monkeypatch.setattr(study, "personalize", lambda *a, **k: calls.append(1) or real(*a, **k))
+    assert study.study_subject("teal_star", cfg) == first and calls == []      # kept result, nothing retrained
+    cfg.steps = 3
+    study.study_subject("teal_star", cfg)
+    assert calls == [1]

@@ -34,7 +34,8 @@ from ..cache import DEFAULT_CODEC
 from ..compile import CACHE_DIR, CompileRequest, OptimizerSpec, compile_bundle
 from ..images import to_uint8_image
 from ..lora import LoraSpec, lora_state_dict, save_lora
-from ..models.loading import resolve_spec
+from ..bundle import sha256_file
+from ..models.loading import builtin_weights_path, resolve_spec
 from ..quantize import QuantSpec
 from ..schedule import ScheduleConfig
 from .metrics import mean_ci, score_images
@@ -230,16 +231,17 @@ def _cache_bytes(bundle: Path) -> int:
 
 def study_subject(sname: str, cfg: StudyConfig) -> dict:
     """One held-out subject, every method: scores (pooled-ready per-image lists too), methods, prompts, grid PNG.
-    Saved as work/<subject>/subject_result.json; a rerun with the same config reuses it (nothing lost when a later
-    subject fails)."""
+    Saved as work/<subject>/subject_result.json; a rerun with the same config and model weights reuses it (nothing
+    lost when a later subject fails)."""
     spec = resolve_spec(MODEL)
     num_blocks = spec.transformer_config["num_layers"] + spec.transformer_config["num_single_layers"]
     names = cfg.methods or list(methods(num_blocks))
     out = Path(cfg.out)
     work = out / "work" / sname
     saved = work / "subject_result.json"
-    key = json.dumps({k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()
-                      if k not in ("subjects", "jobs")}, sort_keys=True)
+    key = json.dumps({"model_sha256": sha256_file(builtin_weights_path(spec)),      # retrained model: no reuse
+                      **{k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()
+                         if k not in ("subjects", "jobs")}}, sort_keys=True)
     if saved.is_file() and json.loads(saved.read_text()).get("config_key") == key:
         return json.loads(saved.read_text())
     subject = SUBJECTS[sname]
@@ -277,7 +279,7 @@ def study_subject(sname: str, cfg: StudyConfig) -> dict:
               "methods": {f"{m.name}@{sname}": asdict(m) for m in chosen},
               "prompts": {"train": subject_prompt(subject), "eval": [p for p, _ in prompts]}}
     saved.write_text(json.dumps(result, indent=1))
-    return result
+    return json.loads(saved.read_text())          # the same form a reuse returns
 
 
 def _study_subject_in_worker(args: tuple[str, StudyConfig]) -> dict:
