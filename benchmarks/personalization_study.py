@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _meta import provenance                                                   # noqa: E402
 
-from ditskip_edge.testbed.study import StudyConfig, run_study, to_markdown   # noqa: E402
+from ditskip_edge.testbed.study import StudyConfig, check_names, run_study, to_markdown   # noqa: E402
 
 
 def main() -> int:
@@ -53,6 +53,11 @@ def main() -> int:
     if args.subjects:
         cfg.subjects = args.subjects
     prov = provenance()
+    try:
+        check_names(cfg)
+    except ValueError as e:
+        print(f"personalization_study: {e}", file=sys.stderr)
+        return 2
     result = run_study(cfg, prov["command"])
     result["machine"] = (f"{prov['machine']}; {args.jobs} worker process(es) x 1 torch thread" if args.jobs > 1 else
                          f"{prov['machine']}; {torch.get_num_threads()} torch thread(s)")

@@ -109,3 +109,12 @@ def test_a_rerun_reuses_a_finished_subject_and_a_changed_config_recomputes_it(tm
     cfg.steps = 3
     study.study_subject("teal_star", cfg)
     assert calls == [1]
+
+
+def test_unknown_subjects_or_methods_are_refused_before_any_work(tmp_path):
+    from ditskip_edge.testbed.study import StudyConfig, run_study
+    with pytest.raises(ValueError, match="unknown method.*blockskip_99"):
+        run_study(StudyConfig(out=tmp_path, methods=["full_lora", "blockskip_99"]))
+    with pytest.raises(ValueError, match="unknown subject.*pink_elephant"):
+        run_study(StudyConfig(out=tmp_path, subjects=["pink_elephant"]))
+    assert not (tmp_path / "work").exists()

@@ -287,10 +287,20 @@ def _study_subject_in_worker(args: tuple[str, StudyConfig]) -> dict:
     return study_subject(*args)
 
 
+def check_names(cfg: StudyConfig) -> None:
+    """Unknown subjects or methods: one clear ValueError before any work (not a KeyError mid-study)."""
+    known = list(methods(2))          # the names do not depend on the block count
+    for kind, asked, have in [("subject", cfg.subjects, list(SUBJECTS)), ("method", cfg.methods or [], known)]:
+        bad = [n for n in asked if n not in have]
+        if bad:
+            raise ValueError(f"unknown {kind}(s) {', '.join(bad)}: expected some of {', '.join(have)}")
+
+
 def run_study(cfg: StudyConfig, command: str = "") -> dict:
     """Every subject (in cfg.jobs worker processes when > 1) -> pooled table, per-subject rows, orderings."""
     t_start = time.perf_counter()
     spec = resolve_spec(MODEL)
+    check_names(cfg)
     Path(cfg.out).mkdir(parents=True, exist_ok=True)
     if cfg.jobs > 1 and len(cfg.subjects) > 1:
         import multiprocessing as mp
