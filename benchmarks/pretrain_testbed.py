@@ -8,8 +8,9 @@ captioned scenes (ditskip_edge/testbed/scenes.py), rectified flow in pixel space
     wall-clock budget; the saved weights are an exponential moving average (decay 0.999) of the trained ones.
 
 Writes ditskip_edge/assets/flux-testbed/transformer.safetensors (+ pretrain_log.json with the command, seed,
-machine, steps, losses). The committed weights: 65 min, 2 threads on the 2-core machine (otherwise nearly idle),
-8654 steps x 32 scenes, loss 0.52 (first 200 steps) -> 0.069 (last 500):
+machine, steps, losses). The committed weights: 65 min, 2 threads on the 2-core machine (shared with short tuning
+runs and tests for about 25 of the 65 min), 8654 steps x 32 scenes, mean loss 0.52 (first 200 steps) -> 0.069 (last
+500), from the losses in pretrain_log.json:
 
     python benchmarks/pretrain_testbed.py --threads 2          # defaults: --minutes 65 --lr 1e-3 --captions 8192
 

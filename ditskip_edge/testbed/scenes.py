@@ -5,9 +5,9 @@ Pretraining draws from PALETTE x SHAPES x TEXTURES x SIZES x PLACES; a caption n
 float32 [3, 64, 64] in [-1, 1].
 
 Held-out subjects (SUBJECTS) use shapes and colours the pretraining never shows (heart, star, bowtie, crescent;
-pink, teal, brown, cyan): a distinctive object, 5 reference photos each (varied size, placement, background), and prompts
-that put "a large sks <class noun> in the center" (DreamBooth's identifier + the nearest shape the model knows) on
-backgrounds the references never show.
+pink, teal, brown, cyan): a distinctive object, 5 reference photos each (varied size and placement, on white),
+trained with "a large sks <class noun> in the center, on a white background" (DreamBooth's identifier + the nearest
+shape the model knows) and evaluated with the same prompt on backgrounds the references never show.
 """
 
 from __future__ import annotations
