@@ -16,11 +16,11 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from ..models.latents import LatentEncoder
-from ..models.loading import build_transformer, build_vae
-from ..models.specs import ModelSpec
-from ..models.text import encode_prompt
-from ..models.views import make_view
+from .models.latents import LatentEncoder
+from .models.loading import build_transformer, build_vae
+from .models.specs import ModelSpec
+from .models.text import encode_prompt
+from .models.views import make_view
 
 
 def load_lora(transformer: nn.Module, lora_file: str | Path, adapter_name: str = "subject") -> None:

@@ -30,16 +30,16 @@ from typing import Callable
 
 import torch
 
-from ..cache import DEFAULT_CODEC
-from ..compile import CACHE_DIR, CompileRequest, OptimizerSpec, compile_bundle
-from ..images import to_uint8_image
-from ..lora import LoraSpec, lora_state_dict, save_lora
-from ..bundle import sha256_file
-from ..models.loading import builtin_weights_path, resolve_spec
-from ..quantize import QuantSpec
-from ..schedule import ScheduleConfig
+from ditskip_edge.cache import DEFAULT_CODEC
+from ditskip_edge.compile import CACHE_DIR, CompileRequest, OptimizerSpec, compile_bundle
+from ditskip_edge.images import to_uint8_image
+from ditskip_edge.lora import LoraSpec, lora_state_dict, save_lora
+from ditskip_edge.bundle import sha256_file
+from ditskip_edge.models.loading import builtin_weights_path, resolve_spec
+from ditskip_edge.quantize import QuantSpec
+from ditskip_edge.schedule import ScheduleConfig
 from .metrics import mean_ci, score_images
-from .sampling import generate, grid, load_model
+from ditskip_edge.generate import generate, grid, load_model
 from .scenes import SUBJECTS, eval_prompts, reference_images, subject_prompt
 
 MODEL = "flux-testbed"
@@ -73,12 +73,12 @@ def selected_plans(subject_dir: Path, prompt: str, seed: int = 0) -> dict[str, t
     """30% / 50% splits chosen by cross-attention masking (ditskip_edge.selection, the same verb
     `compile --skip-ratio` uses) on the base model with the subject's photos; None when that module is absent."""
     try:
-        from ..selection import SelectionConfig, make_probe, select_splits
+        from ditskip_edge.selection import SelectionConfig, make_probe, select_splits
     except ImportError:
         return None
-    from ..images import load_photos
-    from ..models.loading import build_transformer, build_vae
-    from ..plan import skip_budget
+    from ditskip_edge.images import load_photos
+    from ditskip_edge.models.loading import build_transformer, build_vae
+    from ditskip_edge.plan import skip_budget
     spec = resolve_spec(MODEL)
     transformer, vae = build_transformer(spec), build_vae(spec)
     num_blocks = spec.transformer_config["num_layers"] + spec.transformer_config["num_single_layers"]
@@ -120,11 +120,11 @@ ET_QUANT_BITS = 16                                                         # the
 
 def train_eager_lora(bundle_dir: Path, run_dir: Path, zero_residuals: bool = False) -> Path:
     """The eager reference trainer; with zero_residuals the same loop with every residual replaced by zeros."""
-    from ..trainer import TrainConfig, train_eager
+    from ditskip_edge.trainer import TrainConfig, train_eager
     if not zero_residuals:
         return Path(train_eager(bundle_dir, TrainConfig(run_dir=run_dir, resume=False))["lora"])
-    from ..bundle_model import build_skip_model, open_bundle
-    from ..trainer import sample_batch
+    from ditskip_edge.bundle_model import build_skip_model, open_bundle
+    from ditskip_edge.trainer import sample_batch
     b = open_bundle(bundle_dir)
     model, transformer, _ = build_skip_model(b)
     params = [p for p in transformer.parameters() if p.requires_grad]

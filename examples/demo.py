@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from .cli import main as cli_main
+from ditskip_edge.cli import main as cli_main
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "demo_out"
@@ -26,11 +26,11 @@ SUBJECT = "teal_star"
 
 
 def main() -> int:
-    from .images import to_uint8_image
-    from .models.loading import resolve_spec
-    from .testbed.metrics import score_images
-    from .testbed.sampling import generate, grid, load_model
-    from .testbed.scenes import SUBJECTS, eval_prompts, reference_images, subject_prompt
+    from ditskip_edge.images import to_uint8_image
+    from ditskip_edge.models.loading import resolve_spec
+    from benchmarks.testbed.metrics import score_images
+    from ditskip_edge.generate import generate, grid, load_model
+    from benchmarks.testbed.scenes import SUBJECTS, eval_prompts, reference_images, subject_prompt
 
     torch.set_num_threads(1)   # 2 threads on a busy 2-core machine spin in OpenMP barriers
     subject = SUBJECTS[SUBJECT]
