@@ -40,7 +40,7 @@ from ditskip_edge.compile import CompileRequest, OptimizerSpec, compile_bundle  
 from ditskip_edge.lora import LoraSpec  # noqa: E402
 from ditskip_edge.models.loading import build_transformer, build_vae, resolve_spec, save_pipeline_folder  # noqa: E402
 from ditskip_edge.models.specs import TextSpec, builtin_spec  # noqa: E402
-from ditskip_edge.schedule import ScheduleConfig  # noqa: E402
+from ditskip_edge.runtime.schedule import ScheduleConfig  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 PHOTOS = ROOT / "examples" / "photos"

@@ -60,8 +60,8 @@ def export_one(spec, bits: int, backend: str, rank: int, workdir: Path) -> dict:
     import torch
     from export.contract import FlatTrainingStep, flatten_step_inputs
     from export.executorch_program import ExportConfig, StepModule, export_training_program
-    from ditskip_edge.planner.memory import MemoryPlan, trace_step
-    from ditskip_edge.planner.program import build_step_program
+    from ditskip_edge.memory_estimate.memory import MemoryEstimate, trace_step
+    from ditskip_edge.memory_estimate.program import build_step_program
     from ditskip_edge.quantize import QUANT_LAYERS, QuantSpec
     from ditskip_edge.training_step import TrainingStep
     from memory_speed import step_config
@@ -81,7 +81,7 @@ def export_one(spec, bits: int, backend: str, rank: int, workdir: Path) -> dict:
     inputs = workdir / f"{spec.name}_{bits}.inputs.pt"
     torch.save(example, inputs)
     del program.buffer
-    planned = MemoryPlan.from_trace(trace_step(cfg, attention="math", count_flops=False), 0)
+    planned = MemoryEstimate.from_trace(trace_step(cfg, attention="math", count_flops=False), 0)
     return {"config": spec.name, "bits": bits, "backend": backend, "export_seconds": round(export_s, 1),
             "memory": program.memory, "passes": program.passes, "pte": str(pte), "inputs": str(inputs),
             "planner_math": planned.to_json()}

@@ -31,7 +31,7 @@ from ditskip_edge.lora import LoraSpec  # noqa: E402
 from ditskip_edge.models import specs  # noqa: E402
 from ditskip_edge.models.specs import TextSpec  # noqa: E402
 from ditskip_edge.quantize import QuantSpec  # noqa: E402
-from ditskip_edge.schedule import ScheduleConfig  # noqa: E402
+from ditskip_edge.runtime.schedule import ScheduleConfig  # noqa: E402
 from export.ort_memory import measure_step_memory  # noqa: E402
 from export.ort_trainer import OrtTrainConfig, train_ort  # noqa: E402
 

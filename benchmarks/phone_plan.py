@@ -41,11 +41,11 @@ def conv_weight_bytes(model: str, n_front: int, n_back: int) -> int:
 
 
 def main() -> None:
-    from ditskip_edge.planner.request import PlanRequest, make_plan
+    from ditskip_edge.memory_estimate.request import EstimateRequest, estimate_memory
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     rows = []
     for model, ratio, bits, L, ckpt in ROWS:
-        doc = make_plan(PlanRequest(model=model, skip_ratio=ratio, bits=bits, text_tokens=L, checkpoint_blocks=ckpt))
+        doc = estimate_memory(EstimateRequest(model=model, skip_ratio=ratio, bits=bits, text_tokens=L, checkpoint_blocks=ckpt))
         p = doc["plan"]
         conv = conv_weight_bytes(model, p["n_front"], p["n_back"])
         doc["conv_weights_fp32_bytes"] = conv

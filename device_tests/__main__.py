@@ -32,14 +32,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=None)
     p.add_argument("--checkpoint-every", type=int, default=1)
     p.add_argument("--no-resume", action="store_true")
-    p.add_argument("--no-planner", action="store_true", help="predict from the exported memory report only")
+    p.add_argument("--no-estimate", action="store_true", help="predict from the exported memory report only")
     p.add_argument("--json", action="store_true", help="print the full device_run.json document")
     a = p.parse_args(argv)
     run_dir = Path(a.run_dir) if a.run_dir else Path(a.bundle) / "runs" / f"device-{a.runtime}"
     run = run_device(a.bundle, a.runtime, run_dir, margin=a.margin, slack_bytes=int(a.slack_mib * MIB),
                      budget_bytes=None if a.budget_mib is None else int(a.budget_mib * MIB), uncapped=a.uncapped,
                      steps=a.steps, checkpoint_every=a.checkpoint_every, resume=not a.no_resume,
-                     use_planner=not a.no_planner, reserve=not a.no_reserve)
+                     use_estimate=not a.no_estimate, reserve=not a.no_reserve)
     doc = run.to_json()
     if a.json:
         json.dump(doc, sys.stdout, indent=1, default=str)

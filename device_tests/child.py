@@ -7,7 +7,8 @@
 2. imports the runtime only (ExecuTorch's training bindings or onnxruntime.training.api) and the runtime trainer;
 3. measures its own baseline (VmSize / VmRSS: interpreter + runtime libraries, no bundle yet) and sets
    RLIMIT_AS = baseline VmSize + the request's budget_bytes (prediction x (1 + margin) + slack, see runner.py);
-4. runs the runtime trainer on the bundle (checkpoint, resume, LoRA, as `ditskip-edge train --runtime R` does);
+4. trains the bundle with the runtime package's loop (ditskip_edge/runtime: checkpoint, resume, LoRA, as
+   `python -m ditskip_edge.runtime train --runtime R` does);
 5. writes RESULT.json atomically: ok / out_of_memory / error, the message, the summary, peak RSS (VmHWM),
    the modules that got in (must be none of FORBIDDEN).
 
@@ -25,12 +26,6 @@ import traceback
 from pathlib import Path
 
 EXIT_OK, EXIT_OOM, EXIT_ERROR, EXIT_FORBIDDEN = 0, 3, 4, 5
-
-# The runtime trainers of issues 5 and 6: module, function, config class (same fields as the eager TrainConfig).
-TRAINERS = {
-    "executorch": ("export.executorch_trainer", "train_executorch", "RuntimeTrainConfig"),
-    "ort": ("export.ort_trainer", "train_ort", "OrtTrainConfig"),
-}
 
 OOM_MARKERS = ("failed to map segment", "MemoryError", "can't allocate memory", "Cannot allocate memory", "bad_alloc", "std::bad_alloc",
                "MemoryAllocationFailed", "error: 0x21", "Failed to allocate", "out of memory", "alloc failed",
@@ -67,6 +62,7 @@ def _looks_like_oom(exc: BaseException, capped: bool) -> bool:
 
 
 def import_runtime(runtime: str):
+    """The guard first, then the runtime package's loop and adapters (which import the runtime bindings alone)."""
     from device_tests import runtime_imports as ri
     ri.forbid_host_modules()
     if runtime == "executorch":
@@ -74,14 +70,13 @@ def import_runtime(runtime: str):
     elif runtime == "ort":
         ri.ort_training_api()
     else:
-        raise ValueError(f"runtime must be one of {sorted(TRAINERS)}, got {runtime!r}")
-    import importlib
-    # Libraries the trainers import lazily are code, not data: load them before the baseline is measured (else the
+        raise ValueError(f"runtime must be executorch or ort, got {runtime!r}")
+    # Libraries the runtime imports lazily are code, not data: load them before the baseline is measured (else the
     # first one loaded under a tight cap fails to map its segments, an ImportError that hides the real cause).
     import safetensors.numpy  # noqa: F401
-    mod_name, fn_name, cfg_name = TRAINERS[runtime]
-    mod = importlib.import_module(mod_name)
-    return getattr(mod, fn_name), getattr(mod, cfg_name), ri
+
+    from ditskip_edge.runtime import executorch, loop, ort, run  # noqa: F401
+    return run.train_bundle, loop.RunConfig, ri
 
 
 def main(request_path: str) -> int:
@@ -103,7 +98,7 @@ def main(request_path: str) -> int:
         doc["import_seconds"] = round(time.perf_counter() - t0, 3)
         cfg = Config(run_dir=Path(req["run_dir"]), steps=req.get("steps"),
                      checkpoint_every=int(req.get("checkpoint_every", 1)), resume=bool(req.get("resume", True)))
-        summary = train(req["bundle"], cfg)
+        summary = train(req["bundle"], req["runtime"], cfg, req.get("precision"))
         doc.update(status="ok", summary=summary)
         code = EXIT_OK
     except BaseException as e:  # noqa: BLE001 - the child reports every failure in RESULT.json

@@ -2,7 +2,7 @@
 
     python -m device_tests.measure OUT.md BUNDLE:RUNTIME [BUNDLE:RUNTIME ...]
 
-For each bundle and runtime: the prediction (planner, and the exported memory report), one uncapped run (what the
+For each bundle and runtime: the prediction (memory estimate, and the exported memory report), one uncapped run (what the
 step really takes: resident and address-space growth over the child's baseline), one run under the derived cap, and
 one under 10% of the prediction (must fail cleanly). Every figure is bytes unless the column says MiB.
 """

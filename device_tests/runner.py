@@ -9,8 +9,8 @@ address-space size (baseline: interpreter + runtime libraries) and allows baseli
 
     budget_bytes = prediction_bytes * (1 + margin) + slack_bytes
 
-prediction_bytes comes from predict.py (`ditskip-edge plan`'s traced step peak for the bundle, without its
-assumed runtime overhead; the exported programs' memory report when the planner cannot trace the model) and slack_bytes (default 64 MiB) covers what neither counts and a device has too: thread
+prediction_bytes comes from predict.py (`ditskip-edge estimate`'s traced step peak for the bundle, without its
+assumed runtime overhead; the exported programs' memory report when the memory estimate cannot trace the model) and slack_bytes (default 64 MiB) covers what neither counts and a device has too: thread
 stacks, the allocator's arenas, the runtime's own bookkeeping. Why RLIMIT_AS and not a cgroup: an allocation past
 RLIMIT_AS *fails* (malloc returns NULL -> MemoryError / the runtime's allocation error), so the child reports it and
 exits cleanly, whereas a cgroup (v1 here, shared with the sandbox's own process management) OOM-kills with
@@ -130,7 +130,7 @@ def budget_from(prediction: Prediction, margin: float, slack_bytes: int) -> int:
 def run_device(bundle: str | Path, runtime: str, run_dir: str | Path, *, margin: float = DEFAULT_MARGIN,
                slack_bytes: int = DEFAULT_SLACK_BYTES, budget_bytes: int | None = None, uncapped: bool = False,
                steps: int | None = None, checkpoint_every: int = 1, resume: bool = True, sample_s: float = 0.005,
-               kill_when: Callable[[Path], bool] | None = None, reserve: bool = True, use_planner: bool = True,
+               kill_when: Callable[[Path], bool] | None = None, reserve: bool = True, use_estimate: bool = True,
                timeout_s: float = 600) -> DeviceRun:
     """Train `bundle` with `runtime` in a child process. budget_bytes overrides the prediction-derived budget;
     uncapped=True runs without a cap (to measure). kill_when(run_dir) -> True makes the parent SIGKILL the child
@@ -139,7 +139,7 @@ def run_device(bundle: str | Path, runtime: str, run_dir: str | Path, *, margin:
     run_dir.mkdir(parents=True, exist_ok=True)
     prediction = None
     if not uncapped and budget_bytes is None:
-        prediction = predict_memory(bundle, runtime, use_planner)
+        prediction = predict_memory(bundle, runtime, use_estimate)
         budget_bytes = budget_from(prediction, margin, slack_bytes)
     if uncapped:
         budget_bytes = None

@@ -18,7 +18,7 @@ def compile_tiny(out: Path, model: str = "flux-tiny", n_front: int = 1, n_back: 
     from ditskip_edge.compile import CompileRequest, OptimizerSpec, compile_bundle
     from ditskip_edge.lora import LoraSpec
     from ditskip_edge.models.loading import resolve_spec
-    from ditskip_edge.schedule import ScheduleConfig
+    from ditskip_edge.runtime.schedule import ScheduleConfig
     spec = resolve_spec(model)
     sched = ScheduleConfig(steps=steps, grad_accum=grad_accum, s_min_px=spec.train_px, s_max_px=spec.data_px,
                            multiple_px=spec.pixel_multiple, seed=kw.pop("seed", 0))

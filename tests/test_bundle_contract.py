@@ -7,7 +7,7 @@ Properties protected:
 - every JSON field the Kotlin and Swift sources read by name exists in a real bundle, the sources take the input
   names, prefixes and method from the contract constants (no hard-coded copies), and handle exactly the contract's
   fixed inputs;
-- the Kotlin and Swift RNG constants are ditskip_edge/rng.py's, and the contract's check values are rng.normal's;
+- the Kotlin and Swift RNG constants are ditskip_edge/runtime/rng.py's, and the contract's check values are rng.normal's;
 - the Kotlin and Swift AdamW loops, transliterated to numpy, compute torch.optim.AdamW's update.
 The apps cannot be built here (no Android SDK, no Xcode): these textual checks are what keeps them from drifting.
 """
@@ -187,7 +187,7 @@ def test_ort_bundle_matches_the_contract(tmp_path_factory):
 def test_one_bundle_cannot_mix_the_two_programs_layouts_yet(tmp_path):
     """Known gap: executorch writes `programs` as a list, ort as a dict; compile refuses both at once, cleanly."""
     from conftest import compile_tiny
-    from ditskip_edge.errors import UserError
+    from ditskip_edge.runtime.errors import UserError
     with pytest.raises(UserError, match="cannot share one bundle"):
         compile_tiny(tmp_path / "both", "flux-tiny", runtimes=["executorch", "ort"])
     assert not (tmp_path / "both").exists() and not list(tmp_path.glob(".both*"))
@@ -266,7 +266,7 @@ def _u64(text: str) -> int:
 
 
 def test_kotlin_and_swift_rng_constants_are_rng_py():
-    from ditskip_edge import rng
+    from ditskip_edge.runtime import rng
     want = {"GOLDEN": int(rng._GOLDEN), "MIX1": int(rng._M1), "MIX2": int(rng._M2)}
     assert want["GOLDEN"] == int(CONTRACT["rng"]["golden_gamma"], 16)
     assert want["MIX1"] == int(CONTRACT["rng"]["mix1"], 16) and want["MIX2"] == int(CONTRACT["rng"]["mix2"], 16)
@@ -289,7 +289,7 @@ def test_kotlin_and_swift_rng_constants_are_rng_py():
 
 def test_rng_py_reimplemented_from_the_parsed_constants_matches():
     """What the app sources compute (word, uniform, Box-Muller with their constants), in Python, equals rng.normal."""
-    from ditskip_edge import rng
+    from ditskip_edge.runtime import rng
     m = (1 << 64) - 1
     consts = {n: _u64(re.search(rf"const val {n}: Long = (-?0x[0-9a-fA-F]+L)", KOTLIN["PortableRng.kt"]).group(1))
               for n in ("GOLDEN", "MIX1", "MIX2")}
@@ -390,7 +390,7 @@ def test_kotlin_sources_compile_and_match_python_on_the_jvm(tmp_path):
     AdamW, run on the JVM, give rng.py's noise exactly and torch.optim.AdamW's update."""
     import subprocess
     import torch
-    from ditskip_edge import rng
+    from ditskip_edge.runtime import rng
     stubs = sorted((ROOT / "android_demo/hostcheck").glob("*.kt"))
     app = [KT_DIR / n for n in ("PortableRng.kt", "AdamW.kt", "BundleContract.kt", "Safetensors.kt", "ResidualCache.kt",
                                 "TrainingBundle.kt", "EtTrainer.kt", "MemoryProbe.kt")]

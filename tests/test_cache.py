@@ -12,7 +12,7 @@ import torch
 
 from ditskip_edge.cache import CacheCodec, CacheReader, CacheWriter, TensorCodec, decoder_for
 from ditskip_edge.cache import store
-from ditskip_edge.errors import BundleError, UserError
+from ditskip_edge.runtime.errors import BundleError, UserError
 
 CODECS = ["fp32", "fp16", "int8-token", "int8-channel", "int4-g32", "int4-g8", "int4-t16", "lowrank-r4",
           "int8-channel,front.txt=lowrank-r2"]

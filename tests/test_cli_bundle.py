@@ -12,7 +12,7 @@ from PIL import Image
 from conftest import PHOTOS, compile_tiny
 from ditskip_edge.bundle import read_manifest
 from ditskip_edge.cli import main
-from ditskip_edge.errors import BundleError
+from ditskip_edge.runtime.errors import BundleError
 from ditskip_edge.models.loading import build_transformer, build_vae, resolve_spec, save_pipeline_folder
 from ditskip_edge.models.text import encode_prompt
 from ditskip_edge.models.views import full_model_forward, make_view

@@ -54,7 +54,7 @@ def test_tiny_bundle_trains_under_its_predicted_cap(bundles, tmp_path, runtime):
         assert run.result["torch_loaded"] is False
     assert run.result["rlimit_as_bytes"] > run.result["baseline"]["vm_size_bytes"]
     assert run.rss_within_budget, (run.peak_rss_bytes, run.baseline_rss_bytes, run.budget_bytes)
-    assert run.prediction["bytes"] > 0 and run.prediction["source"] in ("planner", "memory_report")
+    assert run.prediction["bytes"] > 0 and run.prediction["source"] in ("estimate", "memory_report")
     assert len(run.timeline) >= 2 and run.peak_rss_bytes >= run.baseline_rss_bytes
     losses = run.summary["losses"]
     assert len(losses) == 6 and all(math.isfinite(x) for x in losses)

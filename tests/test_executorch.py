@@ -217,7 +217,7 @@ def test_patch_sampling_program_matches_eager():
 
 
 def test_bundle_that_does_not_match_its_manifest_is_refused(et_bundle, tmp_path):
-    from ditskip_edge.errors import BundleError
+    from ditskip_edge.runtime.errors import BundleError
     from export.executorch_trainer import RuntimeTrainConfig, train_executorch
     for victim in ("programs/executorch/train_step_fp32.pte", "subject/cache/shard_00000.bin"):
         copy = tmp_path / victim.replace("/", "_")

@@ -331,7 +331,7 @@ def test_runtime_reads_sharded_cache_entries(tmp_path):
     """The runtime's entry reader takes the binary-shard cache layout too: only the sample's bytes, hash-checked."""
     import hashlib
     from export.ort_trainer import CacheEntries
-    from ditskip_edge.errors import BundleError
+    from ditskip_edge.runtime.errors import BundleError
     x0 = np.arange(8, dtype=np.float32).reshape(1, 2, 2, 2)
     codes = np.arange(-6, 6, dtype=np.int8).reshape(1, 3, 4)
     layout = {"x0": {"dtype": "float32", "shape": [1, 2, 2, 2], "offset": 0, "bytes": 32},

@@ -8,10 +8,10 @@ import pytest
 
 from ditskip_edge.cli import main
 from ditskip_edge.models.specs import builtin_spec
-from ditskip_edge.planner.memory import MemoryPlan, program_preexisting, trace_step
-from ditskip_edge.planner.program import StepConfig, build_step_program
-from ditskip_edge.planner.split import split_for_ratio
-from ditskip_edge.planner.tracker import SavedTensorBytes, StepMemoryTracker
+from ditskip_edge.memory_estimate.memory import MemoryEstimate, program_preexisting, trace_step
+from ditskip_edge.memory_estimate.program import StepConfig, build_step_program
+from ditskip_edge.memory_estimate.split import split_for_ratio
+from ditskip_edge.memory_estimate.tracker import SavedTensorBytes, StepMemoryTracker
 
 TOLERANCE = 0.02   # fake-tensor prediction vs eager live-tensor bytes, relative
 
@@ -58,7 +58,7 @@ def test_skipping_more_blocks_predicts_less_memory():
     for front, back in [(0, 0), (1, 1), (2, 1), (3, 2)]:
         tr = trace_step(StepConfig(spec, resolution_px=spec.train_px, text_tokens=8, n_front=front, n_back=back,
                                    rank=4, bits=8), attention="math", count_flops=False)
-        peaks.append(MemoryPlan.from_trace(tr, 0).peak_bytes)
+        peaks.append(MemoryEstimate.from_trace(tr, 0).peak_bytes)
     assert all(a > b for a, b in zip(peaks, peaks[1:])), peaks
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from conftest import PHOTOS, compile_tiny
-from ditskip_edge.errors import UserError
+from ditskip_edge.runtime.errors import UserError
 from ditskip_edge.images import load_photos
 from ditskip_edge.models.latents import LatentEncoder
 from ditskip_edge.models.loading import build_transformer, build_vae, resolve_spec

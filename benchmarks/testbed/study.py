@@ -31,15 +31,17 @@ from typing import Callable
 import torch
 
 from ditskip_edge.cache import DEFAULT_CODEC
-from ditskip_edge.compile import CACHE_DIR, CompileRequest, OptimizerSpec, compile_bundle
-from ditskip_edge.images import to_uint8_image
-from ditskip_edge.lora import LoraSpec, lora_state_dict, save_lora
-from ditskip_edge.bundle import sha256_file
-from ditskip_edge.models.loading import builtin_weights_path, resolve_spec
-from ditskip_edge.quantize import QuantSpec
-from ditskip_edge.schedule import ScheduleConfig
-from .metrics import mean_ci, score_images
+from ditskip_edge.compile import CompileRequest, compile_bundle
 from ditskip_edge.generate import generate, grid, load_model
+from ditskip_edge.images import to_uint8_image
+from ditskip_edge.lora import LoraSpec
+from ditskip_edge.models.loading import builtin_weights_path, resolve_spec
+from ditskip_edge.runtime.bundle import CACHE_DIR, OptimizerSpec, sha256_file
+from ditskip_edge.runtime.schedule import ScheduleConfig
+from export.executorch_stage import ExecutorchPrograms
+from export.ort_stage import OrtPrograms
+
+from .metrics import mean_ci, score_images
 from .scenes import SUBJECTS, eval_prompts, reference_images, subject_prompt
 
 MODEL = "flux-testbed"
@@ -115,47 +117,34 @@ def methods(num_blocks: int, plans: dict[str, tuple[int, int, str]] | None = Non
 # ------------------------------------------------------------------------------------------ codecs, trainers
 CODECS: dict[str, str] = {"fp32": "fp32", "default": DEFAULT_CODEC}        # Method.codec -> compile --cache-codec
 TRAINERS: dict[str, Callable[[Path, Path], Path]] = {}                     # Method.runtime -> (bundle, run) -> LoRA
-ET_QUANT_BITS = 16                                                         # the executorch row's program: fp32
+DEVICE_PRECISION = "fp32"                                                   # the device rows' programs
 
 
 def train_eager_lora(bundle_dir: Path, run_dir: Path, zero_residuals: bool = False) -> Path:
-    """The eager reference trainer; with zero_residuals the same loop with every residual replaced by zeros."""
-    from ditskip_edge.trainer import TrainConfig, train_eager
-    if not zero_residuals:
-        return Path(train_eager(bundle_dir, TrainConfig(run_dir=run_dir, resume=False))["lora"])
-    from ditskip_edge.bundle_model import build_skip_model, open_bundle
-    from ditskip_edge.trainer import sample_batch
-    b = open_bundle(bundle_dir)
-    model, transformer, _ = build_skip_model(b)
-    params = [p for p in transformer.parameters() if p.requires_grad]
-    o = b.optimizer
-    opt = torch.optim.AdamW(params, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay)
-    accum = b.schedule.config.grad_accum
-    decoder = b.cache.decoder()
-    for step in range(b.schedule.config.steps):
-        for s in b.schedule.samples_for_step(step):
-            x0, noise, t, entry = sample_batch(b, s)
-            residuals = {k: torch.zeros_like(v) for k, v in decoder(entry).items()}
-            (model(x0, noise, t, b.cond, residuals) / accum).backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    return save_lora(b.spec.arch, lora_state_dict(transformer), Path(run_dir) / "lora", b.lora, b.kept_block_names)
+    """The eager reference trainer under the runtime's loop; with zero_residuals every residual is replaced by zeros
+    (the decoder `ZeroResiduals`: the skipped spans are skipped and nothing stands in for them)."""
+    from ditskip_edge.cache.codecs import ZeroResiduals
+    from ditskip_edge.cache.store import reader_decoder
+    from ditskip_edge.eager import EagerStep
+    from ditskip_edge.runtime.bundle import Bundle
+    from ditskip_edge.runtime.loop import RunConfig, train
+    bundle = Bundle.open(bundle_dir)
+    decoder = ZeroResiduals(reader_decoder(bundle.cache())) if zero_residuals else None
+    cfg = RunConfig(run_dir=run_dir, resume=False, progress=False)
+    return Path(train(bundle, EagerStep(bundle, decoder), cfg)["lora"])
 
 
-def train_executorch_lora(bundle_dir: Path, run_dir: Path) -> Path:
-    from export.executorch_trainer import RuntimeTrainConfig, train_executorch
-    cfg = RuntimeTrainConfig(run_dir=run_dir, resume=False, quant_bits=ET_QUANT_BITS, progress=False)
-    return Path(train_executorch(bundle_dir, cfg)["lora"])
-
-
-def train_ort_lora(bundle_dir: Path, run_dir: Path) -> Path:
-    from export.ort_trainer import OrtTrainConfig, train_ort
-    return Path(train_ort(bundle_dir, OrtTrainConfig(run_dir=run_dir, resume=False))["lora"])
+def train_device_lora(runtime: str, bundle_dir: Path, run_dir: Path) -> Path:
+    """A device runtime's trainer (the runtime package alone), on the bundle's fp32 program."""
+    from ditskip_edge.runtime.loop import RunConfig
+    from ditskip_edge.runtime.run import train_bundle
+    cfg = RunConfig(run_dir=run_dir, resume=False, progress=False)
+    return Path(train_bundle(bundle_dir, runtime, cfg, precision=DEVICE_PRECISION)["lora"])
 
 
 TRAINERS["eager"] = lambda bundle, run: train_eager_lora(bundle, run)
-TRAINERS["executorch"] = train_executorch_lora
-TRAINERS["ort"] = train_ort_lora
+TRAINERS["executorch"] = lambda bundle, run: train_device_lora("executorch", bundle, run)
+TRAINERS["ort"] = lambda bundle, run: train_device_lora("ort", bundle, run)
 
 
 def lora_difference(a: Path, b: Path) -> dict:
@@ -201,17 +190,15 @@ def personalize(subject_dir: Path, prompt: str, work: Path, method: Method, cfg:
                            s_max_px=spec.data_px, multiple_px=spec.pixel_multiple, seed=cfg.train_seed,
                            dynamic_patches=method.dynamic_patches)
     bundle = work / "bundle"
-    runtimes = [method.runtime] if method.runtime != "eager" else []
-    et_options = {"quant_bits": [ET_QUANT_BITS], "backend": "portable", "preprocess": False}
+    programs = {"eager": [], "executorch": [ExecutorchPrograms((DEVICE_PRECISION,), preprocess=False)],
+                "ort": [OrtPrograms((DEVICE_PRECISION,))]}[method.runtime]
     t0 = time.perf_counter()
     summary = compile_bundle(CompileRequest(model=MODEL, images=str(subject_dir), prompt=prompt,
                                             out=str(bundle), n_front=method.n_front, n_back=method.n_back,
                                             schedule=sched, lora=LoraSpec(rank=cfg.rank, alpha=float(cfg.rank),
                                                           targets=list(cfg.lora_targets)),
                                             optimizer=OptimizerSpec(lr=cfg.lr), overwrite=True,
-                                            cache_codec=CODECS[method.codec], runtimes=runtimes,
-                                            runtime_options={"executorch": et_options},
-                                            quant=QuantSpec(bits=16)))          # ort: fp32 frozen weights
+                                            cache_codec=CODECS[method.codec], programs=programs))
     t1 = time.perf_counter()
     if method.zero_residuals:
         lora = train_eager_lora(bundle, work / "run", zero_residuals=True)

@@ -6,13 +6,12 @@ import json
 import time
 from pathlib import Path
 
-from ..cli import add_json_flag
-from ..errors import UserError
+from ..runtime.errors import UserError
 from ..selection.embedders import DEFAULT_EMBEDDER
 from ..selection.scorer import METHODS
 
 
-def register(sub) -> None:
+def register(sub, add_json_flag) -> None:
     p = sub.add_parser("select", help="choose which blocks to skip, by cross-attention masking (PAPER.md sec. 3)")
     p.add_argument("--model", default="flux-tiny", help="flux-tiny | sana-tiny | a local diffusers pipeline folder")
     p.add_argument("--images", default=None, help="folder of the subject's photos (needed by --method proxy)")

@@ -1,12 +1,13 @@
-"""A plan request (model, skip ratio or split, bits, resolution, text tokens, rank) -> one JSON-able document."""
+"""An estimate request (model, skip ratio or split, precision, resolution, text tokens, rank) -> one JSON document."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import UserError
 from ..models.loading import resolve_spec
-from .memory import MIB, MemoryPlan, storage_plan, trace_step
+from ..runtime.contract import PRECISIONS
+from ..runtime.errors import UserError
+from .memory import MIB, MemoryEstimate, storage_estimate, trace_step
 from .program import StepConfig
 from .split import split_for_ratio
 
@@ -14,12 +15,12 @@ DEFAULT_RUNTIME_OVERHEAD_MIB = 100   # assumed: a runtime library + app process,
 
 
 @dataclass(frozen=True)
-class PlanRequest:
+class EstimateRequest:
     model: str
     skip_ratio: float | None = None
     skip_front: int | None = None
     skip_back: int | None = None
-    bits: int = 8
+    precision: str = "int8"
     resolution_px: int | None = None     # None: the model's train resolution (s_min)
     text_tokens: int | None = None       # None: the model's text length
     rank: int = 16
@@ -30,9 +31,9 @@ class PlanRequest:
     checkpoint_blocks: bool = False      # what-if: per-kept-block activation checkpointing (no runtime does it yet)
 
 
-def make_plan(req: PlanRequest) -> dict:
-    if req.bits not in (16, 8, 4):
-        raise UserError(f"--bits {req.bits}: expected 16, 8 or 4")
+def estimate_memory(req: EstimateRequest) -> dict:
+    if req.precision not in PRECISIONS:
+        raise UserError(f"--precision {req.precision!r}: expected one of {', '.join(PRECISIONS)}")
     if req.attention not in ("math", "flash"):
         raise UserError(f"--attention {req.attention!r}: expected 'math' or 'flash'")
     if req.steps < 1 or req.grad_accum < 1:
@@ -45,10 +46,10 @@ def make_plan(req: PlanRequest) -> dict:
     plan = split_for_ratio(num_blocks, req.skip_ratio, req.skip_front, req.skip_back)
     cfg = StepConfig(spec, resolution_px=req.resolution_px or spec.train_px,
                      text_tokens=req.text_tokens or spec.text.seq_len, n_front=plan.n_front, n_back=plan.n_back,
-                     rank=req.rank, bits=req.bits, gradient_checkpointing=req.checkpoint_blocks)
+                     rank=req.rank, precision=req.precision, gradient_checkpointing=req.checkpoint_blocks)
     cfg.validate()
     trace = trace_step(cfg, attention=req.attention)
-    memory = MemoryPlan.from_trace(trace, int(req.runtime_overhead_mib * MIB))
+    memory = MemoryEstimate.from_trace(trace, int(req.runtime_overhead_mib * MIB))
     mj = memory.to_json()
     summary = (f"peak {mj['peak_gib']} GiB = frozen {mj['frozen_weights_gib']} + LoRA/AdamW "
                f"{round(mj['lora_params_gib'] + mj['adamw_states_gib'], 3)} + arena {mj['activation_arena_gib']} + "
@@ -60,16 +61,16 @@ def make_plan(req: PlanRequest) -> dict:
                  "kept": [plan.n_front, num_blocks - plan.n_back], "skip_ratio": round(plan.skip_ratio, 4),
                  "split_chosen_by": plan.chosen_by},
         "step": {"resolution_px": cfg.resolution_px, "image_tokens": cfg.image_tokens,
-                 "text_tokens": cfg.text_tokens, "rank": cfg.rank, "bits": cfg.bits,
-                 "compute_dtype": "bf16" if cfg.bits == 16 else "fp32", "attention": req.attention,
-                 "dequant_recomputed_in_backward": cfg.bits in (8, 4),
+                 "text_tokens": cfg.text_tokens, "rank": cfg.rank, "precision": cfg.precision,
+                 "compute_dtype": "bf16" if cfg.precision == "bf16" else "fp32", "attention": req.attention,
+                 "dequant_recomputed_in_backward": cfg.precision in ("int8", "int4"),
                  "checkpoint_blocks_what_if": req.checkpoint_blocks},
         "memory": mj,
         "activation_detail": {"saved_activations_bytes": trace.saved_activations_bytes,
                               "lora_grads_bytes": trace.lora_grads_bytes,
                               "cache_entry_bytes": trace.cache_entry_bytes,
                               "text_conditioning_bytes": trace.text_conditioning_bytes},
-        "storage": storage_plan(trace, req.steps * req.grad_accum),
+        "storage": storage_estimate(trace, req.steps * req.grad_accum),
         "params": {"frozen_kept": trace.frozen_param_count, "lora": trace.lora_param_count},
         "tflops_per_sample": round(trace.flops / 1e12, 4),
         "counts": "peak_bytes = frozen weights + LoRA + AdamW states + activation arena (traced step peak, incl. "

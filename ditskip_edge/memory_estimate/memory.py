@@ -3,9 +3,9 @@
 The step program (program.py) is built with fake CPU tensors and one step (forward + backward) is traced op by op
 (tracker.py): the tracker's peak is the activation arena. Everything else is counted from the program:
 
-    peak_bytes = frozen_weights      kept blocks + embedders + head, at the given bits (int codes + scales;
+    peak_bytes = frozen_weights      kept blocks + embedders + head, at the given precision (int codes + scales;
                                      linears and convolutions, quantize.py)
-               + lora_params         fp32 (bf16 with --bits 16)
+               + lora_params         fp32 (bf16 with --precision bf16)
                + adamw_states        exp_avg + exp_avg_sq: 2 x lora_params
                + activation_arena    peak of the tensors the step creates: saved activations, the largest
                                      transients, the LoRA gradients (traced)
@@ -117,7 +117,7 @@ def _frozen_param_count(prog) -> int:
 
 
 @dataclass
-class MemoryPlan:
+class MemoryEstimate:
     frozen_weights_bytes: int
     lora_params_bytes: int
     adamw_states_bytes: int
@@ -127,12 +127,12 @@ class MemoryPlan:
     peak_bytes: int
 
     @staticmethod
-    def from_trace(tr: StepTrace, runtime_overhead_bytes: int) -> "MemoryPlan":
+    def from_trace(tr: StepTrace, runtime_overhead_bytes: int) -> "MemoryEstimate":
         inputs = tr.cache_entry_bytes + tr.text_conditioning_bytes + tr.noise_bytes
         parts = dict(frozen_weights_bytes=tr.frozen_weights_bytes, lora_params_bytes=tr.lora_params_bytes,
                      adamw_states_bytes=2 * tr.lora_params_bytes, activation_arena_bytes=tr.activation_arena_bytes,
                      step_inputs_bytes=inputs, runtime_overhead_bytes=runtime_overhead_bytes)
-        return MemoryPlan(**parts, peak_bytes=sum(parts.values()))
+        return MemoryEstimate(**parts, peak_bytes=sum(parts.values()))
 
     @property
     def step_bytes(self) -> int:
@@ -145,9 +145,9 @@ class MemoryPlan:
         return d
 
 
-def storage_plan(tr: StepTrace, num_samples: int) -> dict:
-    """Bytes on flash: the bundle's model part (frozen kept weights at the plan's bits + text conditioning) and the
-    residual cache (one fp32 entry per scheduled sample, as residual_cache.py writes it; issue 4 compresses it)."""
+def storage_estimate(tr: StepTrace, num_samples: int) -> dict:
+    """Bytes on flash: the bundle's model part (frozen kept weights at the precision + text conditioning) and the
+    residual cache (one fp32 entry per scheduled sample; a cache codec compresses it, see cache-report)."""
     bundle = tr.frozen_weights_bytes + tr.text_conditioning_bytes
     cache = num_samples * tr.cache_entry_stored_bytes
     return {"bundle_model_bytes": bundle, "cache_entry_bytes": tr.cache_entry_stored_bytes,

@@ -23,13 +23,14 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..errors import UserError
 from ..lora import LoraSpec, add_lora
 from ..models.loading import build_transformer
 from ..models.specs import FLUX_ARCH, ModelSpec
 from ..models.views import block_names_of, full_model_forward, make_view
 from ..plan import SkipPlan
 from ..quantize import QuantSpec, quantize_frozen_layers
+from ..runtime.contract import PRECISIONS
+from ..runtime.errors import UserError
 from ..skip_model import SkipModel, noisy_latents_and_target, residual_names
 
 
@@ -42,7 +43,7 @@ class StepConfig:
     n_front: int = 0
     n_back: int = 0
     rank: int = 16
-    bits: int = 32                      # frozen weights: 32 (fp32), 16 (bf16 weights and compute), 8, 4
+    precision: str = "fp32"             # frozen weights: fp32 | bf16 (weights and compute) | int8 | int4
     kind: str = "skip"                  # "skip" | "diffusers"
     gradient_checkpointing: bool = False  # diffusers: enable_gradient_checkpointing; skip: per kept block (what-if:
                                           # torch.utils.checkpoint around each block; no device runtime does this)
@@ -51,7 +52,7 @@ class StepConfig:
 
     @property
     def dtype(self) -> torch.dtype:
-        return torch.bfloat16 if self.bits == 16 else torch.float32
+        return torch.bfloat16 if self.precision == "bf16" else torch.float32
 
     @property
     def num_blocks(self) -> int:
@@ -82,8 +83,8 @@ class StepConfig:
         return (self.resolution_px // self.spec.pixel_multiple) ** 2
 
     def validate(self) -> None:
-        if self.bits not in (32, 16, 8, 4):
-            raise UserError(f"bits {self.bits}: expected 32, 16, 8 or 4")
+        if self.precision not in PRECISIONS:
+            raise UserError(f"precision {self.precision!r}: expected one of {', '.join(PRECISIONS)}")
         if self.kind not in ("skip", "diffusers"):
             raise UserError(f"kind {self.kind!r}: expected 'skip' or 'diffusers'")
         if self.kind == "diffusers" and (self.n_front or self.n_back):
@@ -221,7 +222,7 @@ def _build(cfg: StepConfig, device: str, seed: int, mode) -> StepProgram:
         add_lora(transformer, spec.arch, kept_names, LoraSpec(rank=cfg.rank, alpha=float(cfg.rank),
                                                                 targets=list(cfg.lora_targets)))
     view = make_view(spec.arch, transformer, plan.kept)
-    quant = QuantSpec(bits=cfg.bits, recompute_in_backward=cfg.recompute_dequant) if cfg.bits in (8, 4) else None
+    quant = QuantSpec(cfg.precision, recompute_in_backward=cfg.recompute_dequant) if cfg.precision in ("int8", "int4") else None
     if cfg.kind == "diffusers":
         modules = [m for _, m in transformer.named_children()]
         if cfg.gradient_checkpointing:

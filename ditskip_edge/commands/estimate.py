@@ -1,19 +1,23 @@
-"""ditskip-edge plan: predicted on-device memory and storage of a BlockSkip training step, from the architecture."""
+"""ditskip-edge estimate (alias: plan): the memory estimate of a BlockSkip training step on a device, and its
+storage, from the architecture alone (no weights). "Plan" elsewhere means the skip plan; the subcommand keeps its
+old name as an alias."""
 
 from __future__ import annotations
 
-from ..cli import add_json_flag
-from ..planner.request import DEFAULT_RUNTIME_OVERHEAD_MIB, PlanRequest, make_plan
+from ..memory_estimate.request import DEFAULT_RUNTIME_OVERHEAD_MIB, EstimateRequest, estimate_memory
+from ..runtime.contract import PRECISIONS
 
 
-def register(sub) -> None:
-    p = sub.add_parser("plan", help="predict the device memory and storage of a training step (no weights needed)")
+def register(sub, add_json_flag) -> None:
+    p = sub.add_parser("estimate", aliases=["plan"],
+                       help="estimate the device memory and storage of a training step (no weights needed)")
     p.add_argument("--model", required=True, help="flux-dev | sana-1600m | sana-600m | a tiny name | a local folder")
     p.add_argument("--skip-ratio", type=float, default=None,
                    help="fraction of blocks skipped; the split is the paper's (FLUX at 30/40/50%%) or the default")
     p.add_argument("--skip-front", type=int, default=None, help="blocks skipped at the front (n), with --skip-back")
     p.add_argument("--skip-back", type=int, default=None, help="blocks skipped at the back (m)")
-    p.add_argument("--bits", type=int, default=8, choices=[16, 8, 4], help="frozen weights: bf16, int8 or int4")
+    p.add_argument("--precision", default="int8", choices=PRECISIONS,
+                   help="frozen weights: fp32, bf16 (weights and compute), int8 or int4 (fp32 compute)")
     p.add_argument("--resolution", type=int, default=None, help="train resolution in px (model default: s_min)")
     p.add_argument("--text-tokens", type=int, default=None, help="text tokens L (model default)")
     p.add_argument("--rank", type=int, default=16, help="LoRA rank")
@@ -30,8 +34,8 @@ def register(sub) -> None:
 
 
 def run(args) -> dict:
-    return make_plan(PlanRequest(model=args.model, skip_ratio=args.skip_ratio, skip_front=args.skip_front,
-                                 skip_back=args.skip_back, bits=args.bits, resolution_px=args.resolution,
+    return estimate_memory(EstimateRequest(model=args.model, skip_ratio=args.skip_ratio, skip_front=args.skip_front,
+                                 skip_back=args.skip_back, precision=args.precision, resolution_px=args.resolution,
                                  text_tokens=args.text_tokens, rank=args.rank, attention=args.attention,
                                  runtime_overhead_mib=args.runtime_overhead_mib, steps=args.steps,
                                  grad_accum=args.grad_accum, checkpoint_blocks=args.checkpoint_blocks))

@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from ..errors import UserError
+from ..runtime.errors import UserError
 from ..plan import SkipPlan, skip_budget
 
 PAPER_FLUX_SPLITS = {0.3: (7, 10), 0.4: (13, 10), 0.5: (19, 10)}
