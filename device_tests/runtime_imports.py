@@ -21,7 +21,7 @@ FORBIDDEN = (
     "ditskip_edge", "export", "diffusers", "peft", "transformers", "torchao", "onnx", "executorch.exir",
     "executorch.backends", "onnxruntime.training.artifacts", "onnxruntime.training.optim",
     "onnxruntime.training.ortmodule", "onnxruntime.training.onnxblock", "torch._dynamo", "torch._inductor",
-    "torch.onnx", "torch.export",
+    "torch.onnx",
 )
 # What a device process may import under those prefixes: the runtime package itself, and the `@experimental`
 # decorator module the ExecuTorch bindings import.

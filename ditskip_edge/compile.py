@@ -147,16 +147,19 @@ def compile_subject_stage(writer: BundleWriter, spec: ModelSpec, transformer: nn
     identity = cache_identity(writer.manifest["model"], writer.manifest["plan"], schedule)
     cache = ResidualCacheWriter(writer.path(CACHE_DIR), identity, cache_codec)
     t0 = time.perf_counter()
-    for s in tqdm(schedule.samples, desc="residual cache", unit="sample", leave=False):
+
+    def entry(s) -> dict[str, torch.Tensor]:
         x0 = clean_latents(photos[s.photo].pixels, s, sampler, encoder)
-        noise = sample_noise(s, tuple(x0.shape))
-        t = torch.tensor([s.t])
-        residuals = compute_residuals(full_view, plan, x0, noise, t, cond)
-        entry = {"x0": x0, **residuals}
-        if s.index == 0:
-            _, entry_bytes = entry_layout(cache.codec, {k: tuple(v.shape) for k, v in entry.items()})
-            _check_disk(writer.root, entry_bytes, schedule.num_samples)
-        cache.add(s.index, entry)
+        residuals = compute_residuals(full_view, plan, x0, sample_noise(s, tuple(x0.shape)), torch.tensor([s.t]), cond)
+        return {"x0": x0, **residuals}
+
+    first = entry(schedule.samples[0])            # its size says whether the whole cache fits on the disk
+    _, entry_bytes = entry_layout(cache.codec, {k: tuple(v.shape) for k, v in first.items()})
+    _check_disk(writer.root, entry_bytes, schedule.num_samples)
+    cache.add(0, first)
+    for s in tqdm(schedule.samples[1:], desc="residual cache", unit="sample", leave=False, initial=1,
+                  total=schedule.num_samples):
+        cache.add(s.index, entry(s))
     index = cache.finish()
     for name, err in index["rel_error"].items():
         if err["max"] > CACHE_WARN_REL_ERROR:
@@ -187,7 +190,7 @@ def compile_bundle(req: CompileRequest) -> dict:
                         f"diffusers folder")
     sched = check_request(req, spec)
     photos = load_photos(req.images, sched.s_max_px)
-    check_photo_sizes(sched, [tuple(p.pixels.shape[1:]) for p in photos], [p.name for p in photos])
+    check_photo_sizes(sched, [p.original_hw for p in photos], [p.name for p in photos])
     num_blocks = int(spec.transformer_config["num_layers"]) + int(spec.transformer_config.get("num_single_layers", 0))
     if req.n_front is not None or req.n_back is not None:
         SkipPlan(num_blocks, req.n_front or 0, req.n_back or 0)          # a bad split fails before the model loads

@@ -27,6 +27,7 @@ MAX_PHOTO_PIXELS = 64_000_000     # a larger file is refused before it is decode
 class Photo:
     name: str
     pixels: torch.Tensor          # [3, H, W] float32 in [-1, 1]
+    original_hw: tuple[int, int]  # the file's size, before normalisation
 
     @property
     def short_side_px(self) -> int:
@@ -56,7 +57,7 @@ def load_photos(folder: str | Path, data_px: int) -> list[Photo]:
                 im = im.convert("RGB")
         except (UnidentifiedImageError, OSError, Image.DecompressionBombError) as e:
             raise UserError(f"{f}: cannot be read as an image ({e})") from e
-        photos.append(Photo(f.name, normalise(im, data_px)))
+        photos.append(Photo(f.name, normalise(im, data_px), (h, w)))
     return photos
 
 

@@ -7,7 +7,7 @@ Properties protected:
   needed to understand it) and leaves the previous checkpoint byte-identical and usable;
 - a run killed (SIGKILL) mid-schedule resumes from its checkpoint and ends with the same LoRA, bit for bit, as an
   uninterrupted run.
-Runtimes whose trainer is not on this branch are skipped by name.
+Both runtimes train the same bundle (conftest.device_bundle), under the runtime package's one loop.
 """
 
 from __future__ import annotations
@@ -20,20 +20,14 @@ import numpy as np
 import pytest
 
 from device_tests.runner import file_appeared, run_device
+from ditskip_edge.runtime.checkpoint import CHECKPOINT
 
-from device_fixtures import TRAINER_MODULES, available, bundle_for
-
-# Each runtime's run-folder checkpoint, written atomically by its trainer (tmp + rename).
-CHECKPOINTS = {"ort": "ort_checkpoint", "executorch": "checkpoint_executorch.npz"}
-
-RUNTIMES = [pytest.param(r, marks=pytest.mark.skipif(not available(r), reason=f"{TRAINER_MODULES[r]} not on this "
-                                                                               f"branch"))
-            for r in ("executorch", "ort")]
+RUNTIMES = ["executorch", "ort"]
 
 
 @pytest.fixture
-def bundles(tmp_path_factory):
-    return lambda runtime: bundle_for(runtime, tmp_path_factory)
+def bundles(device_bundle):
+    return lambda runtime: device_bundle
 
 
 def _lora(run) -> dict[str, np.ndarray]:
@@ -69,7 +63,7 @@ def test_cap_far_below_prediction_fails_cleanly_and_keeps_the_checkpoint(bundles
     run_dir = tmp_path / "run"
     first = run_device(device_bundle, runtime, run_dir, steps=2)
     assert first.status == "ok", first.message
-    ckpt = run_dir / CHECKPOINTS[runtime]
+    ckpt = run_dir / CHECKPOINT
     before = _sha(ckpt)
 
     starved = run_device(device_bundle, runtime, run_dir, budget_bytes=int(first.prediction["bytes"] * 0.1),
@@ -92,7 +86,7 @@ def test_killed_run_resumes_to_the_same_lora(bundles, tmp_path, runtime):
     assert whole.status == "ok", whole.message
 
     run_dir = tmp_path / "killed"
-    killed = run_device(device_bundle, runtime, run_dir, kill_when=file_appeared(CHECKPOINTS[runtime]))
+    killed = run_device(device_bundle, runtime, run_dir, kill_when=file_appeared(CHECKPOINT))
     assert killed.status == "killed" and killed.returncode == -9, (killed.status, killed.message)
     assert not (run_dir / "lora").exists()
 

@@ -8,8 +8,8 @@ import torch
 
 from ditskip_edge.runtime import rng
 from ditskip_edge.runtime.errors import UserError
-from ditskip_edge.patch_sampling import PatchSampler, crop_side_px, place_crop
-from ditskip_edge.runtime.schedule import ScheduleConfig, make_schedule
+from ditskip_edge.patch_sampling import PatchSampler
+from ditskip_edge.runtime.schedule import ScheduleConfig, crop_side_px, make_schedule, place_crop
 
 
 def test_crop_side_is_monotone_in_t_and_a_multiple_of_the_pixel_multiple():

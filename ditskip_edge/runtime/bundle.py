@@ -85,8 +85,9 @@ def write_manifest(path: Path, manifest: dict[str, Any]) -> None:
     Path(path).write_bytes(manifest_bytes(manifest))
 
 
-def parse_manifest(raw: bytes, where: Path) -> dict[str, Any]:
-    """Check the digest line, then parse. Any edit after the first line, or to the digest itself, is refused."""
+def parse_manifest(raw: bytes, where: Path) -> tuple[dict[str, Any], str]:
+    """Check the digest line, then parse. Any edit after the first line, or to the digest itself, is refused.
+    Returns the manifest (without its digest) and the digest."""
     m = _DIGEST_LINE.match(raw)
     if m is None:
         raise BundleError(f"{where}: first line is not {{\"{DIGEST_KEY}\": \"<64 hex digits>\", (not a bundle "
@@ -97,18 +98,21 @@ def parse_manifest(raw: bytes, where: Path) -> dict[str, Any]:
         manifest = json.loads(raw)
     except ValueError as e:
         raise BundleError(f"{where}: not valid JSON ({e})") from e
-    manifest.pop(DIGEST_KEY)
-    return manifest
+    return manifest, manifest.pop(DIGEST_KEY)
 
 
 def read_manifest(bundle_dir: str | Path, verify: bool = True) -> dict[str, Any]:
+    return _read_manifest(bundle_dir, verify)[0]
+
+
+def _read_manifest(bundle_dir: str | Path, verify: bool) -> tuple[dict[str, Any], str]:
     bundle_dir = Path(bundle_dir)
     mpath = bundle_dir / MANIFEST
     if not bundle_dir.is_dir():
         raise BundleError(f"bundle {bundle_dir} is not a folder")
     if not mpath.is_file():
         raise BundleError(f"{bundle_dir}: not a bundle (no {MANIFEST})")
-    manifest = parse_manifest(mpath.read_bytes(), mpath)
+    manifest, digest = parse_manifest(mpath.read_bytes(), mpath)
     if manifest.get("format") != BUNDLE_FORMAT:
         raise BundleError(f"{mpath}: format is {manifest.get('format')!r}, expected {BUNDLE_FORMAT!r}")
     if manifest.get("format_version") != BUNDLE_FORMAT_VERSION:
@@ -116,7 +120,7 @@ def read_manifest(bundle_dir: str | Path, verify: bool = True) -> dict[str, Any]
                           f"(this tool reads {BUNDLE_FORMAT_VERSION})")
     if verify:
         verify_files(bundle_dir, manifest)
-    return manifest
+    return manifest, digest
 
 
 def verify_files(bundle_dir: Path, manifest: dict[str, Any], only: list[str] | None = None) -> None:
@@ -190,15 +194,16 @@ def cache_identity(model: dict, plan: dict, schedule: Schedule) -> dict:
 class Bundle:
     """A bundle as a runtime reads it: the verified manifest and typed access to what it names. numpy only."""
 
-    def __init__(self, root: Path, manifest: dict[str, Any]):
+    def __init__(self, root: Path, manifest: dict[str, Any], manifest_sha256: str = ""):
         self.root = Path(root)
         self.manifest = manifest
+        self.manifest_sha256 = manifest_sha256          # "" for a bundle still being written
         self._schedule: Schedule | None = None
 
     @staticmethod
     def open(bundle_dir: str | Path, verify: bool = True) -> "Bundle":
         root = Path(bundle_dir)
-        return Bundle(root, read_manifest(root, verify=verify))
+        return Bundle(root, *_read_manifest(root, verify))
 
     def field(self, *path: str):
         """manifest[path[0]][path[1]]..., or a BundleError naming the missing field."""

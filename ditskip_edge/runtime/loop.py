@@ -29,7 +29,7 @@ from .bundle import Bundle, OptimizerSpec
 from .checkpoint import CHECKPOINT, Checkpoint, run_identity
 from .errors import UserError
 from .inputs import NamedInputs, StepInputs
-from .lora_file import write_lora
+from .safetensors_io import write_lora
 from .progress import Progress
 from .schedule import Sample
 
@@ -108,7 +108,7 @@ def train(bundle: Bundle, adapter: StepAdapter, cfg: RunConfig,
     accum = schedule.config.grad_accum
     adapter.prepare(inputs(schedule.samples[0]))
     optimizer = adapter.make_optimizer(bundle.optimizer)
-    identity = run_identity(adapter.runtime, adapter.program_sha256, bundle)
+    identity = run_identity(adapter.runtime, adapter.program_sha256, bundle.manifest_sha256)
     run_dir = Path(cfg.run_dir) if cfg.run_dir is not None else None
     start, losses = 0, []
     if run_dir is not None:
