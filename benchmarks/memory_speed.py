@@ -92,9 +92,9 @@ def step_config(spec, variant: str, rank: int, skip_ratio: float = 0.5):
         "patches": StepConfig(**base, resolution_px=spec.train_px, kind="diffusers"),
         "skip": StepConfig(**base, resolution_px=spec.data_px, **skip),
         "blockskip": StepConfig(**base, resolution_px=spec.train_px, **skip),
-        "blockskip_int8": StepConfig(**base, resolution_px=spec.train_px, bits=8, **skip),
-        "blockskip_int4": StepConfig(**base, resolution_px=spec.train_px, bits=4, **skip),
-        "blockskip_int8_saved": StepConfig(**base, resolution_px=spec.train_px, bits=8, recompute_dequant=False,
+        "blockskip_int8": StepConfig(**base, resolution_px=spec.train_px, precision="int8", **skip),
+        "blockskip_int4": StepConfig(**base, resolution_px=spec.train_px, precision="int4", **skip),
+        "blockskip_int8_saved": StepConfig(**base, resolution_px=spec.train_px, precision="int8", recompute_dequant=False,
                                            **skip),
     }[variant]
 
@@ -159,7 +159,7 @@ def child(args) -> None:
         "cpu_seconds_per_step": sorted(cpu_times)[len(cpu_times) // 2], "step_cpu_seconds": cpu_times, "build_seconds": build_s,
         "loss": float(loss), "load_avg_1m": os.getloadavg()[0],
         "step": {"resolution_px": cfg.resolution_px, "text_tokens": cfg.text_tokens, "n_front": cfg.n_front,
-                 "n_back": cfg.n_back, "bits": cfg.bits, "kind": cfg.kind,
+                 "n_back": cfg.n_back, "precision": cfg.precision, "kind": cfg.kind,
                  "gradient_checkpointing": cfg.gradient_checkpointing, "recompute_dequant": cfg.recompute_dequant},
     }))
 

@@ -170,13 +170,14 @@ def test_damaged_bundles_are_refused_alike_by_every_runtime(device_bundle, other
     assert main(argv + ["--steps", "1"]) == 0
     capsys.readouterr()
     checkpoint = (run_dir / CHECKPOINT).read_bytes()
+    lora = {p.name: p.read_bytes() for p in (run_dir / "lora").iterdir()}
     expect = DAMAGE[damage](bundle, runtime, other_bundle)
     code = main(argv)
     err = capsys.readouterr().err
     assert code == 2 and expect in err, err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert (run_dir / CHECKPOINT).read_bytes() == checkpoint
-    assert not (run_dir / "lora").exists()
+    assert {p.name: p.read_bytes() for p in (run_dir / "lora").iterdir()} == lora
 
 
 def test_any_one_byte_change_to_the_manifest_is_refused(device_bundle, tmp_path):

@@ -196,6 +196,15 @@ def test_cli_select_json_prints_one_document(tmp_path, capsys):
     assert plot.is_file() and plot.read_bytes()[:4] == b"\x89PNG"
 
 
+def test_cli_select_writes_no_file_unless_asked(tmp_path, capsys, monkeypatch):
+    from ditskip_edge.cli import main
+    monkeypatch.chdir(tmp_path)
+    assert main(["select", "--model", "sana-tiny", "--prompt", PROMPT, "--budget", "2", "--steps", "2",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["plot"] is None
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_cli_select_bad_budget_exits_2(capsys):
     from ditskip_edge.cli import main
     assert main(["select", "--model", "sana-tiny", "--prompt", PROMPT, "--budget", "6", "--json"]) == 2

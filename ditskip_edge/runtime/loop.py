@@ -28,6 +28,7 @@ from .adamw import AdamW
 from .bundle import Bundle, OptimizerSpec
 from .checkpoint import CHECKPOINT, Checkpoint, run_identity
 from .errors import UserError
+from .footprint import read_footprint
 from .inputs import NamedInputs, StepInputs
 from .safetensors_io import write_lora
 from .progress import Progress
@@ -129,6 +130,8 @@ def train(bundle: Bundle, adapter: StepAdapter, cfg: RunConfig,
     bar = Progress(f"train ({adapter.runtime})", total, start, cfg.progress)
     t0 = time.perf_counter()
     done_now = 0
+    at_start = read_footprint()             # the program loaded and run once (prepare): what each step adds is on top
+    per_step = []
     for step in range(start, total):
         adapter.zero_grad()
         step_loss = 0.0
@@ -140,6 +143,9 @@ def train(bundle: Bundle, adapter: StepAdapter, cfg: RunConfig,
         losses.append(step_loss)
         bar.update(step_loss)
         done_now += 1
+        now = read_footprint()
+        if now is not None:
+            per_step.append([now.anon_bytes, now.file_bytes])
         if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == total:
             checkpoint(step + 1)
         if cfg.stop_after is not None and done_now >= cfg.stop_after and step + 1 < total:
@@ -153,6 +159,13 @@ def train(bundle: Bundle, adapter: StepAdapter, cfg: RunConfig,
                "trainable_params": int(sum(a.size for a in adapter.parameters().values())),
                "cache_codec": bundle.field("subject_stage", "cache_codec"),
                "seconds_per_step": round(seconds / max(done_now, 1), 4), **adapter.describe()}
+    if at_start is not None:
+        summary["footprint"] = {"what": "RssAnon (dirty anonymous: what a phone counts) and RssFile (file-backed), "
+                                        "bytes, of this process after the program's first run and after each step",
+                                "at_start": at_start.to_json(), "per_step_fields": ["anon_bytes", "file_bytes"],
+                                "per_step": per_step,
+                                "peak_anon_above_start_bytes": max((a for a, _ in per_step), default=0)
+                                - at_start.anon_bytes}
     if run_dir is not None:
         lora = write_lora(run_dir / LORA_DIR, adapter.parameters(), adapter.lora_keys(), bundle.field("lora_file"))
         summary.update(run_dir=str(run_dir.resolve()), lora=str(lora.resolve()))

@@ -1,4 +1,5 @@
-"""The memory planner: predictions from fake tensors match what eager allocates; the plan command's contract."""
+"""The memory estimate: predictions from fake tensors match what eager allocates; the estimate command's contract
+(and its old name `plan`, kept as an alias)."""
 
 from __future__ import annotations
 
@@ -28,10 +29,10 @@ def _eager_step_bytes(cfg: StepConfig) -> dict:
             "saved": saved.bytes, "inputs": sum(prog.input_bytes().values())}
 
 
-@pytest.mark.parametrize("model,bits", [("flux-tiny", 32), ("flux-tiny", 8), ("sana-tiny", 4)])
-def test_predicted_weight_and_activation_bytes_match_eager(model, bits):
+@pytest.mark.parametrize("model,precision", [("flux-tiny", "fp32"), ("flux-tiny", "int8"), ("sana-tiny", "int4")])
+def test_predicted_weight_and_activation_bytes_match_eager(model, precision):
     spec = builtin_spec(model)
-    cfg = StepConfig(spec, resolution_px=spec.train_px, text_tokens=8, n_front=1, n_back=2, rank=4, bits=bits)
+    cfg = StepConfig(spec, resolution_px=spec.train_px, text_tokens=8, n_front=1, n_back=2, rank=4, precision=precision)
     predicted = trace_step(cfg, attention="flash", count_flops=False)
     measured = _eager_step_bytes(cfg)
     assert predicted.frozen_weights_bytes == measured["frozen"]
@@ -45,8 +46,8 @@ def test_predicted_weight_and_activation_bytes_match_eager(model, bits):
 def test_quantized_weights_predict_less_frozen_memory_and_recompute_saves_no_weights():
     spec = builtin_spec("flux-tiny")
     base = dict(spec=spec, resolution_px=spec.train_px, text_tokens=8, n_front=1, n_back=2, rank=4)
-    fp32, int8, int4 = (trace_step(StepConfig(**base, bits=b), count_flops=False) for b in (32, 8, 4))
-    int8_saved = trace_step(StepConfig(**base, bits=8, recompute_dequant=False), count_flops=False)
+    fp32, int8, int4 = (trace_step(StepConfig(**base, precision=p), count_flops=False) for p in ("fp32", "int8", "int4"))
+    int8_saved = trace_step(StepConfig(**base, precision="int8", recompute_dequant=False), count_flops=False)
     assert fp32.frozen_weights_bytes > int8.frozen_weights_bytes > int4.frozen_weights_bytes
     # autograd keeping each dequantized weight costs about the fp32 kept linears again
     assert int8_saved.saved_activations_bytes > int8.saved_activations_bytes
@@ -57,7 +58,7 @@ def test_skipping_more_blocks_predicts_less_memory():
     peaks = []
     for front, back in [(0, 0), (1, 1), (2, 1), (3, 2)]:
         tr = trace_step(StepConfig(spec, resolution_px=spec.train_px, text_tokens=8, n_front=front, n_back=back,
-                                   rank=4, bits=8), attention="math", count_flops=False)
+                                   rank=4, precision="int8"), attention="math", count_flops=False)
         peaks.append(MemoryEstimate.from_trace(tr, 0).peak_bytes)
     assert all(a > b for a, b in zip(peaks, peaks[1:])), peaks
 
@@ -71,8 +72,9 @@ def test_paper_splits_for_flux_and_a_documented_default_otherwise():
     assert split_for_ratio(20, None, 3, 1).n_front == 3
 
 
-def test_plan_json_prints_one_document_with_the_breakdown(capsys):
-    rc = main(["plan", "--model", "sana-tiny", "--skip-front", "1", "--skip-back", "2", "--bits", "8",
+@pytest.mark.parametrize("command", ["estimate", "plan"])
+def test_estimate_json_prints_one_document_with_the_breakdown(capsys, command):
+    rc = main([command, "--model", "sana-tiny", "--skip-front", "1", "--skip-back", "2", "--precision", "int8",
                "--resolution", "256", "--text-tokens", "8", "--rank", "4", "--json"])
     assert rc == 0
     doc = json.loads(capsys.readouterr().out)
@@ -93,14 +95,14 @@ def test_plan_json_prints_one_document_with_the_breakdown(capsys):
     (["--model", "sana-tiny"], "--skip-ratio"),
 ])
 def test_bad_arguments_give_one_line_error(argv, needle, capsys):
-    assert main(["plan", *argv, "--json"]) == 2
+    assert main(["estimate", *argv, "--json"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and needle in err[0] and err[0].startswith("ditskip-edge plan: error:")
+    assert len(err) == 1 and needle in err[0] and err[0].startswith("ditskip-edge estimate: error:")
 
 
-def test_bits_outside_16_8_4_is_rejected_by_the_parser(capsys):
+def test_a_precision_outside_fp32_bf16_int8_int4_is_rejected_by_the_parser(capsys):
     with pytest.raises(SystemExit) as e:
-        main(["plan", "--model", "sana-tiny", "--skip-ratio", "0.5", "--bits", "3"])
+        main(["estimate", "--model", "sana-tiny", "--skip-ratio", "0.5", "--precision", "int3"])
     assert e.value.code == 2 and "invalid choice" in capsys.readouterr().err
 
 
