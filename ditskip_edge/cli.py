@@ -29,6 +29,7 @@ def quiet_third_parties(verbose: bool) -> None:
     os.environ.setdefault("DIFFUSERS_VERBOSITY", "error")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")          # transformers' "Loading weights" bars
     import torch  # noqa: F401  (torch configures its loggers when imported: set their level after that)
     for name in THIRD_PARTY_LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)

@@ -117,7 +117,7 @@ def test_decoder_module_output_equals_reader_read(tmp_path, spec):
 
 def test_decoder_exports_with_plain_ops_and_no_bitwise_ops(tmp_path):
     """The decoder exports with torch.export (what ExecuTorch lowers) and its graph has no bitwise ops."""
-    index, _ = write_cache(tmp_path / "c", "int4-g8,front.txt=lowrank-r2", n=1)
+    index, _ = write_cache(tmp_path / "c", "int4-g8,front.txt=lowrank-r2,back.img=fp16", n=1)
     r = CacheReader(tmp_path / "c", ID_A)
     enc = torch_entry(r, 0)
     enc.pop("x0")
@@ -204,6 +204,27 @@ def test_an_unfinished_cache_does_not_open(tmp_path):
         CacheReader(tmp_path / "c", ID_A)
     w.finish()
     assert len(CacheReader(tmp_path / "c", ID_A)) == 1
+
+
+@pytest.mark.parametrize("spec", CODECS + ["int8-t16", "int4-t16", "int8-g32"])
+def test_no_codec_stores_a_part_an_app_cannot_pass(spec):
+    """Every stored part is float32, int8 or uint8: ExecuTorch's Android Java API has no float16 tensor."""
+    layout = CacheCodec.parse(spec).parts({"x0": (1, 16, 8, 8), "front.img": (1, 64, 32), "front.txt": (1, 8, 32),
+                                           "back.img": (1, 64, 32)})
+    assert {dtype for dtype, _ in layout.values()} <= {"float32", "int8", "uint8"}, layout
+
+
+def test_fp16_values_travel_as_bytes_and_decode_exactly():
+    """Every finite IEEE binary16 bit pattern, stored as its two bytes, decodes in the graph to its exact value."""
+    c = TensorCodec.parse("fp16")
+    u = torch.arange(65536, dtype=torch.int32)
+    half = u.to(torch.int16).view(torch.float16)
+    finite = torch.isfinite(half)
+    stored = torch.stack([u % 256, u // 256], -1).reshape(1, 1, -1).to(torch.uint8)
+    got = decode_tensor(c, {"values": stored}, (1, 1, 65536))[0, 0]
+    assert torch.equal(got[finite], half[finite].float())
+    d = fake_entry()["front.img"]
+    assert torch.equal(decode_tensor(c, encode_tensor(c, d), tuple(d.shape)), d.half().float())
 
 
 def test_bad_codec_specs_are_user_errors():

@@ -9,7 +9,8 @@ spec means, which parts with which dtypes and shapes). Here:
   "front.img.codes", "front.img.scale"), its output the decoded residuals {"front.img": fp32 [B, N, D], ...}.
 
 Quantization is symmetric: code = round(d / scale), scale = absmax / qmax (qmax 127 for int8, 7 for int4), over the
-scale's group. Scales are stored in fp16 (rounded *up* so no code clips).
+scale's group; scales are float32. fp16 values are stored as their two bytes each (uint8) and decoded in the graph
+with integer arithmetic (sign, exponent, mantissa; subnormals included), so no stored part is float16.
 
 Clean latents "x0" are not coded: they stay fp32 (the flow-matching target is built from them, and they are
 < 1% of an entry at real model sizes).
@@ -25,6 +26,7 @@ import torch.nn as nn
 from ..runtime.cache_format import DTYPE_BYTES, X0, CacheCodec, TensorCodec
 
 FP16_MAX = 65504.0
+MIN_SCALE = 1e-12
 
 
 @torch.no_grad()
@@ -34,14 +36,15 @@ def encode_tensor(c: TensorCodec, d: torch.Tensor) -> dict[str, torch.Tensor]:
     if c.kind == "fp32":
         return {"values": d}
     if c.kind == "fp16":
-        return {"values": d.clamp(-FP16_MAX, FP16_MAX).half()}
+        half = d.clamp(-FP16_MAX, FP16_MAX).half().contiguous()
+        return {"values": half.view(torch.uint8).reshape(*d.shape[:-1], 2 * d.shape[-1])}     # little-endian pairs
     if c.kind == "lowrank":
         return _encode_lowrank(d, c.rank)
     qmax = 127 if c.kind == "int8" else 7
     g = d.reshape(c.group_shape(tuple(d.shape)))
     reduce_dim = 2 if c.axis == "channel" else 3
-    scale = _fp16_scale(g.abs().amax(reduce_dim, keepdim=True) / qmax)
-    q = torch.clamp(torch.round(g / scale.float()), -qmax, qmax).reshape(d.shape)
+    scale = (g.abs().amax(reduce_dim, keepdim=True) / qmax).clamp_min(MIN_SCALE)
+    q = torch.clamp(torch.round(g / scale), -qmax, qmax).reshape(d.shape)
     if c.kind == "int8":
         return {"codes": q.to(torch.int8), "scale": scale}
     u = (q + 8).to(torch.int32)                                    # 1..15
@@ -51,11 +54,13 @@ def encode_tensor(c: TensorCodec, d: torch.Tensor) -> dict[str, torch.Tensor]:
 
 def decode_tensor(c: TensorCodec, parts: dict[str, torch.Tensor], shape: tuple[int, ...]) -> torch.Tensor:
     """Stored parts -> the fp32 residual [B, N, D] (in-graph: plain exportable ops)."""
-    if c.kind in ("fp32", "fp16"):
+    if c.kind == "fp32":
         return parts["values"].to(torch.float32)
+    if c.kind == "fp16":
+        return _decode_fp16_bytes(parts["values"])
     if c.kind == "lowrank":
-        u = parts["u.codes"].to(torch.float32) * parts["u.scale"].to(torch.float32)
-        v = parts["v.codes"].to(torch.float32) * parts["v.scale"].to(torch.float32)
+        u = parts["u.codes"].to(torch.float32) * parts["u.scale"]
+        v = parts["v.codes"].to(torch.float32) * parts["v.scale"]
         return torch.matmul(u, v)
     gshape = c.group_shape(shape)
     if c.kind == "int8":
@@ -65,16 +70,22 @@ def decode_tensor(c: TensorCodec, parts: dict[str, torch.Tensor], shape: tuple[i
         lo = torch.remainder(p, 16)
         hi = torch.div(p, 16, rounding_mode="floor")
         q = torch.stack([lo, hi], dim=-1).reshape(shape).to(torch.float32) - 8.0
-    return (q.reshape(gshape) * parts["scale"].to(torch.float32)).reshape(shape)
+    return (q.reshape(gshape) * parts["scale"]).reshape(shape)
 
 
-def _fp16_scale(scale: torch.Tensor) -> torch.Tensor:
-    """fp16 scales, rounded up (so |d| / scale <= qmax after rounding) and never zero."""
-    s = scale.clamp(1e-7, FP16_MAX)
-    h = s.half()
-    low = h.float() < s
-    h[low] = torch.nextafter(h[low], torch.full_like(h[low], float("inf")))
-    return h
+def _decode_fp16_bytes(b: torch.Tensor) -> torch.Tensor:
+    """uint8 [..., 2D] little-endian IEEE binary16 -> fp32 [..., D], exactly, with plain integer arithmetic:
+    u = lo + 256 hi; sign = u >= 2^15; e = (u mod 2^15) div 2^10; m = u mod 2^10;
+    value = sign (e > 0 ? (1 + m / 1024) 2^(e - 15) : (m / 1024) 2^-14). (The encoder never stores inf or NaN.)"""
+    p = b.to(torch.int32)
+    u = p[..., 0::2] + 256 * p[..., 1::2]
+    sign = 1.0 - 2.0 * torch.div(u, 32768, rounding_mode="floor").to(torch.float32)
+    u15 = torch.remainder(u, 32768)
+    e = torch.div(u15, 1024, rounding_mode="floor")
+    m = torch.remainder(u15, 1024).to(torch.float32)
+    pow2 = torch.tensor([2.0 ** -14] + [2.0 ** (k - 15) for k in range(1, 32)], dtype=torch.float32)[e]
+    implicit = (e > 0).to(torch.float32)
+    return sign * (implicit + m / 1024.0) * pow2
 
 
 def _encode_lowrank(d: torch.Tensor, rank: int) -> dict[str, torch.Tensor]:
@@ -83,10 +94,10 @@ def _encode_lowrank(d: torch.Tensor, rank: int) -> dict[str, torch.Tensor]:
     U, S, Vh = torch.linalg.svd(d, full_matrices=False)             # [B, N, k], [B, k], [B, k, D]
     u = U[..., :r] * S[:, None, :r]                                  # [B, N, r]
     v = Vh[:, :r, :]                                                 # [B, r, D]
-    su = _fp16_scale(u.abs().amax(1, keepdim=True) / 127)            # [B, 1, r]
-    sv = _fp16_scale(v.abs().amax(2, keepdim=True) / 127)            # [B, r, 1]
-    return {"u.codes": torch.clamp(torch.round(u / su.float()), -127, 127).to(torch.int8), "u.scale": su,
-            "v.codes": torch.clamp(torch.round(v / sv.float()), -127, 127).to(torch.int8), "v.scale": sv}
+    su = (u.abs().amax(1, keepdim=True) / 127).clamp_min(MIN_SCALE)  # [B, 1, r]
+    sv = (v.abs().amax(2, keepdim=True) / 127).clamp_min(MIN_SCALE)  # [B, r, 1]
+    return {"u.codes": torch.clamp(torch.round(u / su), -127, 127).to(torch.int8), "u.scale": su.contiguous(),
+            "v.codes": torch.clamp(torch.round(v / sv), -127, 127).to(torch.int8), "v.scale": sv.contiguous()}
 
 
 def encode_entry(codec: CacheCodec, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -3,10 +3,10 @@
 A codec spec is a string, recorded in the cache index and the bundle manifest:
 
     fp32                 the residuals as computed (reference)
-    fp16                 half precision
-    int8-token           int8 codes [B, N, D], one fp16 scale per token        [B, N, 1, 1]
-    int8-channel         int8 codes [B, N, D], one fp16 scale per channel      [B, 1, 1, D]
-    int4-g32             int4 codes packed two a byte [B, N, D/2] (channel pairs), one fp16 scale per token and
+    fp16                 half precision, stored as its bytes: uint8 [B, N, 2D] (little-endian IEEE binary16 pairs)
+    int8-token           int8 codes [B, N, D], one fp32 scale per token        [B, N, 1, 1]
+    int8-channel         int8 codes [B, N, D], one fp32 scale per channel      [B, 1, 1, D]
+    int4-g32             int4 codes packed two a byte [B, N, D/2] (channel pairs), one fp32 scale per token and
                          group of 32 channels [B, N, D/32, 1]; any group size: int4-g64, ...
     int4-t32             the same with groups of 32 *tokens* per channel [B, N/32, 1, D]
     int8-g32, int8-t32   int8 with the same group-wise scales
@@ -16,6 +16,8 @@ A codec spec is a string, recorded in the cache index and the bundle manifest:
 
 An entry holds the clean latents "x0" (fp32, never coded) and every residual's stored parts, named
 "<residual>.<part>" (e.g. "front.img.codes", "front.img.scale"), each 64-byte aligned, little-endian, C order.
+Every part is float32, int8 or uint8: dtypes every device runtime's API can hand to a program (ExecuTorch's Android
+Java API has no float16 tensor), so fp16 values travel as their bytes and scales as float32.
 Encoding and the in-graph decoder are host code (`ditskip_edge/cache/codecs.py`); a runtime needs only this layout.
 """
 
@@ -32,9 +34,9 @@ from .errors import UserError
 X0 = "x0"
 ALIGN = 64
 CACHE_FORMAT = "ditskip-edge-residual-cache"
-CACHE_FORMAT_VERSION = 2
+CACHE_FORMAT_VERSION = 3          # 3: no float16 part (fp16 values as bytes, scales float32)
 INDEX = "cache_index.json"
-DTYPE_BYTES = {"float32": 4, "float16": 2, "int8": 1, "uint8": 1}
+DTYPE_BYTES = {"float32": 4, "int8": 1, "uint8": 1}
 
 
 @dataclass(frozen=True)
@@ -90,15 +92,15 @@ class TensorCodec:
         if self.kind == "fp32":
             return {"values": ("float32", (B, N, D))}
         if self.kind == "fp16":
-            return {"values": ("float16", (B, N, D))}
+            return {"values": ("uint8", (B, N, 2 * D))}
         if self.kind in ("int8", "int4"):
             gshape = self.group_shape(shape)
             sshape = (gshape[0], gshape[1], 1, gshape[3]) if self.axis == "channel" else (*gshape[:3], 1)
             codes = ("int8", (B, N, D)) if self.kind == "int8" else ("uint8", (B, N, D // 2))
-            return {"codes": codes, "scale": ("float16", sshape)}
+            return {"codes": codes, "scale": ("float32", sshape)}
         r = min(self.rank, N, D)
-        return {"u.codes": ("int8", (B, N, r)), "u.scale": ("float16", (B, 1, r)),
-                "v.codes": ("int8", (B, r, D)), "v.scale": ("float16", (B, r, 1))}
+        return {"u.codes": ("int8", (B, N, r)), "u.scale": ("float32", (B, 1, r)),
+                "v.codes": ("int8", (B, r, D)), "v.scale": ("float32", (B, r, 1))}
 
     def check(self, name: str, shape: tuple[int, ...]) -> None:
         if len(shape) != 3:

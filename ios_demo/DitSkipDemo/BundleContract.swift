@@ -13,9 +13,9 @@ enum BundleContract {
     static let x0Key = "x0"
     static let cacheIndexFile = "cache_index.json"
     static let cacheFormat = "ditskip-edge-residual-cache"
-    static let cacheFormatVersion = 2
-    static let cachePartDtypes = ["float32", "float16", "int8", "uint8"]
-    static let cachePartDtypeBytes = [4, 2, 1, 1]
+    static let cacheFormatVersion = 3
+    static let cachePartDtypes = ["float32", "int8", "uint8"]
+    static let cachePartDtypeBytes = [4, 1, 1]
     static let stepInputDtype = "float32"
     static let sampleFields = ["index", "photo", "t", "crop_box", "noise_seed"]
     static let programsField = "programs"

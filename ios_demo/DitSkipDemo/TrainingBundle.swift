@@ -119,7 +119,7 @@ final class TrainingBundle {
     func samplesForStep(_ step: Int) -> ArraySlice<Sample> { samples[(step * gradAccum)..<((step + 1) * gradAccum)] }
 
     /// One sample's inputs in program order: x0 from the cache entry, noise from the portable RNG, t, text, and the
-    /// cache entry's stored parts (SHA-256 checked; int8 / uint8 / float16 / float32 as the program's spec says).
+    /// cache entry's stored parts (SHA-256 checked; int8 / uint8 / float32 as the program's spec says).
     func stepInputs(_ s: Sample) throws -> [DSTensorInput] {
         let entry = try cache.read(s.index)
         guard let x0 = try entry[BundleContract.x0Key]?.floats() else { throw TrainError.bundle("cache entry \(s.index) has no x0") }

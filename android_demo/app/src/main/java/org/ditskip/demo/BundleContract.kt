@@ -13,9 +13,9 @@ object BundleContract {
     const val X0_KEY = "x0"
     const val CACHE_INDEX_FILE = "cache_index.json"
     const val CACHE_FORMAT = "ditskip-edge-residual-cache"
-    const val CACHE_FORMAT_VERSION = 2
-    val CACHE_PART_DTYPES = listOf("float32", "float16", "int8", "uint8")
-    val CACHE_PART_DTYPE_BYTES = listOf(4, 2, 1, 1)
+    const val CACHE_FORMAT_VERSION = 3
+    val CACHE_PART_DTYPES = listOf("float32", "int8", "uint8")
+    val CACHE_PART_DTYPE_BYTES = listOf(4, 1, 1)
     const val STEP_INPUT_DTYPE = "float32"
     val SAMPLE_FIELDS = listOf("index", "photo", "t", "crop_box", "noise_seed")
     const val PROGRAMS_FIELD = "programs"

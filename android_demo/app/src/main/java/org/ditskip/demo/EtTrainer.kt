@@ -74,7 +74,7 @@ class EtTrainer(private val bundle: TrainingBundle, private val runDir: File) {
     }
 
     /** A program input with the spec's dtype and shape: float32 (x0, noise, t, cond.*), or a cache part as stored
-     *  (contract `step_inputs.dtype_rule`: int8 / uint8 codes, float16 scales, float32 x0). */
+     *  (contract `step_inputs.dtype_rule`: int8 / uint8 codes and fp16 bytes, float32 scales and x0). */
     private fun tensorOf(spec: InputSpec, v: Any): Tensor {
         val numel = spec.shape.fold(1L) { a, b -> a * b }
         if (v is RawTensor) {
@@ -95,8 +95,8 @@ class EtTrainer(private val bundle: TrainingBundle, private val runDir: File) {
             }
             "int8" -> Tensor.fromBlob((v as RawTensor).rawBytes(), spec.shape)
             "uint8" -> Tensor.fromBlobUnsigned((v as RawTensor).rawBytes(), spec.shape)
-            else -> error("input ${spec.name}: ${spec.dtype} inputs are not supported by the ExecuTorch Java tensor API " +
-                          "this app uses (docs/bundle_contract.md, known gaps); recompile with --cache-codec fp32")
+            else -> error("input ${spec.name}: dtype ${spec.dtype} is not one of the contract's part dtypes " +
+                          "${BundleContract.CACHE_PART_DTYPES} (bundle compiled for another contract)")
         }
     }
 
