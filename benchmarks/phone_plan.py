@@ -45,7 +45,8 @@ def main() -> None:
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     rows = []
     for model, ratio, precision, L, ckpt in ROWS:
-        doc = estimate_memory(EstimateRequest(model=model, skip_ratio=ratio, precision=precision, text_tokens=L, checkpoint_blocks=ckpt))
+        doc = estimate_memory(EstimateRequest(model=model, skip_ratio=ratio, precision=precision, text_tokens=L,
+                                              remat="blocks" if ckpt else "none"))
         p = doc["plan"]
         conv = conv_weight_bytes(model, p["n_front"], p["n_back"])
         doc["conv_weights_fp32_bytes"] = conv
@@ -75,7 +76,7 @@ def main() -> None:
         m, p, s, st = d["memory"], d["plan"], d["storage"], d["step"]
         lines.append(f"| {d['model']} | {int(100 * p['skip_ratio'])}% | ({p['n_front']}, {p['n_back']}) "
                      f"{p['split_chosen_by']} | {st['precision']} | {st['text_tokens']} | {st['resolution_px']} | "
-                     f"{'yes' if st['checkpoint_blocks_what_if'] else ''} | "
+                     f"{'yes' if st['remat'] != 'none' else ''} | "
                      f"{m['frozen_weights_gib']} | {round(m['lora_params_gib'] + m['adamw_states_gib'], 3)} | "
                      f"{m['activation_arena_gib']} | **{m['peak_gib']}** | < {d['goal_gib']}: "
                      f"{'yes' if d['meets_goal'] else 'no'} | {round(d['conv_weights_fp32_bytes'] / 2 ** 30, 3)} | "

@@ -2,8 +2,9 @@
 
 Sources, first that works wins (Prediction.source names it; Prediction.alternatives keeps the others' totals):
 1. "estimate": `ditskip-edge estimate` (ditskip_edge/memory_estimate) for the bundle's model, skip plan, LoRA rank,
-   train resolution, text length and the program's precision, with runtime_overhead 0 (the child measures the
-   runtime's own overhead as its baseline). It traces the step on fake tensors in this (host) process;
+   train resolution, text length and the program's precision: its footprint (dirty anonymous memory), with
+   runtime_overhead 0 (the child measures the runtime's own overhead as its baseline). It traces the step on fake
+   tensors in this (host) process;
 2. "memory_report": the train_step program's own memory report (manifest `programs` entry), counting
        program bytes (frozen int8/int4 constants and code, or ORT's training model + checkpoint)
      + planned arena (activations kept for backward, gradients, LoRA weights, temporaries; ExecuTorch)
@@ -42,8 +43,9 @@ def estimate_prediction(bundle: Bundle, program: dict) -> Prediction:
         text_tokens=int(m["model"]["text"]["seq_len"]), runtime_overhead_mib=0, steps=int(sched["steps"]),
         grad_accum=int(sched["grad_accum"])))
     mem = doc["memory"]
-    parts = {k: int(v) for k, v in mem.items() if k.endswith("_bytes") and k != "peak_bytes"}
-    return Prediction(int(mem["peak_bytes"]), "estimate", parts)
+    derived = ("footprint_bytes", "peak_bytes", "file_backed_bytes", "file_backed_working_set_bytes")
+    parts = {k: int(v) for k, v in mem.items() if k.endswith("_bytes") and k not in derived}
+    return Prediction(int(mem["footprint_bytes"]), "estimate", parts)
 
 
 def step_input_bytes(bundle: Bundle) -> int:

@@ -79,9 +79,9 @@ def test_estimate_json_prints_one_document_with_the_breakdown(capsys, command):
     assert rc == 0
     doc = json.loads(capsys.readouterr().out)
     mem = doc["memory"]
-    parts = ["frozen_weights_bytes", "lora_params_bytes", "adamw_states_bytes", "activation_arena_bytes",
-             "step_inputs_bytes", "runtime_overhead_bytes"]
-    assert mem["peak_bytes"] == sum(mem[k] for k in parts)
+    parts = ["frozen_weights_bytes", "lora_params_bytes", "adamw_states_bytes", "gradient_sums_bytes",
+             "activation_arena_bytes", "step_inputs_bytes", "runtime_overhead_bytes"]
+    assert mem["peak_bytes"] == mem["footprint_bytes"] == sum(mem[k] for k in parts)      # weights resident
     assert all(mem[k] > 0 for k in parts)
     assert doc["plan"]["kept"] == [1, 4] and doc["storage"]["cache_bytes"] > 0
 
@@ -117,10 +117,29 @@ def test_flops_counted_on_fake_tensors_equal_a_count_on_real_tensors():
     assert trace_step(cfg).flops == counter.get_total_flops() > 0
 
 
-def test_block_checkpointing_what_if_traces_fewer_saved_activations():
+def test_block_remat_traces_a_smaller_arena_and_more_flops_and_segments_sit_between():
     spec = builtin_spec("flux-tiny")
     base = dict(spec=spec, resolution_px=spec.data_px, text_tokens=8, n_front=0, n_back=1, rank=4)
     plain = trace_step(StepConfig(**base), count_flops=False)
-    ckpt = trace_step(StepConfig(**base, gradient_checkpointing=True))
-    assert ckpt.activation_arena_bytes < plain.activation_arena_bytes
-    assert ckpt.flops > trace_step(StepConfig(**base)).flops      # the forward runs again in backward
+    blocks = trace_step(StepConfig(**base, remat="blocks"))
+    pairs = trace_step(StepConfig(**base, remat="every:2"), count_flops=False)
+    assert blocks.activation_arena_bytes < plain.activation_arena_bytes
+    assert blocks.activation_arena_bytes <= pairs.activation_arena_bytes < plain.activation_arena_bytes
+    assert blocks.flops > trace_step(StepConfig(**base)).flops      # the forward runs again in backward
+
+
+def test_mapped_weights_leave_the_footprint_and_count_as_file_backed():
+    from ditskip_edge.memory_estimate.request import EstimateRequest, estimate_memory
+    req = dict(model="sana-tiny", skip_front=1, skip_back=2, precision="int8", text_tokens=8, rank=4)
+    resident = estimate_memory(EstimateRequest(**req))["memory"]
+    mapped = estimate_memory(EstimateRequest(**req, weights="mapped"))["memory"]
+    assert resident["file_backed_bytes"] == 0 and mapped["file_backed_bytes"] == resident["frozen_weights_bytes"] > 0
+    assert mapped["footprint_bytes"] == resident["footprint_bytes"] - resident["frozen_weights_bytes"]
+    assert 0 < mapped["file_backed_working_set_bytes"] < mapped["file_backed_bytes"]
+    assert mapped["peak_bytes"] == mapped["footprint_bytes"] + mapped["file_backed_working_set_bytes"]
+
+
+@pytest.mark.parametrize("remat", ["sometimes", "every:0", "every:x"])
+def test_a_bad_remat_setting_is_one_line(remat, capsys):
+    assert main(["estimate", "--model", "sana-tiny", "--skip-ratio", "0.5", "--remat", remat]) == 2
+    assert "remat" in capsys.readouterr().err

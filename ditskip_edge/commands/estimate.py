@@ -27,8 +27,12 @@ def register(sub, add_json_flag) -> None:
                    help="process / runtime library overhead added to the peak (assumed)")
     p.add_argument("--steps", type=int, default=500, help="optimizer steps (storage of the residual cache)")
     p.add_argument("--grad-accum", type=int, default=4, help="samples per step (storage of the residual cache)")
-    p.add_argument("--checkpoint-blocks", action="store_true",
-                   help="what-if: recompute each kept block's activations in backward (no device runtime does yet)")
+    p.add_argument("--remat", default="none",
+                   help="block rematerialization in the step: none | blocks | every:K (kept blocks recomputed in "
+                        "backward, K a segment)")
+    p.add_argument("--weights", default="resident", choices=["resident", "mapped"],
+                   help="frozen weights in anonymous memory, or memory-mapped from the bundle's data file (clean, "
+                        "file-backed: not in the footprint)")
     add_json_flag(p)
     p.set_defaults(func=run)
 
@@ -38,4 +42,5 @@ def run(args) -> dict:
                                  skip_back=args.skip_back, precision=args.precision, resolution_px=args.resolution,
                                  text_tokens=args.text_tokens, rank=args.rank, attention=args.attention,
                                  runtime_overhead_mib=args.runtime_overhead_mib, steps=args.steps,
-                                 grad_accum=args.grad_accum, checkpoint_blocks=args.checkpoint_blocks))
+                                 grad_accum=args.grad_accum, remat=args.remat,
+                                         weights=args.weights))

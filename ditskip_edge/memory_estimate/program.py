@@ -45,8 +45,9 @@ class StepConfig:
     rank: int = 16
     precision: str = "fp32"             # frozen weights: fp32 | bf16 (weights and compute) | int8 | int4
     kind: str = "skip"                  # "skip" | "diffusers"
-    gradient_checkpointing: bool = False  # diffusers: enable_gradient_checkpointing; skip: per kept block (what-if:
-                                          # torch.utils.checkpoint around each block; no device runtime does this)
+    gradient_checkpointing: bool = False  # diffusers kind: diffusers' enable_gradient_checkpointing (the GPU baseline)
+    remat: str = "none"                 # skip kind: block rematerialization as the device program runs it: "none",
+                                        # "blocks" (each kept block's internals recomputed in backward), "every:K"
     lora_targets: tuple[str, ...] = ()  # () = the architecture's default (lora.DEFAULT_TARGETS)
     recompute_dequant: bool = True      # int8/int4: dequantize again in backward (QuantSpec.recompute_in_backward)
 
@@ -82,7 +83,18 @@ class StepConfig:
     def image_tokens(self) -> int:
         return (self.resolution_px // self.spec.pixel_multiple) ** 2
 
+    @property
+    def remat_every(self) -> int:
+        """0: no remat; K: the kept blocks recomputed in backward in segments of K."""
+        return remat_every(self.remat)
+
     def validate(self) -> None:
+        self.remat_every
+        if self.remat != "none" and self.kind != "skip":
+            raise UserError("remat is the skip step's (the device program's); the diffusers step has "
+                            "gradient_checkpointing")
+        if self.gradient_checkpointing and self.kind != "diffusers":
+            raise UserError("gradient_checkpointing is the diffusers step's; the skip step has remat")
         if self.precision not in PRECISIONS:
             raise UserError(f"precision {self.precision!r}: expected one of {', '.join(PRECISIONS)}")
         if self.kind not in ("skip", "diffusers"):
@@ -126,14 +138,26 @@ class StepProgram:
         return self.module(*self.inputs)
 
     def frozen_bytes(self) -> int:
-        seen, total = set(), 0
+        return sum(self.frozen_bytes_per_module())
+
+    def frozen_bytes_per_module(self) -> list[int]:
+        """Frozen bytes of each module the step runs (the non-block modules first, then one entry per block)."""
+        seen, out = set(), []
         for m in self.frozen_modules:
+            total = 0
             for n, t in list(m.named_parameters()) + list(m.named_buffers()):
                 if t is None or "lora_" in n or t.is_meta or id(t) in seen:
                     continue
                 seen.add(id(t))
                 total += t.numel() * t.element_size()
-        return total
+            out.append(total)
+        return out
+
+    def largest_block_frozen_bytes(self) -> int:
+        """The largest single kept block's frozen bytes (what a block-at-a-time pass needs resident at once)."""
+        blocks = set(map(id, getattr(getattr(self.module, "view", None), "blocks", [])))
+        sizes = self.frozen_bytes_per_module()
+        return max((b for m, b in zip(self.frozen_modules, sizes) if id(m) in blocks), default=0)
 
     def lora_bytes(self) -> int:
         return sum(p.numel() * p.element_size() for p in self.lora_params)
@@ -145,11 +169,30 @@ class StepProgram:
                 "noise_bytes": nb([noise, t])}
 
 
-def _checkpoint_blocks(view) -> None:
-    """Recompute each kept block's activations in backward (non-reentrant torch.utils.checkpoint)."""
+def remat_every(remat: str) -> int:
+    """"none" -> 0, "blocks" -> 1, "every:K" -> K (K >= 1); anything else is a UserError."""
+    if remat == "none":
+        return 0
+    if remat == "blocks":
+        return 1
+    head, _, k = remat.partition(":")
+    if head == "every" and k.isdigit() and int(k) >= 1:
+        return int(k)
+    raise UserError(f"remat {remat!r}: expected none, blocks or every:K (K >= 1)")
+
+
+def _remat_segments(view, every: int) -> None:
+    """Recompute the kept blocks' activations in backward, K blocks a segment (non-reentrant torch.utils.checkpoint):
+    what the device program's block rematerialization keeps alive is the segment boundaries' streams."""
     from torch.utils.checkpoint import checkpoint
-    run_block = view.run_block
-    view.run_block = lambda block, streams, ctx: checkpoint(run_block, block, streams, ctx, use_reentrant=False)
+    run_blocks = view.run_blocks
+
+    def segmented(blocks, streams, ctx):
+        blocks = list(blocks)
+        for i in range(0, len(blocks), every):
+            streams = checkpoint(run_blocks, blocks[i:i + every], streams, ctx, use_reentrant=False)
+        return streams
+    view.run_blocks = segmented
 
 
 def _init_(module: nn.Module, gen: torch.Generator) -> None:
@@ -231,8 +274,8 @@ def _build(cfg: StepConfig, device: str, seed: int, mode) -> StepProgram:
         module: nn.Module = DiffusersStep(spec.arch, transformer, view)
     else:
         modules = [m for n, m in view.named_children() if n != "blocks"] + list(view.blocks)
-        if cfg.gradient_checkpointing:
-            _checkpoint_blocks(view)
+        if cfg.remat_every:
+            _remat_segments(view, cfg.remat_every)
         module = SkipModel(view, plan)
     owner = transformer if cfg.kind == "diffusers" else view
     with mode:
