@@ -71,6 +71,14 @@ class ProgramEntry:
         return asdict(self)
 
 
+def check_precisions(precisions) -> None:
+    """One device program per precision: distinct values among PROGRAM_PRECISIONS, at least one."""
+    bad = [p for p in precisions if p not in PROGRAM_PRECISIONS]
+    if bad or not precisions or len(set(precisions)) != len(precisions):
+        raise UserError(f"--precision {','.join(precisions)}: expected distinct values among "
+                        f"{', '.join(PROGRAM_PRECISIONS)}")
+
+
 def find_program(programs: list[dict], name: str, runtime: str, precision: str | None = None,
                  where: str = "manifest.json") -> dict:
     """The first program with this name and runtime (and precision, if given)."""
