@@ -27,9 +27,12 @@ class Preprocess(nn.Module):
         return self.encoder(self.sampler(photo, crop_box))
 
 
-def export_module(module: nn.Module, example: tuple, backend: str = "portable"):
-    """Inference export (no backward). Returns the ExecutorchProgramManager."""
-    from executorch.exir import EdgeCompileConfig, to_edge, to_edge_transform_and_lower
+def export_module(module: nn.Module, example: tuple, backend: str = "portable", planned_inputs: bool = True):
+    """Inference export (no backward). Returns the ExecutorchProgramManager. planned_inputs=False leaves the graph
+    inputs out of the memory plan: the runtime then uses the caller's memory (e.g. a memory-mapped weights file) in
+    place instead of copying it into the program's arena."""
+    from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge, to_edge_transform_and_lower
+    from executorch.exir.passes import MemoryPlanningPass
     with torch.no_grad():
         ep = torch.export.export(module.eval(), example, strict=False)
     cc = EdgeCompileConfig(_check_ir_validity=False)
@@ -38,7 +41,9 @@ def export_module(module: nn.Module, example: tuple, backend: str = "portable"):
         edge = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()], compile_config=cc)
     else:
         edge = to_edge(ep, compile_config=cc)
-    return edge.to_executorch()
+    if planned_inputs:
+        return edge.to_executorch()
+    return edge.to_executorch(ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False)))
 
 
 def export_preprocess(sampler: PatchSampler, encoder: LatentEncoder, photo_shape_hw: tuple[int, int],

@@ -36,6 +36,12 @@ PROGRAM_PRECISIONS = ("fp32", "int8", "int4")
 PRECISIONS = ("fp32", "bf16", "int8", "int4")
 TRAIN_STEP = "train_step"
 PREPROCESS = "preprocess"
+# Generation (runtime/generation.py): inference programs, inputs looked up by name (export/generation_modules.py)
+TEXT_ENCODER = "text_encoder"
+GEN_EMBED = "gen_embed"
+GEN_BLOCK = "gen_block"            # one program per block kind: "gen_block.<kind>" (double / single / sana)
+GEN_HEAD = "gen_head"
+DECODE = "decode"
 
 
 def step_input_names(cond_keys, entry_keys) -> list[str]:
@@ -52,7 +58,7 @@ def lora_file_key(full_model_param_name: str, adapter: str = "default", prefix: 
 @dataclass
 class ProgramEntry:
     """One program in the manifest's `programs` list: what a runtime needs to call it."""
-    name: str                       # "train_step" | "preprocess"
+    name: str                       # "train_step" | "preprocess" | generation's (above)
     runtime: str                    # "executorch" | "ort"
     path: str                       # bundle-relative program file
     inputs: list[dict]              # [{name, shape, dtype}] in call order
