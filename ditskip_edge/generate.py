@@ -108,7 +108,7 @@ def diffusers_reference(spec: ModelSpec, lora_file: str | Path | None, prompt: s
     else:
         pipe = SanaPipeline(text_encoder=None, tokenizer=None, **common)
         kw = dict(prompt_attention_mask=cond["txt_mask"], negative_prompt_embeds=uncond["txt"],
-                  negative_prompt_attention_mask=uncond["txt_mask"], guidance_scale=guidance,
+                  negative_prompt_attention_mask=uncond["txt_mask"], negative_prompt=None, guidance_scale=guidance,
                   sigmas=list(np.linspace(1.0, 1 / steps, steps)), use_resolution_binning=False, latents=noise)
     if lora_file is not None:
         pipe.load_lora_weights(str(lora_file))

@@ -50,6 +50,11 @@ ACTIVATIONS = {
 }
 
 
+def _contiguous(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Outputs in the standard (row-major) dim order: what the runtime's numpy arrays have when they come back in."""
+    return tuple(t.contiguous() for t in tensors)
+
+
 def block_kind(arch: str, block_name: str) -> str:
     if arch == FLUX_ARCH:
         return "single" if block_name.startswith("single_transformer_blocks.") else "double"
@@ -72,8 +77,8 @@ class GenEmbed(nn.Module):
     def forward(self, x, t, *cond):
         streams, ctx = self.view.embed(self.view.pack(x), t, dict(zip(self.cond_keys, cond)))
         if isinstance(ctx, FluxContext):
-            return streams["img"], streams["txt"], ctx.temb, ctx.rotary[0], ctx.rotary[1]
-        return streams["img"], ctx.timestep, ctx.embedded_timestep, ctx.txt, ctx.txt_bias
+            return _contiguous(streams["img"], streams["txt"], ctx.temb, ctx.rotary[0], ctx.rotary[1])
+        return _contiguous(streams["img"], ctx.timestep, ctx.embedded_timestep, ctx.txt, ctx.txt_bias)
 
 
 class LiftedBlock(nn.Module):
@@ -96,11 +101,11 @@ class LiftedBlock(nn.Module):
             txt, img = functional_call(self.block, ws, (), dict(
                 hidden_states=a["img"], encoder_hidden_states=a["txt"], temb=a["temb"],
                 image_rotary_emb=(a["rot_cos"], a["rot_sin"])), strict=False)
-            return img, txt
+            return _contiguous(img, txt)
         p = self.view.patch
         h, w = self.hw[0] // p, self.hw[1] // p
-        return (functional_call(self.block, ws, (a["img"], None, a["caption"], a["caption_bias"], a["timestep"], h, w),
-                                strict=False),)
+        return _contiguous(functional_call(self.block, ws, (a["img"], None, a["caption"], a["caption_bias"],
+                                                            a["timestep"], h, w), strict=False))
 
 
 class GenHead(nn.Module):
@@ -111,11 +116,11 @@ class GenHead(nn.Module):
     def forward(self, img, ctx_tensor):
         if self.view.arch == FLUX_ARCH:
             v = self.view.head({"img": img}, FluxContext(temb=ctx_tensor, rotary=None))
-            return self.view.unpack(v, self.hw)
+            return self.view.unpack(v, self.hw).contiguous()
         p = self.view.patch
         ctx = SanaContext(timestep=None, embedded_timestep=ctx_tensor, txt=None, txt_bias=None,
                           hw=(self.hw[0] // p, self.hw[1] // p))
-        return self.view.head({"img": img}, ctx)
+        return self.view.head({"img": img}, ctx).contiguous()
 
 
 class Decode(nn.Module):
@@ -126,7 +131,7 @@ class Decode(nn.Module):
         self.encoder = encoder
 
     def forward(self, x):
-        return self.encoder.decode(x)
+        return self.encoder.decode(x).contiguous()
 
 
 class MiniLMEncoder(nn.Module):

@@ -110,6 +110,7 @@ def _specs(names: list[str], tensors) -> list[dict]:
 def _export(writer: BundleWriter, rel: str, module, names: list[str], example: tuple, out_names: list[str],
             name: str, precision: str = "fp32", data: list[str] | None = None, extra: dict | None = None) -> dict:
     log.info("exporting %s", rel)
+    example = tuple(t.contiguous() for t in example)      # the runtime passes row-major arrays (dim order 0, 1, ..)
     with torch.no_grad():
         outs = module(*example)
     outs = outs if isinstance(outs, tuple) else (outs,)
