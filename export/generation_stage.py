@@ -114,7 +114,7 @@ def _export(writer: BundleWriter, rel: str, module, names: list[str], example: t
     with torch.no_grad():
         outs = module(*example)
     outs = outs if isinstance(outs, tuple) else (outs,)
-    et = export_module(module, example, planned_inputs=False)
+    et = export_module(module, example, planned_inputs=False, mm_rewrite=True)
     writer.path(rel).write_bytes(et.buffer)
     plan = et.executorch_program.execution_plan[0]
     memory = {"pte_bytes": len(et.buffer), "planned_arena_bytes": int(sum(plan.non_const_buffer_sizes)),
