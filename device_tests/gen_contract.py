@@ -61,6 +61,13 @@ def _values(c: dict) -> list[tuple[str, object]]:
         ("LORA_KEY_PREFIX", c["lora_file"]["key_prefix"]),
         ("CHECKPOINT_FILE", c["checkpoint"]["name"]),
         ("CHECKPOINT_IDENTITY_PREFIX", c["checkpoint"]["identity_prefix"]),
+        ("GEN_FIELD", c["generation"]["field"]),
+        ("GEN_TEXT_ENCODER", c["generation"]["programs"]["text_encoder"]),
+        ("GEN_EMBED", c["generation"]["programs"]["embed"]),
+        ("GEN_BLOCK_PREFIX", c["generation"]["programs"]["block_prefix"]),
+        ("GEN_HEAD", c["generation"]["programs"]["head"]),
+        ("GEN_DECODE", c["generation"]["programs"]["decode"]),
+        ("GEN_WEIGHT_PREFIX", c["generation"]["weight_prefix"]),
         ("RNG_CHECK_SEED", c["rng"]["check_seed"]),
         ("RNG_CHECK_NORMALS", c["rng"]["check_first_normals"]),
     ]
