@@ -33,6 +33,10 @@ def register(sub, add_json_flag) -> None:
     p.add_argument("--weights", default="resident", choices=["resident", "mapped"],
                    help="frozen weights in anonymous memory, or memory-mapped from the bundle's data file (clean, "
                         "file-backed: not in the footprint)")
+    p.add_argument("--generation-px", type=int, nargs="*", default=None,
+                   help="also estimate on-device generation (full model one block at a time, CFG batch 2, weights "
+                        "mapped) at these image sides (no value: the train resolution and the model's data "
+                        "resolution)")
     add_json_flag(p)
     p.set_defaults(func=run)
 
@@ -43,4 +47,14 @@ def run(args) -> dict:
                                  text_tokens=args.text_tokens, rank=args.rank, attention=args.attention,
                                  runtime_overhead_mib=args.runtime_overhead_mib, steps=args.steps,
                                  grad_accum=args.grad_accum, remat=args.remat,
-                                         weights=args.weights))
+                                         weights=args.weights, generation_px=_generation_px(args)))
+
+
+def _generation_px(args) -> tuple[int, ...]:
+    if args.generation_px is None:
+        return ()
+    if args.generation_px:
+        return tuple(args.generation_px)
+    from ..models.loading import resolve_spec
+    spec = resolve_spec(args.model)
+    return tuple(dict.fromkeys([args.resolution or spec.train_px, spec.data_px]))
