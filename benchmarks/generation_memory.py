@@ -165,11 +165,13 @@ def main() -> int:
         r = measure(bundle, args.precision, args.train_steps, args.gen_steps)
         results.append({"model": Path(model).name, "precision": args.precision, "compile_s": round(compile_s, 1), **r})
         print(json.dumps({k: v for k, v in results[-1].items() if k not in ("train", "generate")}), flush=True)
-    doc = {"command": "python " + " ".join(sys.argv), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-           "machine": f"{os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), shared with other jobs; "
-                      f"load average {os.getloadavg()[0]:.1f}", "gen_steps": args.gen_steps, "results": results}
-    Path(args.out + ".json").write_text(json.dumps(doc, indent=1, default=str))
-    Path(args.out + ".md").write_text(markdown(doc))
+        doc = {"command": "python " + " ".join(sys.argv),
+               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+               "machine": f"{os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), shared with other "
+                          f"jobs; load average {os.getloadavg()[0]:.1f}", "gen_steps": args.gen_steps,
+               "results": results}
+        Path(args.out + ".json").write_text(json.dumps(doc, indent=1, default=str))   # after every model: partial
+        Path(args.out + ".md").write_text(markdown(doc))                               # results survive a failure
     print(markdown(doc))
     return 0
 

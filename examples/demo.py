@@ -6,6 +6,8 @@ with BlockSkip 50%, and show the subject being learned.
     ditskip-edge train demo_out/bundle                                           (eager runtime)
     LoRA -> full diffusers model (load_lora_adapter) -> "a large sks cross in the center, on a <colour> background"
     -> demo_out/before_after.png (rows: references, before, after) and subject similarity before -> after
+    python -m ditskip_edge.runtime generate demo_out/bundle --lora ...   (the device runtime's own picture)
+    -> demo_out/device_generation.png (rows: diffusers, device runtime; same noise, prompts, LoRA)
 
 Output goes to demo_out/ (replaced each run).
 """
@@ -42,7 +44,7 @@ def main() -> int:
     bundle = OUT / "bundle"
     args = ["compile", "--model", "flux-testbed", "--images", str(photos), "--prompt", subject_prompt(subject),
             "--skip-ratio", "0.5", "--steps", "200", "--grad-accum", "4", "--rank", "8", "--lr", "5e-3",
-            "--out", str(bundle), "--force"]
+            "--generation", "--out", str(bundle), "--force"]
     if cli_main(args) != 0:
         return 1
     if cli_main(["train", str(bundle), "--no-resume"]) != 0:
@@ -67,6 +69,12 @@ def main() -> int:
           f"after {s1['subject_sim']['mean']:.3f}; background as prompted: before "
           f"{s0['background_ok']['mean']:.2f} -> after {s1['background_ok']['mean']:.2f}\n"
           f"picture: {png} (rows: references, before, after; prompts: {', '.join(texts)})")
+    from examples.device_generation import device_vs_diffusers
+    device = device_vs_diffusers(bundle, Path(summary["lora"]), texts, out_dir=OUT)
+    errors = ", ".join(f"{r['mean_abs_pixel_error']:.1e}" for r in device["images"])
+    seconds = sum(r["seconds"] for r in device["images"]) / len(device["images"])
+    print(f"device: {device['picture']} (rows: {device['rows']}; {device['images'][0]['precision']} weights with the "
+          f"LoRA merged on the device, {seconds:.1f} s per picture; mean |device - diffusers| per prompt: {errors})")
     return 0
 
 

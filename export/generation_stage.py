@@ -23,6 +23,7 @@ import logging
 import math
 import shutil
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -85,6 +86,9 @@ def scheduler_record(spec: ModelSpec, image_tokens: int) -> dict:
     from diffusers import FlowMatchEulerDiscreteScheduler
     from diffusers.pipelines.flux.pipeline_flux import calculate_shift
     if spec.source != "builtin":
+        if not (Path(spec.source) / "scheduler" / "scheduler_config.json").is_file():
+            raise UserError(f"--generation: {spec.source} has no scheduler/scheduler_config.json (a diffusers "
+                            "pipeline folder keeps its sampler's settings there)")
         sched = FlowMatchEulerDiscreteScheduler.from_pretrained(spec.source, subfolder="scheduler")
     else:
         sched = FlowMatchEulerDiscreteScheduler()

@@ -136,12 +136,15 @@ def build_vae(spec: ModelSpec) -> nn.Module:
 
 
 def save_pipeline_folder(spec: ModelSpec, transformer: nn.Module, vae: nn.Module, folder: Path) -> Path:
-    """Save a model as a diffusers pipeline folder (transformer/, vae/, model_index.json). For tiny models the
-    built-in hash text encoder is recorded in ditskip_text.json, as no real encoder ships with them."""
+    """Save a model as a diffusers pipeline folder (transformer/, vae/, scheduler/ (diffusers' default
+    FlowMatchEulerDiscreteScheduler), model_index.json). For tiny models the built-in hash text encoder is recorded in
+    ditskip_text.json, as no real encoder ships with them."""
+    from diffusers import FlowMatchEulerDiscreteScheduler
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     transformer.save_pretrained(folder / "transformer")
     vae.save_pretrained(folder / "vae")
+    FlowMatchEulerDiscreteScheduler().save_pretrained(folder / "scheduler")
     cls_name = {FLUX_ARCH: "FluxPipeline", SANA_ARCH: "SanaPipeline"}[spec.arch]
     (folder / "model_index.json").write_text(json.dumps({"_class_name": cls_name, "_diffusers_version": "0.42.1"}))
     if spec.text.kind == "hash":
