@@ -260,6 +260,22 @@ def test_apps_take_names_from_the_contract(lang):
     assert handled == set(s["fixed"]), (lang, handled)
 
 
+# ---------------------------------------------------------------- the portable schedule
+
+def test_schedule_test_vectors_are_the_runtime_schedule():
+    """The contract's schedule test vectors (what the apps' ports must reproduce) are what runtime/schedule.py
+    computes: photo order, t, crop boxes and noise seeds from the photo sizes, config and seed alone."""
+    from ditskip_edge.runtime.schedule import ALGORITHM, SAMPLE_DRAWS, SHUFFLE_BASE, T_RANGE, ScheduleConfig, make_schedule
+    a = CONTRACT["schedule"]["algorithm"]
+    assert (a["version"], a["sample_draws"], a["shuffle_base"], tuple(a["t_range"])) == \
+        (ALGORITHM, SAMPLE_DRAWS, SHUFFLE_BASE, T_RANGE)
+    assert len(CONTRACT["schedule"]["test_vectors"]) >= 3
+    for vec in CONTRACT["schedule"]["test_vectors"]:
+        sizes = [tuple(hw) for hw in vec["photo_sizes_hw"]]
+        s = make_schedule(ScheduleConfig(**vec["config"]), sizes, [str(i) for i in range(len(sizes))])
+        assert [[x.index, x.photo, x.t, list(x.crop_box), x.noise_seed] for x in s.samples] == vec["samples"]
+
+
 # ---------------------------------------------------------------- RNG constants
 
 def _u64(text: str) -> int:
@@ -396,7 +412,7 @@ def test_kotlin_sources_compile_and_match_python_on_the_jvm(tmp_path):
     from ditskip_edge.runtime import rng
     stubs = sorted((ROOT / "android_demo/hostcheck").glob("*.kt"))
     app = [KT_DIR / n for n in ("PortableRng.kt", "AdamW.kt", "BundleContract.kt", "Safetensors.kt", "ResidualCache.kt",
-                                "TrainingBundle.kt", "EtTrainer.kt", "MemoryProbe.kt")]
+                                "TrainingBundle.kt", "EtTrainer.kt", "MemoryProbe.kt", "Schedule.kt")]
     jar = tmp_path / "check.jar"
     out = subprocess.run(["kotlinc", "-nowarn", *map(str, stubs + app), "-include-runtime", "-d", str(jar)],
                          capture_output=True, text=True)
@@ -412,6 +428,19 @@ def test_kotlin_sources_compile_and_match_python_on_the_jvm(tmp_path):
         w.grad = torch.tensor(g)
         opt.step()
     np.testing.assert_allclose(np.array(lines["adamw"].split(), np.float32), w.detach().numpy(), rtol=1e-6, atol=1e-7)
+    # the schedule: the app's port reproduces the contract's test vectors (photo, crop box, noise seed exactly)
+    for vec in CONTRACT["schedule"]["test_vectors"]:
+        c = vec["config"]
+        args = [str(c[k]) for k in ("steps", "grad_accum", "s_min_px", "s_max_px", "multiple_px", "seed",
+                                    "t_sampling")] + [str(c["dynamic_patches"]).lower()]
+        args += [f"{h},{w}" for h, w in vec["photo_sizes_hw"]]
+        out = subprocess.run(["java", "-cp", str(jar), "HostCheckKt", "schedule", *args], capture_output=True,
+                             text=True, check=True).stdout.split("\n")
+        rows = [line.split() for line in out if line.strip()]
+        assert len(rows) == len(vec["samples"]), vec["config"]
+        for row, (k, photo, t, box, seed) in zip(rows, vec["samples"]):
+            assert [int(row[0]), int(row[1]), [int(x) for x in row[3:6]], int(row[6])] == [k, photo, box, seed], row
+            assert abs(float(row[2]) - t) <= 1e-12, (row, t)
 
 
 @pytest.mark.parametrize("codec", ["fp32,front.txt=int8-token", "int4-g32,front.txt=fp16", "int8-t8,back.img=lowrank-r4"])

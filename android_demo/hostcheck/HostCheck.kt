@@ -2,10 +2,13 @@
 // with ditskip_edge/rng.py and torch.optim.AdamW. Not part of the app.
 import org.ditskip.demo.AdamW
 import org.ditskip.demo.PortableRng
+import org.ditskip.demo.Schedule
+import org.ditskip.demo.ScheduleConfig
 import java.nio.ByteBuffer
 import java.nio.ByteOrder
 
 fun main(args: Array<String>) {
+    if (args[0] == "schedule") return schedule(args.drop(1))
     val seed = args[0].toLong()
     println("selfCheck " + PortableRng.selfCheck())
     println("normals " + PortableRng.normal(seed, 8).joinToString(" "))
@@ -15,4 +18,15 @@ fun main(args: Array<String>) {
     val grads = listOf(floatArrayOf(0.1f, -0.3f, 0.7f), floatArrayOf(-0.2f, 0.4f, 0.05f), floatArrayOf(0.3f, 0.3f, -0.6f))
     for (g in grads) opt.step(mapOf("w" to p), mapOf("w" to g))
     println("adamw " + (0 until 3).map { p.get(it) }.joinToString(" "))
+}
+
+// schedule STEPS GRAD_ACCUM S_MIN S_MAX MULTIPLE SEED T_SAMPLING DYNAMIC H,W [H,W ...]: one line per sample
+// "index photo t x0 y0 side noise_seed" (the contract's schedule test vectors, checked by the Python test).
+fun schedule(a: List<String>) {
+    val cfg = ScheduleConfig(a[0].toInt(), a[1].toInt(), a[2].toInt(), a[3].toInt(), a[4].toInt(), a[5].toLong(), a[6],
+                             a[7] == "true")
+    val sizes = a.drop(8).map { hw -> hw.split(",").map { it.toInt() }.toIntArray() }
+    for (s in Schedule.make(cfg, sizes)) {
+        println("${s.index} ${s.photo} ${s.t} ${s.x0} ${s.y0} ${s.side} ${s.noiseSeed}")
+    }
 }

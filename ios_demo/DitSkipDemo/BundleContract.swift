@@ -36,4 +36,9 @@ enum BundleContract {
     static let checkpointIdentityPrefix = "ditskip-edge checkpoint v1"
     static let rngCheckSeed = 12345
     static let rngCheckNormals = [0.562543511390686, 0.922802209854126, -0.60619056224823, -1.8615540266036987, 0.8157831430435181, -1.341822862625122]
+    static let scheduleAlgorithm = 2
+    static let scheduleSampleDraws = 8
+    static let scheduleShuffleBase = 1099511627776
+    static let scheduleTMin = 0.0001
+    static let scheduleTMax = 0.9999
 }
