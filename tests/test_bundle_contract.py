@@ -276,6 +276,23 @@ def test_schedule_test_vectors_are_the_runtime_schedule():
         assert [[x.index, x.photo, x.t, list(x.crop_box), x.noise_seed] for x in s.samples] == vec["samples"]
 
 
+def test_the_swift_schedule_port_follows_the_algorithm():
+    """Swift cannot run here: its port is checked against the algorithm's text, line for line with the Kotlin port
+    (which runs on the JVM against the test vectors): the contract's constants, the counters, the rounding modes."""
+    sw, kt = _code_only(SWIFT["Schedule.swift"]), _code_only(KOTLIN["Schedule.kt"])
+    for name_sw, name_kt in (("scheduleShuffleBase", "SCHEDULE_SHUFFLE_BASE"), ("scheduleSampleDraws",
+                             "SCHEDULE_SAMPLE_DRAWS"), ("scheduleTMin", "SCHEDULE_T_MIN"), ("scheduleTMax", "SCHEDULE_T_MAX")):
+        assert f"BundleContract.{name_sw}" in sw and f"BundleContract.{name_kt}" in kt, name_sw
+    assert "rounded(.toNearestOrEven)" in sw and "round(raw / multiple)" in kt         # half to even, as Python's
+    assert "PortableRng.word(seed: cfg.seed, c + 4) >> 1" in sw and "PortableRng.word(cfg.seed, c + 4) ushr 1" in kt
+    for k in ("c + 1", "c + 2", "c + 3"):
+        assert k in sw and k in kt, k
+    assert "epoch * numPhotos + m" in sw and "epoch * numPhotos + m" in kt
+    assert "order.swapAt(i, r)" in sw and "min(Int((u * Double(i + 1)).rounded(.down)), i)" in sw
+    assert "log(u0)" in sw and "cos(2.0 * Double.pi * u1)" in sw and "1.0 / (1.0 + exp(-z))" in sw
+    assert "static func word(seed: UInt64, _ i: UInt64) -> UInt64" in SWIFT["PortableRng.swift"]
+
+
 # ---------------------------------------------------------------- RNG constants
 
 def _u64(text: str) -> int:
@@ -412,7 +429,8 @@ def test_kotlin_sources_compile_and_match_python_on_the_jvm(tmp_path):
     from ditskip_edge.runtime import rng
     stubs = sorted((ROOT / "android_demo/hostcheck").glob("*.kt"))
     app = [KT_DIR / n for n in ("PortableRng.kt", "AdamW.kt", "BundleContract.kt", "Safetensors.kt", "ResidualCache.kt",
-                                "TrainingBundle.kt", "EtTrainer.kt", "MemoryProbe.kt", "Schedule.kt")]
+                                "TrainingBundle.kt", "EtTrainer.kt", "MemoryProbe.kt", "Schedule.kt",
+                                "Patches.kt")]
     jar = tmp_path / "check.jar"
     out = subprocess.run(["kotlinc", "-nowarn", *map(str, stubs + app), "-include-runtime", "-d", str(jar)],
                          capture_output=True, text=True)
@@ -441,6 +459,15 @@ def test_kotlin_sources_compile_and_match_python_on_the_jvm(tmp_path):
         for row, (k, photo, t, box, seed) in zip(rows, vec["samples"]):
             assert [int(row[0]), int(row[1]), [int(x) for x in row[3:6]], int(row[6])] == [k, photo, box, seed], row
             assert abs(float(row[2]) - t) <= 1e-12, (row, t)
+    # the crop: the app's port of runtime/patches.py on a deterministic photo
+    from ditskip_edge.runtime.patches import crop_patch
+    for h, w, x0, y0, side, outpx in ((40, 52, 3, 5, 30, 16), (33, 33, 0, 0, 33, 8), (64, 80, 10, 2, 48, 32)):
+        got = subprocess.run(["java", "-cp", str(jar), "HostCheckKt", "patch", *map(str, (h, w, x0, y0, side, outpx))],
+                             capture_output=True, text=True, check=True).stdout.split()
+        photo = (((np.arange(3 * h * w, dtype=np.int64) * 2654435761) % 251).astype(np.float32) / np.float32(125)
+                 - np.float32(1)).reshape(3, h, w)
+        want = crop_patch(photo, (x0, y0, side), outpx).reshape(-1)
+        assert np.abs(np.array(got, np.float32) - want).max() <= 1e-6, (h, w, x0, y0, side)
 
 
 @pytest.mark.parametrize("codec", ["fp32,front.txt=int8-token", "int4-g32,front.txt=fp16", "int8-t8,back.img=lowrank-r4"])

@@ -1,6 +1,7 @@
 // Host check (kotlinc on a plain JVM): runs the app's PortableRng and AdamW and prints what the Python test compares
 // with ditskip_edge/rng.py and torch.optim.AdamW. Not part of the app.
 import org.ditskip.demo.AdamW
+import org.ditskip.demo.Patches
 import org.ditskip.demo.PortableRng
 import org.ditskip.demo.Schedule
 import org.ditskip.demo.ScheduleConfig
@@ -9,6 +10,7 @@ import java.nio.ByteOrder
 
 fun main(args: Array<String>) {
     if (args[0] == "schedule") return schedule(args.drop(1))
+    if (args[0] == "patch") return patch(args.drop(1).map { it.toInt() })
     val seed = args[0].toLong()
     println("selfCheck " + PortableRng.selfCheck())
     println("normals " + PortableRng.normal(seed, 8).joinToString(" "))
@@ -29,4 +31,12 @@ fun schedule(a: List<String>) {
     for (s in Schedule.make(cfg, sizes)) {
         println("${s.index} ${s.photo} ${s.t} ${s.x0} ${s.y0} ${s.side} ${s.noiseSeed}")
     }
+}
+
+// patch H W X0 Y0 SIDE OUT: the crop of a deterministic test photo (value = ((i * 2654435761) mod 251) / 125 - 1 at
+// flat index i of [3, H, W]), printed as one float per line (the Python test compares with runtime/patches.py).
+fun patch(a: List<Int>) {
+    val (h, w) = Pair(a[0], a[1])
+    val photo = FloatArray(3 * h * w) { i -> ((i.toLong() * 2654435761L) % 251L).toFloat() / 125f - 1f }
+    for (v in Patches.crop(photo, h, w, a[2], a[3], a[4], a[5])) println(v)
 }
