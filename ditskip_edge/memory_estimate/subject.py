@@ -150,7 +150,7 @@ def trace_subject_stage(cfg: StepConfig, forward_precision: str | None = None) -
                encoder_weights_bytes=enc_weights, encoder_forward_peak_bytes=enc_peak,
                streams_bytes=stream_bytes, context_bytes=ctx_bytes, residuals_bytes=residual_bytes,
                photo_bytes=photo_bytes, text_conditioning_bytes=text_bytes,
-               forward_flops_per_sample=enc_flops + embed_flops + block_flops)
+               forward_flops_per_sample=enc_flops + embed_flops + block_flops, encoder_flops_per_sample=enc_flops)
     # phases (the block phase with resident or mapped block weights)
     block_phase_mapped = max(r["forward_peak_bytes"] for r in block_rows) + held
     out["phase_peaks_bytes"] = {"encode": enc_peak, "embed": embed_peak, "block_resident": block_phase_max,
@@ -207,7 +207,10 @@ def subject_stage_estimate(cfg: StepConfig, train_memory: dict, train_flops: int
                        "footprint_over_training_bytes": footprint - runtime_overhead_bytes,
                        "extra_flops_per_step": grad_accum * fwd,
                        "extra_tflops_per_step": round(grad_accum * fwd / 1e12, 4),
-                       "predicted_step_time_ratio": round((train_flops + fwd) / max(train_flops, 1), 3)},
+                       "predicted_step_time_ratio": round((train_flops + fwd) / max(train_flops, 1), 3),
+                       # a variant not built: x0 stored (under 1% of an entry), the encoder not rerun each step
+                       "predicted_step_time_ratio_x0_stored": round(
+                           (train_flops + fwd - tr["encoder_flops_per_sample"]) / max(train_flops, 1), 3)},
     }
 
 
