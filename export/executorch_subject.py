@@ -46,17 +46,20 @@ BACKENDS = ("portable", "xnnpack")
 
 @dataclass(frozen=True)
 class SubjectPrograms:
-    precision: str = "fp32"                 # frozen weights of the forward programs: fp32 | int8 | int4
-    backend: str = "portable"               # "portable" | "xnnpack"
-    external_weights: bool = False          # frozen constants in a .ptd file beside each block's .pte (mapped)
+    precision: str = "fp32"                 # frozen weights of the embed and block programs: fp32 | int8 | int4
+    backend: str = "xnnpack"                # embed and block programs: "xnnpack" | "portable"
+    encode_backend: str = "xnnpack"         # the encoder (convolutions: XNNPACK is ~80x the portable kernels here)
+    external_weights: bool = False          # frozen constants in a .ptd file beside each .pte (mapped); XNNPACK keeps
+                                            # the weights it takes in its delegate blob inside the .pte
     group_size: int = 32                    # int4: input features per scale
 
     def validate(self) -> None:
         if self.precision not in PROGRAM_PRECISIONS:
             raise UserError(f"subject programs' precision {self.precision!r}: expected one of "
                             f"{', '.join(PROGRAM_PRECISIONS)}")
-        if self.backend not in BACKENDS:
-            raise UserError(f"executorch backend {self.backend!r}: expected one of {', '.join(BACKENDS)}")
+        for b in (self.backend, self.encode_backend):
+            if b not in BACKENDS:
+                raise UserError(f"executorch backend {b!r}: expected one of {', '.join(BACKENDS)}")
 
 
 def blocks_needed(plan: SkipPlan) -> list[int]:
@@ -179,7 +182,8 @@ def add_subject_programs(writer: BundleWriter, config: SubjectPrograms, transfor
     quant = QuantSpec(config.precision, group_size=config.group_size)
     entries: list[dict] = []
 
-    def write(name: str, rel_stem: str, module, example, in_names, out_names, outputs, block=None, quantize=False):
+    def write(name: str, rel_stem: str, module, example, in_names, out_names, outputs, block=None, quantize=False,
+              backend=config.backend):
         if quantize and quant.bits is not None:
             module = copy.deepcopy(module)
             for p in module.parameters():
@@ -187,7 +191,7 @@ def add_subject_programs(writer: BundleWriter, config: SubjectPrograms, transfor
             quantize_frozen_layers(module, quant)
         log.info("exporting %s.pte", rel_stem)
         example = tuple(t.contiguous() for t in example)      # the program's inputs are contiguous (dim order)
-        pte, data, memory = export_forward(module, example, config.backend, config.external_weights)
+        pte, data, memory = export_forward(module, example, backend, config.external_weights)
         rel = f"{rel_stem}.pte"
         writer.path(rel).write_bytes(pte)
         data_files = []
@@ -196,10 +200,11 @@ def add_subject_programs(writer: BundleWriter, config: SubjectPrograms, transfor
             data_files.append(f"{rel_stem}.ptd")
         entries.append(ProgramEntry(name=name, runtime="executorch", path=rel, inputs=_specs(in_names, example),
                                     outputs=_specs(out_names, outputs), precision=config.precision if quantize
-                                    else "fp32", backend=config.backend, data=data_files, memory=memory,
+                                    else "fp32", backend=backend, data=data_files, memory=memory,
                                     block=block).to_json())
 
-    write(ENCODE, f"{PROGRAM_DIR}/{ENCODE}", EncodeModule(encoder), (patch,), ["patch"], ["x0"], [x0])
+    write(ENCODE, f"{PROGRAM_DIR}/{ENCODE}", EncodeModule(encoder), (patch,), ["patch"], ["x0"], [x0],
+          backend=config.encode_backend)
     cond_keys = sorted(cond)
     embed = EmbedModule(make_view(arch, transformer, []), cond_keys)          # embedders only, no block
     write(EMBED, f"{PROGRAM_DIR}/{EMBED}", embed, (x0, noise, t, *[cond[k] for k in cond_keys]),

@@ -43,11 +43,13 @@ def _programs(precision="fp32"):
 
 @pytest.fixture(scope="module")
 def flux_model(tmp_path_factory) -> Path:
-    """flux-tiny model bundle, fp32, block programs' weights in .ptd data files, two prompts, fp32 cache codec."""
+    """flux-tiny model bundle, fp32, portable block programs with their weights in .ptd data files (XNNPACK encoder),
+    two prompts, fp32 cache codec."""
     from export.executorch_subject import SubjectPrograms
     return compile_tiny(tmp_path_factory.mktemp("fm") / "model", "flux-tiny", steps=STEPS, grad_accum=ACCUM,
                         images=None, prompt=PROMPTS[0], more_prompts=[PROMPTS[1]], cache_codec="fp32",
-                        programs=_programs(), subject_programs=SubjectPrograms("fp32", external_weights=True))
+                        programs=_programs(), subject_programs=SubjectPrograms("fp32", backend="portable",
+                                                                               external_weights=True))
 
 
 @pytest.fixture(scope="module")
@@ -162,11 +164,13 @@ def test_device_residuals_equal_the_hosts_per_stream_flux(flux_device, flux_host
 
 
 def test_device_residuals_equal_the_hosts_per_stream_sana(tmp_path):
+    """sana-tiny with the default forward programs: XNNPACK, weights inside the .pte."""
     from export.executorch_subject import SubjectPrograms
     from ditskip_edge.runtime.subject import SubjectConfig, personalize
     model = compile_tiny(tmp_path / "model", "sana-tiny", n_front=2, n_back=1, steps=2, grad_accum=2, images=None,
                          cache_codec="fp32", programs=_programs(), subject_programs=SubjectPrograms("fp32"))
-    assert not any(p["data"] for p in json.loads((model / "manifest.json").read_text())["programs"])
+    progs = json.loads((model / "manifest.json").read_text())["programs"]
+    assert not any(p["data"] for p in progs) and {p["backend"] for p in progs if p["name"] == "block"} == {"xnnpack"}
     host = compile_tiny(tmp_path / "host", "sana-tiny", n_front=2, n_back=1, steps=2, grad_accum=2, cache_codec="fp32")
     personalize(model, PHOTOS, tmp_path / "device", SubjectConfig(progress=False))
     worst = _check_residuals_match(tmp_path / "device", host)

@@ -56,6 +56,9 @@ def register(sub, add_json_flag) -> None:
     p.add_argument("--subject-precision", default=None,
                    help=f"model bundle: frozen weights of the subject stage's forward programs (encode, embed, the "
                         f"blocks): {', '.join(PROGRAM_PRECISIONS)} (default: the training program's)")
+    p.add_argument("--subject-backend", default="xnnpack", choices=["xnnpack", "portable"],
+                   help="model bundle: ExecuTorch backend of the forward programs (default xnnpack; the encoder is "
+                        "always XNNPACK)")
     p.add_argument("--external-weights", action="store_true",
                    help="model bundle: the forward programs' weights in a .ptd data file beside each .pte (mapped)")
     p.add_argument("--min-photos", type=int, default=1, help="model bundle: the fewest photos the device accepts")
@@ -85,9 +88,10 @@ def run(args) -> dict:
     model_bundle = args.images is None
     if len(args.prompts) > 1 and not model_bundle:
         raise UserError("a subject bundle takes one --prompt (several prompts make a model bundle: leave out --images)")
-    if not model_bundle and (args.subject_precision or args.external_weights or args.min_photos != 1):
-        raise UserError("--subject-precision, --external-weights and --min-photos are a model bundle's: leave out "
-                        "--images")
+    if not model_bundle and (args.subject_precision or args.external_weights or args.min_photos != 1
+                             or args.subject_backend != "xnnpack"):
+        raise UserError("--subject-precision, --subject-backend, --external-weights and --min-photos are a model "
+                        "bundle's: leave out --images")
     if model_bundle and not args.runtimes:
         args.runtimes = ["executorch"]                  # the subject stage's programs are ExecuTorch programs
     spec = resolve_spec(args.model)
@@ -102,7 +106,7 @@ def run(args) -> dict:
         precision = args.subject_precision or args.precision.split(",")[0].strip()
         if precision not in PROGRAM_PRECISIONS:
             raise UserError(f"--subject-precision {precision!r}: expected one of {', '.join(PROGRAM_PRECISIONS)}")
-        subject = SubjectPrograms(precision=precision, backend="xnnpack" if args.xnnpack else "portable",
+        subject = SubjectPrograms(precision=precision, backend=args.subject_backend,
                                   external_weights=args.external_weights)
     req = CompileRequest(model=args.model, images=args.images, prompt=args.prompts[0], out=args.out,
                          more_prompts=args.prompts[1:], subject_programs=subject, min_photos=args.min_photos,

@@ -21,7 +21,6 @@ ExecuTorch's inference bindings take and return torch tensors (no autograd is us
 from __future__ import annotations
 
 import contextlib
-import gc
 import io
 from pathlib import Path
 
@@ -133,8 +132,8 @@ class ForwardPrograms:
         return self._blocks[i]
 
     def release(self, i: int) -> None:
-        if self._blocks.pop(i, None) is not None:
-            gc.collect()
+        """Drop block i's program: its memory (planned arena, constants) is freed with the last reference."""
+        self._blocks.pop(i, None)
 
     def x0(self, photo: np.ndarray, crop_box) -> np.ndarray:
         """photo [3, H, W] in [-1, 1] (runtime/photos.py), crop box -> clean latents x0 [1, C, h, w]."""
