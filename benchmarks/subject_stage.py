@@ -39,20 +39,28 @@ MIB = 1 << 20
 PHOTOS = ROOT / "examples" / "photos"
 
 
-def compile_pair(model: str, work: Path, steps: int, accum: int, external: bool) -> tuple[Path, Path, float, float]:
+def compile_model(model: str, work: Path, steps: int, accum: int, backend: str, external: bool) -> tuple[Path, float]:
     from conftest import compile_tiny
     from export.executorch_stage import ExecutorchPrograms
     from export.executorch_subject import SubjectPrograms
+    out = work / f"{model}-model-{backend}{'-ptd' if external else ''}"
     t0 = time.perf_counter()
-    mb = compile_tiny(work / f"{model}-model{'-ptd' if external else ''}", model, steps=steps, grad_accum=accum,
-                      images=None, cache_codec="fp32", programs=[ExecutorchPrograms(("fp32",), preprocess=False)],
-                      subject_programs=SubjectPrograms("fp32", external_weights=external))
-    t1 = time.perf_counter()
-    host = work / f"{model}-host"
-    if not host.exists():
-        compile_tiny(host, model, steps=steps, grad_accum=accum, cache_codec="fp32",
+    if not out.exists():
+        compile_tiny(out, model, steps=steps, grad_accum=accum, images=None, cache_codec="fp32",
+                     programs=[ExecutorchPrograms(("fp32",), preprocess=False)],
+                     subject_programs=SubjectPrograms("fp32", backend=backend, external_weights=external))
+    return out, time.perf_counter() - t0
+
+
+def compile_host(model: str, work: Path, steps: int, accum: int) -> tuple[Path, float]:
+    from conftest import compile_tiny
+    from export.executorch_stage import ExecutorchPrograms
+    out = work / f"{model}-host"
+    t0 = time.perf_counter()
+    if not out.exists():
+        compile_tiny(out, model, steps=steps, grad_accum=accum, cache_codec="fp32",
                      programs=[ExecutorchPrograms(("fp32",), preprocess=False)])
-    return mb, host, t1 - t0, time.perf_counter() - t1
+    return out, time.perf_counter() - t0
 
 
 def child(bundle: Path, run_dir: Path, **kw) -> dict:
@@ -89,49 +97,53 @@ def losses(bundle: Path, run_dir: Path) -> list[float]:
 
 
 def measure_model(model: str, work: Path, steps: int, accum: int) -> dict:
+    """Variants of the forward programs: xnnpack (the default: blocks and encoder on XNNPACK, weights inside the
+    .pte), portable (portable kernels, XNNPACK encoder), and for flux-tiny portable with the weights in .ptd data
+    files (memory-mapped, file-backed). Each: the subject stage one block program at a time and with all kept."""
     row: dict = {"model": model, "plan": "front 1 / back 2 of 6", "steps": steps, "grad_accum": accum,
-                 "samples": steps * accum}
-    mb, host, t_model, t_host = compile_pair(model, work, steps, accum, external=False)
-    row.update(compile_model_bundle_s=round(t_model, 1), compile_host_bundle_s=round(t_host, 1))
-    dev = work / f"{model}-device"
-    variants = {"one_block_at_a_time": {}, "blocks_kept_loaded": {"keep_blocks": True}}
-    if model.startswith("flux"):
-        mb_ptd, _, t_ptd, _ = compile_pair(model, work, steps, accum, external=True)
-        row["compile_model_bundle_ptd_s"] = round(t_ptd, 1)
-        variants["ptd_one_block_at_a_time"] = {"model": mb_ptd}
-        variants["ptd_blocks_kept_loaded"] = {"model": mb_ptd, "keep_blocks": True}
-    stage_rows = {}
-    for name, v in variants.items():
-        out = work / f"{model}-device-{name}"
-        r = child(v.get("model", mb), work / f"run-stage-{model}-{name}", photos=PHOTOS, subject_out=out,
-                  no_train=True, keep_blocks=v.get("keep_blocks", False), overwrite=True)
-        st = r["subject_stage"]
-        stage_rows[name] = {"seconds_per_sample": st["seconds_per_sample"], "seconds": st["seconds"],
-                            "footprint_above_baseline_bytes": r["footprint_above_baseline_bytes"],
-                            "peak_file_bytes": r["peak_file_bytes"], "baseline_anon_bytes": r["baseline_anon_bytes"]}
-        if name == "one_block_at_a_time":
-            shutil.rmtree(dev, ignore_errors=True)
-            shutil.copytree(out, dev)
-    row["subject_stage"] = stage_rows
-    train = child(dev, work / f"run-train-{model}")
-    row["training"] = {"seconds_per_step": train["summary"]["seconds_per_step"],
-                       "footprint_above_baseline_bytes": train["footprint_above_baseline_bytes"],
-                       "peak_file_bytes": train["peak_file_bytes"], "baseline_anon_bytes": train["baseline_anon_bytes"]}
-    free = work / f"{model}-cache-free"
-    r = child(mb, work / f"run-free-{model}", photos=PHOTOS, subject_out=free, cache_free=True, overwrite=True)
-    row["cache_free"] = {"seconds_per_step": r["summary"]["seconds_per_step"],
-                         "footprint_above_baseline_bytes": r["footprint_above_baseline_bytes"],
-                         "step_time_ratio_to_stored": round(r["summary"]["seconds_per_step"]
-                                                            / train["summary"]["seconds_per_step"], 2),
-                         "losses_equal_stored": r["summary"]["losses"] == train["summary"]["losses"],
-                         "max_rel_loss_diff_to_stored": max(abs(a - b) / abs(b) for a, b in
-                                                            zip(r["summary"]["losses"], train["summary"]["losses"]))}
-    row["stage_footprint_le_training"] = (stage_rows["one_block_at_a_time"]["footprint_above_baseline_bytes"]
-                                          <= row["training"]["footprint_above_baseline_bytes"])
-    row["residual_rel_error_device_vs_host"] = residual_errors(dev, host)
-    a, b = losses(dev, work / f"loss-dev-{model}"), losses(host, work / f"loss-host-{model}")
-    row["losses_device_cache"], row["losses_host_bundle"] = a, b
-    row["max_rel_loss_diff_device_vs_host"] = max(abs(x - y) / abs(y) for x, y in zip(a, b))
+                 "samples": steps * accum, "variants": {}}
+    host, t_host = compile_host(model, work, steps, accum)
+    row["compile_host_bundle_s"] = round(t_host, 1)
+    variants = [("xnnpack", False), ("portable", False)] + ([("portable", True)] if model.startswith("flux") else [])
+    stored_step = None
+    for backend, external in variants:
+        name = backend + ("+ptd" if external else "")
+        mb, t_model = compile_model(model, work, steps, accum, backend, external)
+        v: dict = {"compile_model_bundle_s": round(t_model, 1), "stage": {}}
+        for keep in (False, True):
+            out = work / f"{model}-device-{name}-{'keep' if keep else 'drop'}"
+            r = child(mb, work / f"run-stage-{model}-{name}-{keep}", photos=PHOTOS, subject_out=out, no_train=True,
+                      keep_blocks=keep, overwrite=True)
+            st = r["subject_stage"]
+            v["stage"]["blocks_kept_loaded" if keep else "one_block_at_a_time"] = {
+                "seconds_per_sample": st["seconds_per_sample"],
+                "footprint_above_baseline_bytes": r["footprint_above_baseline_bytes"],
+                "peak_file_bytes": r["peak_file_bytes"], "baseline_anon_bytes": r["baseline_anon_bytes"]}
+            dev = out
+        v["residual_rel_error_device_vs_host"] = residual_errors(dev, host)
+        train = child(dev, work / f"run-train-{model}-{name}")
+        v["training"] = {"seconds_per_step": train["summary"]["seconds_per_step"],
+                         "footprint_above_baseline_bytes": train["footprint_above_baseline_bytes"],
+                         "peak_file_bytes": train["peak_file_bytes"]}
+        stored_step = train["summary"]["seconds_per_step"]
+        for keep in (False, True):
+            free = work / f"{model}-cache-free-{name}"
+            r = child(mb, work / f"run-free-{model}-{name}-{keep}", photos=PHOTOS, subject_out=free, cache_free=True,
+                      overwrite=True, keep_blocks=keep)
+            v["cache_free_" + ("blocks_kept_loaded" if keep else "one_block_at_a_time")] = {
+                "seconds_per_step": r["summary"]["seconds_per_step"],
+                "footprint_above_baseline_bytes": r["footprint_above_baseline_bytes"],
+                "step_time_ratio_to_stored": round(r["summary"]["seconds_per_step"] / stored_step, 2),
+                "max_rel_loss_diff_to_stored": max(abs(a - b) / abs(b) for a, b in
+                                                   zip(r["summary"]["losses"], train["summary"]["losses"]))}
+        v["stage_footprint_le_training"] = (v["stage"]["one_block_at_a_time"]["footprint_above_baseline_bytes"]
+                                            <= v["training"]["footprint_above_baseline_bytes"])
+        if backend == "portable" and not external:
+            a, b = losses(dev, work / f"loss-dev-{model}"), losses(host, work / f"loss-host-{model}")
+            row["losses_device_cache"], row["losses_host_bundle"] = a, b
+            row["max_rel_loss_diff_device_vs_host"] = max(abs(x - y) / abs(y) for x, y in zip(a, b))
+        row["variants"][name] = v
+        print(f"{model} {name}: {json.dumps(v, default=str)}", file=sys.stderr, flush=True)
     return row
 
 
@@ -222,25 +234,32 @@ def markdown(res: dict) -> str:
              "ratios within a row are more telling than the absolute figures", ""]
     for r in res["models"]:
         lines += [f"## {r['model']} ({r['plan']}, {r['samples']} samples, fp32 programs and cache)", "",
-                  "| subject stage variant | s / sample | footprint MiB | peak RssFile MiB |", "|---|---|---|---|"]
-        for name, v in r["subject_stage"].items():
-            lines.append(f"| {name} | {v['seconds_per_sample']} | {f(v['footprint_above_baseline_bytes'])} | "
-                         f"{f(v['peak_file_bytes'])} |")
-        t, c = r["training"], r["cache_free"]
-        lines += ["", "| run | s / step | footprint MiB |", "|---|---|---|",
-                  f"| training from the device's stored cache | {t['seconds_per_step']} | "
-                  f"{f(t['footprint_above_baseline_bytes'])} |",
-                  f"| training cache-free (residuals each step) | {c['seconds_per_step']} | "
-                  f"{f(c['footprint_above_baseline_bytes'])} |", "",
-                  f"- cache-free step time / stored: **{c['step_time_ratio_to_stored']}x** (target <= 1.5x); losses "
-                  f"equal to the stored run's: {c['losses_equal_stored']} (max rel. diff {c['max_rel_loss_diff_to_stored']:.1e})",
-                  f"- subject stage footprint <= training's: **{r['stage_footprint_le_training']}**",
-                  "- residuals device vs host (relative L2, max over samples): " + ", ".join(
-                      f"{k} {v:.1e}" for k, v in r["residual_rel_error_device_vs_host"].items()),
-                  f"- losses, run from the device cache vs the host bundle's run: max rel. diff "
-                  f"**{r['max_rel_loss_diff_device_vs_host']:.1e}** over {len(r['losses_host_bundle'])} steps",
-                  f"- compile: model bundle {r['compile_model_bundle_s']} s, host subject bundle "
-                  f"{r['compile_host_bundle_s']} s", ""]
+                  "| forward programs | subject stage | s / sample | footprint MiB | peak RssFile MiB |",
+                  "|---|---|---|---|---|"]
+        for name, v in r["variants"].items():
+            for mode, st in v["stage"].items():
+                lines.append(f"| {name} | {mode} | {st['seconds_per_sample']} | "
+                             f"{f(st['footprint_above_baseline_bytes'])} | {f(st['peak_file_bytes'])} |")
+        lines += ["", "| forward programs | training run | s / step | ratio to stored | footprint MiB | losses vs "
+                      "stored (max rel.) |", "|---|---|---|---|---|---|"]
+        for name, v in r["variants"].items():
+            t = v["training"]
+            lines.append(f"| {name} | from the device's stored cache | {t['seconds_per_step']} | 1 | "
+                         f"{f(t['footprint_above_baseline_bytes'])} | |")
+            for mode in ("one_block_at_a_time", "blocks_kept_loaded"):
+                c = v["cache_free_" + mode]
+                lines.append(f"| {name} | cache-free, {mode.replace('_', ' ')} | {c['seconds_per_step']} | "
+                             f"**{c['step_time_ratio_to_stored']}x** | {f(c['footprint_above_baseline_bytes'])} | "
+                             f"{c['max_rel_loss_diff_to_stored']:.1e} |")
+        lines.append("")
+        for name, v in r["variants"].items():
+            lines.append(f"- {name}: subject stage footprint (one block at a time) <= training's: "
+                         f"**{v['stage_footprint_le_training']}**; residuals device vs host (relative L2, max over "
+                         "samples): " + ", ".join(f"{k} {e:.1e}" for k, e in v["residual_rel_error_device_vs_host"]
+                                                  .items()) + f"; compile {v['compile_model_bundle_s']} s")
+        lines += [f"- losses, a run from the device cache (portable forward programs) vs the host bundle's run: max "
+                  f"rel. diff **{r['max_rel_loss_diff_device_vs_host']:.1e}** over {len(r['losses_host_bundle'])} "
+                  f"steps; host subject bundle compile {r['compile_host_bundle_s']} s", ""]
     if res.get("headline"):
         lines += ["## Headline layout (FLUX layout, ~300M parameters, random weights; 128 px crops, 128 text tokens)",
                   "", "| precision | forward weights | largest block program MiB | subject stage s / sample | subject "

@@ -106,7 +106,8 @@ def main(request_path: str) -> int:
             doc["subject_stage"] = stage
             bundle = req["subject_out"]
         if not req.get("no_train"):
-            summary = train(bundle, req["runtime"], cfg, req.get("precision"))
+            summary = train(bundle, req["runtime"], cfg, req.get("precision"),
+                            keep_blocks=True if req.get("keep_blocks") else None)
             doc["summary"] = summary
         doc.update(status="ok")
         code = EXIT_OK

@@ -38,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("bundle")
     _train_args(t)
     t.add_argument("--device-preprocess", action="store_true", help="x0 from the photos (executorch)")
+    t.add_argument("--keep-blocks", action="store_true",
+                   help="cache-free bundle: keep every block program loaded between steps (default: when their "
+                        "weights are file-backed)")
     s = sub.add_parser("personalize", help="the subject stage on a model bundle, then training")
     s.add_argument("bundle", help="a model bundle (ditskip-edge compile without --images)")
     s.add_argument("--photos", required=True, help="folder of the subject's photos (they stay on this device)")
@@ -75,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         run_dir = Path(args.run_dir) if args.run_dir else Path(bundle) / "runs" / runtime
         summary = train_bundle(bundle, runtime, RunConfig(run_dir=run_dir, steps=args.steps,
                                checkpoint_every=args.checkpoint_every, resume=not args.no_resume),
-                               args.precision, getattr(args, "device_preprocess", False))
+                               args.precision, getattr(args, "device_preprocess", False),
+                               keep_blocks=True if args.keep_blocks else None)
     except UserError as e:
         print(f"python -m ditskip_edge.runtime {args.command}: error: {e}", file=sys.stderr)
         return 2

@@ -31,11 +31,11 @@ class StepInputs:
     encoded entry from elsewhere than the bundle's cache (cache-report codes reference entries with other codecs)."""
 
     def __init__(self, bundle: Bundle, x0_from: Callable[[Sample], np.ndarray] | None = None,
-                 entry_from: Callable[[Sample], dict[str, np.ndarray]] | None = None):
+                 entry_from: Callable[[Sample], dict[str, np.ndarray]] | None = None, keep_blocks: bool | None = None):
         if entry_from is None:
-            if bundle.cache_mode == CACHE_FREE:
+            if bundle.cache_mode == CACHE_FREE:       # keep_blocks: CacheFreeEntries' (None: when file-backed)
                 from .subject import CacheFreeEntries
-                entry_from = CacheFreeEntries(bundle)
+                entry_from = CacheFreeEntries(bundle, keep_blocks)
             else:
                 entry_from = (lambda s, cache=bundle.cache(): cache.read_encoded(s.index))
         self.entry_from = entry_from
