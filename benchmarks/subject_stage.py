@@ -5,15 +5,18 @@
 
 Per model (tiny configs, front 1 / back 2 of 6 blocks; fp32 training and forward programs, fp32 cache codec: the
 equality criteria are fp32's):
-1. compile a model bundle (no photos) and the host-compiled subject bundle of the same photos, prompt and schedule;
-2. the subject stage in a runtime-only child process (device_tests, uncapped, `--no-train`): seconds per sample and
-   the footprint (RssAnon above the child's baseline: interpreter + runtime libraries), one block program at a time
-   and with every block program kept loaded; flux-tiny also with the block programs' weights in .ptd data files;
-3. training the device's subject bundle in a runtime-only child: the training step's footprint (same measure) and
-   seconds per step; the cache-free subject bundle likewise (residuals computed each step first);
+1. the host-compiled subject bundle, and model bundles (no photos) with three kinds of forward programs: xnnpack (the
+   default: embed, blocks and encoder on XNNPACK, weights inside the .pte), portable (portable kernels, XNNPACK
+   encoder) and, for flux-tiny, portable with the weights in .ptd data files (memory-mapped, file-backed);
+2. for each: the subject stage in a runtime-only child process (device_tests, uncapped, `--no-train`), one block
+   program at a time and with every block program kept loaded: seconds per sample and the footprint (RssAnon above
+   the child's baseline: interpreter + runtime libraries imported, no bundle);
+3. training the device's subject bundle in a runtime-only child (footprint, seconds per step), and the cache-free
+   subject bundle (residuals computed each step first; blocks dropped or kept between steps): step time ratio;
 4. residuals per stream, device vs host (relative L2, max over the samples), and the losses of a run from the device
-   cache vs the host bundle's run (ExecuTorch, same programs);
-5. the planner (`ditskip-edge estimate --subject-stage`) for FLUX.1-dev and SANA-1600M: the subject stage's footprint
+   cache vs the host bundle's run (ExecuTorch, same training program);
+5. `--headline int8,...`: the subject stage vs training at a ~300M FLUX layout (no host comparison);
+6. the planner (`ditskip-edge estimate --subject-stage`) for FLUX.1-dev and SANA-1600M: the subject stage's footprint
    vs training's, the cache-free mode's storage saved, footprint and extra TFLOPs per step.
 Tests never time things; this script does (2 shared CPU cores: see the load average in the results).
 """
