@@ -13,7 +13,6 @@ import json
 import sys
 from pathlib import Path
 
-import torch
 import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parent.parent

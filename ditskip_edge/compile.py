@@ -6,7 +6,8 @@
     compile_subject_stage    subject/: normalised photos, text conditioning, the schedule, the residual cache
                              (clean latents + residuals per sample); the frozen full model runs one sample at a time
     program stages           programs/<runtime>/: add_executorch_programs(writer, ExecutorchPrograms(...)),
-                             add_ort_programs(writer, OrtPrograms(...)) (export/)
+                             add_ort_programs(writer, OrtPrograms(...)), and the generation part
+                             add_generation_programs(writer, GenerationPrograms(...)) (export/)
     subject programs         programs/executorch/subject/: encode, embed and one forward program per skipped-span
                              block (export/executorch_subject.py), for the subject stage on the device
 
@@ -32,6 +33,7 @@ from tqdm import tqdm
 
 from export.executorch_stage import ExecutorchPrograms, add_executorch_programs
 from export.executorch_subject import SubjectPrograms, add_subject_programs, entry_shapes, forward_examples
+from export.generation_stage import GenerationPrograms, add_generation_programs
 from export.ort_stage import OrtPrograms, add_ort_programs
 
 from . import __version__
@@ -59,7 +61,8 @@ log = logging.getLogger(__name__)
 CACHE_WARN_REL_ERROR = 0.05     # compile warns when a residual's coding error exceeds this (||d_hat - d|| / ||d||)
 MAX_PROMPT_CHARS = 2000
 MAX_LR = 1.0
-PROGRAM_STAGES = {ExecutorchPrograms: add_executorch_programs, OrtPrograms: add_ort_programs}
+PROGRAM_STAGES = {ExecutorchPrograms: add_executorch_programs, OrtPrograms: add_ort_programs,
+                  GenerationPrograms: add_generation_programs}
 
 
 @dataclass
@@ -116,6 +119,8 @@ def check_request(req: CompileRequest, spec: ModelSpec) -> ScheduleConfig:
         if type(stage) not in PROGRAM_STAGES:
             raise UserError(f"unknown program stage {stage!r}")
         stage.validate()
+        if hasattr(stage, "check_model"):
+            stage.check_model(spec)
     if req.subject_programs is not None:
         req.subject_programs.validate()
     return sched

@@ -40,10 +40,12 @@ def load_model(spec: ModelSpec, lora_file: str | Path | None = None) -> nn.Modul
 
 @torch.no_grad()
 def generate(spec: ModelSpec, transformer: nn.Module, prompts: list[str], seeds: list[int], steps: int = 20,
-             guidance: float = 3.0, px: int | None = None, batch: int = 16) -> torch.Tensor:
-    """One image per (prompt, seed) pair, in that order: [N, 3, px, px] in [-1, 1]."""
-    if len(prompts) != len(seeds):
-        raise ValueError("generate: one seed per prompt")
+             guidance: float = 3.0, px: int | None = None, batch: int = 16,
+             noises: list[torch.Tensor] | None = None) -> torch.Tensor:
+    """One image per (prompt, seed) pair, in that order: [N, 3, px, px] in [-1, 1]. `noises` (latent layout
+    [1, C, h, w], one per image) replaces the seeds' torch noise: the device runtime's portable-RNG noise."""
+    if len(prompts) != len(seeds) or (noises is not None and len(noises) != len(prompts)):
+        raise ValueError("generate: one seed (and noise) per prompt")
     px = px or spec.train_px
     view = make_view(spec.arch, transformer)
     decoder = LatentEncoder(spec.arch, build_vae(spec))
@@ -53,7 +55,9 @@ def generate(spec: ModelSpec, transformer: nn.Module, prompts: list[str], seeds:
     out = []
     for i in range(0, len(prompts), batch):
         ps, ss = prompts[i:i + batch], seeds[i:i + batch]
-        x = torch.cat([view.pack(torch.randn(1, c, *hw, generator=torch.Generator().manual_seed(s))) for s in ss])
+        ns = noises[i:i + batch] if noises is not None else [
+            torch.randn(1, c, *hw, generator=torch.Generator().manual_seed(s)) for s in ss]
+        x = torch.cat([view.pack(n) for n in ns])
         cond = {k: torch.cat([enc[p][k] for p in ps]) for k in enc[""]}
         uncond = {k: v.expand(len(ps), *v.shape[1:]) for k, v in enc[""].items()}
         both = {k: torch.cat([uncond[k], cond[k]]) for k in cond}
@@ -74,3 +78,40 @@ def grid(images: torch.Tensor, cols: int, pad: int = 1) -> torch.Tensor:
         r, c = divmod(k, cols)
         g[:, r * (h + pad):r * (h + pad) + h, c * (w + pad):c * (w + pad) + w] = images[k]
     return g
+
+
+@torch.no_grad()
+def diffusers_reference(spec: ModelSpec, lora_file: str | Path | None, prompt: str, noise: torch.Tensor, steps: int,
+                        guidance: float) -> torch.Tensor:
+    """The host's picture for the device runtime's comparison: [H, W, 3] in [0, 1], from the same initial noise
+    (latent layout [1, C, h, w]), prompt, schedule and guidance.
+    - flux-tiny / sana-tiny: diffusers' own FluxPipeline / SanaPipeline built from the model's components, the LoRA
+      loaded with `load_lora_weights`, the prompt given as the hash encoder's embeddings (the tiny models have no
+      text encoder network) and the empty prompt as the negative. FluxPipeline runs its default sigmas (the
+      runtime's); SanaPipeline is given the same sigmas (`sigmas=`, its FlowMatch default would end at 1e-3) and no
+      resolution binning. FLUX guidance is `true_cfg_scale` (cond and uncond in two calls), SANA's `guidance_scale`.
+    - flux-testbed (MiniLM text, pixel autoencoder: no stock pipeline): `generate` above, the LoRA loaded with
+      `load_lora_adapter` into the full diffusers transformer, with the same noise."""
+    import numpy as np
+    from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline, SanaPipeline
+    px = noise.shape[-1] * spec.vae_scale_factor
+    if spec.text.kind != "hash":
+        img = generate(spec, load_model(spec, lora_file), [prompt], [0], steps, guidance, px, noises=[noise])
+        return (img[0].permute(1, 2, 0) * 0.5 + 0.5).clamp(0, 1)
+    cond, uncond = encode_prompt(spec, prompt), encode_prompt(spec, "")
+    common = dict(transformer=build_transformer(spec), vae=build_vae(spec), scheduler=FlowMatchEulerDiscreteScheduler())
+    if spec.arch == "flux":
+        pipe = FluxPipeline(text_encoder=None, tokenizer=None, text_encoder_2=None, tokenizer_2=None, **common)
+        kw = dict(pooled_prompt_embeds=cond["pooled"], negative_prompt_embeds=uncond["txt"],
+                  negative_pooled_prompt_embeds=uncond["pooled"], true_cfg_scale=guidance,
+                  latents=make_view(spec.arch, pipe.transformer).pack(noise))
+    else:
+        pipe = SanaPipeline(text_encoder=None, tokenizer=None, **common)
+        kw = dict(prompt_attention_mask=cond["txt_mask"], negative_prompt_embeds=uncond["txt"],
+                  negative_prompt_attention_mask=uncond["txt_mask"], negative_prompt=None, guidance_scale=guidance,
+                  sigmas=list(np.linspace(1.0, 1 / steps, steps)), use_resolution_binning=False, latents=noise)
+    if lora_file is not None:
+        pipe.load_lora_weights(str(lora_file))
+    pipe.set_progress_bar_config(disable=True)
+    out = pipe(prompt_embeds=cond["txt"], num_inference_steps=steps, height=px, width=px, output_type="np", **kw)
+    return torch.from_numpy(out.images[0])

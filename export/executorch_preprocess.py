@@ -27,18 +27,29 @@ class Preprocess(nn.Module):
         return self.encoder(self.sampler(photo, crop_box))
 
 
-def export_module(module: nn.Module, example: tuple, backend: str = "portable"):
-    """Inference export (no backward). Returns the ExecutorchProgramManager."""
-    from executorch.exir import EdgeCompileConfig, to_edge, to_edge_transform_and_lower
+def export_module(module: nn.Module, example: tuple, backend: str = "portable", planned_inputs: bool = True,
+                  mm_rewrite: bool = False):
+    """Inference export (no backward). Returns the ExecutorchProgramManager. planned_inputs=False leaves the graph
+    inputs out of the memory plan: the runtime then uses the caller's memory (e.g. a memory-mapped weights file) in
+    place instead of copying it into the program's arena. mm_rewrite: addmm -> mm + add (graph_passes; the portable
+    addmm kernel is naive)."""
+    from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge, to_edge_transform_and_lower
+    from executorch.exir.passes import MemoryPlanningPass
     with torch.no_grad():
         ep = torch.export.export(module.eval(), example, strict=False)
+    if mm_rewrite:
+        from .graph_passes import addmm_to_mm_add
+        ep = ep.run_decompositions()
+        addmm_to_mm_add(ep)
     cc = EdgeCompileConfig(_check_ir_validity=False)
     if backend == "xnnpack":
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
         edge = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()], compile_config=cc)
     else:
         edge = to_edge(ep, compile_config=cc)
-    return edge.to_executorch()
+    if planned_inputs:
+        return edge.to_executorch()
+    return edge.to_executorch(ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False)))
 
 
 def export_preprocess(sampler: PatchSampler, encoder: LatentEncoder, photo_shape_hw: tuple[int, int],

@@ -15,7 +15,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn as nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ditskip_edge.quantize import QuantSpec

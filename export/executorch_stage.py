@@ -18,7 +18,7 @@ import torch
 from ditskip_edge.bundle_model import OpenBundle, open_bundle
 from ditskip_edge.quantize import QuantSpec
 from ditskip_edge.runtime.bundle import PROGRAMS_DIR, BundleWriter
-from ditskip_edge.runtime.contract import PREPROCESS, PROGRAM_PRECISIONS, TRAIN_STEP, ProgramEntry
+from ditskip_edge.runtime.contract import PREPROCESS, TRAIN_STEP, ProgramEntry, check_precisions
 from ditskip_edge.runtime.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -34,10 +34,7 @@ class ExecutorchPrograms:
     group_size: int = 32                        # int4: input features per scale
 
     def validate(self) -> None:
-        bad = [p for p in self.precisions if p not in PROGRAM_PRECISIONS]
-        if bad or not self.precisions or len(set(self.precisions)) != len(self.precisions):
-            raise UserError(f"--precision {','.join(self.precisions)}: expected distinct values among "
-                            f"{', '.join(PROGRAM_PRECISIONS)}")
+        check_precisions(self.precisions)
         if self.backend not in BACKENDS:
             raise UserError(f"executorch backend {self.backend!r}: expected one of {', '.join(BACKENDS)}")
 

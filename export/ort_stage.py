@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from ditskip_edge.bundle_model import open_bundle
 from ditskip_edge.quantize import QuantSpec
 from ditskip_edge.runtime.bundle import PROGRAMS_DIR, BundleWriter
-from ditskip_edge.runtime.contract import PROGRAM_PRECISIONS
-from ditskip_edge.runtime.errors import UserError
+from ditskip_edge.runtime.contract import check_precisions
 
 log = logging.getLogger(__name__)
 PROGRAM_DIR = f"{PROGRAMS_DIR}/ort"
@@ -27,10 +26,7 @@ class OrtPrograms:
     group_size: int = 32                        # int4: input features per scale
 
     def validate(self) -> None:
-        bad = [p for p in self.precisions if p not in PROGRAM_PRECISIONS]
-        if bad or not self.precisions or len(set(self.precisions)) != len(self.precisions):
-            raise UserError(f"--precision {','.join(self.precisions)}: expected distinct values among "
-                            f"{', '.join(PROGRAM_PRECISIONS)}")
+        check_precisions(self.precisions)
 
 
 def add_ort_programs(writer: BundleWriter, config: OrtPrograms) -> list[str]:

@@ -71,3 +71,19 @@ def device_bundle(tmp_path_factory) -> Path:
     return compile_tiny(tmp_path_factory.mktemp("device") / "bundle", "flux-tiny", grad_accum=2,
                         programs=[ExecutorchPrograms(("fp32", "int8"), preprocess=False),
                                   OrtPrograms(("fp32", "int8"))])
+
+
+@pytest.fixture(scope="session")
+def generation_bundle(tmp_path_factory) -> Path:
+    """flux-tiny bundle with the generation part at fp32, int8 and int4 (3 default sampler steps), 2 steps."""
+    from export.generation_stage import GenerationPrograms
+    return compile_tiny(tmp_path_factory.mktemp("gen-flux") / "bundle", "flux-tiny", steps=2,
+                        programs=[GenerationPrograms(("fp32", "int8", "int4"), steps=3)])
+
+
+@pytest.fixture(scope="session")
+def generation_testbed_bundle(tmp_path_factory) -> Path:
+    """flux-testbed bundle with the generation part at fp32 (MiniLM text encoder program + WordPiece vocabulary)."""
+    from export.generation_stage import GenerationPrograms
+    return compile_tiny(tmp_path_factory.mktemp("gen-testbed") / "bundle", "flux-testbed", steps=2,
+                        programs=[GenerationPrograms(("fp32",), steps=3)])

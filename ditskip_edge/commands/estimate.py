@@ -40,6 +40,10 @@ def register(sub, add_json_flag) -> None:
                    help="the stored residual cache's codec (the cache-free comparison's storage)")
     p.add_argument("--forward-precision", default=None, choices=PRECISIONS,
                    help="the subject stage's forward programs' frozen weights (default: --precision)")
+    p.add_argument("--generation-px", type=int, nargs="*", default=None,
+                   help="also estimate on-device generation (full model one block at a time, CFG batch 2, weights "
+                        "mapped) at these image sides (no value: the train resolution and the model's data "
+                        "resolution)")
     add_json_flag(p)
     p.set_defaults(func=run)
 
@@ -51,4 +55,14 @@ def run(args) -> dict:
                                  runtime_overhead_mib=args.runtime_overhead_mib, steps=args.steps,
                                  grad_accum=args.grad_accum, remat=args.remat, weights=args.weights,
                                  subject_stage=args.subject_stage, cache_codec=args.cache_codec,
-                                 forward_precision=args.forward_precision))
+                                 forward_precision=args.forward_precision, generation_px=_generation_px(args)))
+
+
+def _generation_px(args) -> tuple[int, ...]:
+    if args.generation_px is None:
+        return ()
+    if args.generation_px:
+        return tuple(args.generation_px)
+    from ..models.loading import resolve_spec
+    spec = resolve_spec(args.model)
+    return tuple(dict.fromkeys([args.resolution or spec.train_px, spec.data_px]))

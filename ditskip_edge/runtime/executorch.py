@@ -13,36 +13,26 @@ photo size), for `train --device-preprocess`.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
 from . import bindings
 from .bundle import Bundle
-from .contract import METHOD, PREPROCESS, TRAIN_STEP, find_program, ordered_inputs
+from .contract import METHOD, PREPROCESS, ordered_inputs
 from .errors import BundleError
 from .inputs import NamedInputs
-from .loop import StepAdapter
+from .program_step import ProgramStep
 from .schedule import Sample
 
 
-def program_sha256(bundle: Bundle, program: dict) -> str:
-    return "+".join(bundle.file_sha256(p) for p in [program["path"], *program.get("data", [])])
-
-
-class ExecutorchStep(StepAdapter):
+class ExecutorchStep(ProgramStep):
     runtime = "executorch"
 
     def __init__(self, bundle: Bundle, precision: str | None = None):
         import torch                     # ExecuTorch's Python bindings take torch tensors (no autograd is used)
+        super().__init__(bundle, precision)
         self._torch = torch
-        self.program = find_program(bundle.programs, TRAIN_STEP, self.runtime, precision, str(bundle.root))
-        self.program_sha256 = program_sha256(bundle, self.program)
         self.module = bindings.executorch_training()._load_for_executorch_for_training(
             str(bundle.root / self.program["path"]))
-        self.names = list(self.program["trainable"])
-        self._params: dict[str, np.ndarray] | None = None
-        self._grads = {n: np.zeros(s, np.float32) for n, s in self.program["trainable_shapes"].items()}
 
     def _forward_backward(self, inputs: NamedInputs) -> float:
         tensors = [self._torch.from_numpy(a) for a in ordered_inputs(self.program, inputs)]
@@ -61,23 +51,6 @@ class ExecutorchStep(StepAdapter):
         for n, g in self.module.named_gradients().items():
             self._grads[n] += g.numpy() / np.float32(grad_accum)
         return loss / grad_accum
-
-    def gradients(self) -> dict[str, np.ndarray]:
-        return self._grads
-
-    def zero_grad(self) -> None:
-        for g in self._grads.values():
-            g[...] = 0.0
-
-    def parameters(self) -> dict[str, np.ndarray]:
-        return self._params
-
-    def lora_keys(self) -> dict[str, str]:
-        return dict(self.program["trainable"])
-
-    def describe(self) -> dict:
-        return {"program": self.program["path"], "backend": self.program["backend"],
-                "precision": self.program["precision"]}
 
 
 class Preprocessor:

@@ -15,32 +15,28 @@ import numpy as np
 
 from . import bindings
 from .bundle import Bundle
-from .contract import TRAIN_STEP, find_program, ordered_inputs
+from .contract import ordered_inputs
 from .errors import BundleError
-from .executorch import program_sha256
 from .inputs import NamedInputs
-from .loop import StepAdapter
+from .program_step import ProgramStep
 
 
-class OrtStep(StepAdapter):
+class OrtStep(ProgramStep):
     runtime = "ort"
 
     def __init__(self, bundle: Bundle, precision: str | None = None):
         api = bindings.ort_training_api()
-        self.program = find_program(bundle.programs, TRAIN_STEP, self.runtime, precision, str(bundle.root))
-        self.program_sha256 = program_sha256(bundle, self.program)
+        super().__init__(bundle, precision)
         checkpoint = [d for d in self.program.get("data", []) if d.endswith("checkpoint")]
         if len(checkpoint) != 1:
             raise BundleError(f"{bundle.root}: ORT program {self.program['path']} lists no checkpoint in data")
         self.state = api.CheckpointState.load_checkpoint(str(bundle.root / checkpoint[0]))
         self.module = api.Module(str(bundle.root / self.program["path"]), self.state)
         self.module.train()
-        self.names = list(self.program["trainable"])
         missing = [n for n in self.names if n not in self.state.parameters]
         if missing:
             raise BundleError(f"{self.program['path']}: trainable parameters {missing[:3]} are not in its checkpoint")
         self._params = {n: np.array(self.state.parameters[n].data, np.float32) for n in self.names}
-        self._grads = {n: np.zeros_like(a) for n, a in self._params.items()}
 
     def accumulate(self, inputs: NamedInputs, grad_accum: int) -> float:
         self.module.lazy_reset_grad()
@@ -49,25 +45,8 @@ class OrtStep(StepAdapter):
             self._grads[n] += self.state.parameters[n].grad / np.float32(grad_accum)
         return loss / grad_accum
 
-    def gradients(self) -> dict[str, np.ndarray]:
-        return self._grads
-
-    def zero_grad(self) -> None:
-        for g in self._grads.values():
-            g[...] = 0.0
-
-    def parameters(self) -> dict[str, np.ndarray]:
-        return self._params
-
     def set_parameters(self, values: dict[str, np.ndarray]) -> None:
         for n, v in values.items():
             if v is not self._params[n]:
                 self._params[n][...] = v
             self.state.parameters[n].data = self._params[n]
-
-    def lora_keys(self) -> dict[str, str]:
-        return dict(self.program["trainable"])
-
-    def describe(self) -> dict:
-        return {"program": self.program["path"], "backend": self.program["backend"],
-                "precision": self.program["precision"]}

@@ -128,7 +128,8 @@ def run_identity(model: Bundle, photos: list[PhotoPixels], prompt: str, mode: st
 
 def subject_manifest(model: Bundle) -> dict:
     """The model bundle's manifest fields a subject bundle keeps (files are listed again on commit)."""
-    keep = ("created_by", "model", "plan", "lora", "optimizer", "model_stage", "lora_file", "schedule", "programs")
+    keep = ("created_by", "model", "plan", "lora", "optimizer", "model_stage", "lora_file", "schedule", "programs",
+            "generation")
     return {k: model.manifest[k] for k in keep if k in model.manifest}
 
 

@@ -1,2 +1,3 @@
-// Exposes the Objective-C++ bridge over ExecuTorch's C++ TrainingModule to Swift.
+// Exposes the Objective-C++ bridges over ExecuTorch's C++ TrainingModule and Module to Swift.
 #import "ETTrainingBridge.h"
+#import "ETInferenceBridge.h"

@@ -53,6 +53,50 @@ object Safetensors {
         }
     }
 
+    fun f32Bytes(values: FloatArray): ByteArray {
+        val buf = ByteBuffer.allocate(values.size * 4).order(ByteOrder.LITTLE_ENDIAN)
+        buf.asFloatBuffer().put(values)
+        return buf.array()
+    }
+
+    /** The __metadata__ strings of a safetensors file (empty if none). */
+    fun metadata(file: File): Map<String, String> {
+        java.io.RandomAccessFile(file, "r").use { f ->
+            val lenBytes = ByteArray(8); f.readFully(lenBytes)
+            val len = ByteBuffer.wrap(lenBytes).order(ByteOrder.LITTLE_ENDIAN).long.toInt()
+            val header = ByteArray(len); f.readFully(header)
+            val meta = JSONObject(String(header, Charsets.UTF_8)).optJSONObject("__metadata__") ?: return emptyMap()
+            return meta.keys().asSequence().associateWith { meta.getString(it) }
+        }
+    }
+
+    /** Write tensors of any stored dtype (dtype, shape, little-endian bytes) atomically, widest dtypes first so
+     *  every float32 tensor is 4-byte aligned (runtime/weights.py write_weights: the merged LoRA'd weights). */
+    fun writeRaw(file: File, tensors: Map<String, Triple<String, LongArray, ByteArray>>, metadata: Map<String, String>) {
+        val width = mapOf("F32" to 4, "I8" to 1, "U8" to 1)
+        val keys = tensors.keys.sortedWith(compareBy({ -width.getValue(tensors.getValue(it).first) }, { it }))
+        val header = JSONObject()
+        header.put("__metadata__", JSONObject(metadata))
+        var offset = 0L
+        for (k in keys) {
+            val (dtype, shape, data) = tensors.getValue(k)
+            header.put(k, JSONObject().put("dtype", dtype).put("shape", JSONArray(shape.toList()))
+                .put("data_offsets", JSONArray(listOf(offset, offset + data.size))))
+            offset += data.size
+        }
+        var headerBytes = header.toString().toByteArray(Charsets.UTF_8)
+        headerBytes += ByteArray((8 - headerBytes.size % 8) % 8) { 0x20.toByte() }
+        file.parentFile?.mkdirs()
+        val tmp = File(file.parentFile, file.name + ".tmp")
+        FileOutputStream(tmp).use { out ->
+            out.write(ByteBuffer.allocate(8).order(ByteOrder.LITTLE_ENDIAN).putLong(headerBytes.size.toLong()).array())
+            out.write(headerBytes)
+            for (k in keys) out.write(tensors.getValue(k).third)
+            out.fd.sync()
+        }
+        check(tmp.renameTo(file)) { "could not rename $tmp to $file" }
+    }
+
     /** Write float32 tensors (sorted keys, as the Python writer does) atomically: tmp file, fsync, rename. */
     fun writeF32(file: File, tensors: Map<String, Pair<LongArray, FloatArray>>, metadata: Map<String, String>) {
         val header = JSONObject()

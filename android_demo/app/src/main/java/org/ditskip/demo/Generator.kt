@@ -1,0 +1,199 @@
+package org.ditskip.demo
+
+import org.json.JSONObject
+import org.pytorch.executorch.EValue
+import org.pytorch.executorch.Module
+import org.pytorch.executorch.Tensor
+import java.io.File
+import java.nio.ByteBuffer
+import java.nio.ByteOrder
+import java.nio.MappedByteBuffer
+import java.nio.channels.FileChannel
+
+/**
+ * Generation on the phone after training, line for line ditskip_edge/runtime/generation.py over the bundle's
+ * generation programs (manifest `generation` + the gen_* / decode / text_encoder program entries):
+ *
+ *   cond = text(prompt), uncond = text("")          HashText (built-in tiny models) | Wordpiece + text_encoder.pte
+ *   x    = PortableRng.normal(seed, latent_shape)
+ *   for each sigma: values = gen_embed([x, x], [t, t], [uncond, cond])
+ *                   for each block in order: values += gen_block.<kind>(values, that block's weights)
+ *                   v = gen_head(values);  x += (sigma_next - sigma) (v_u + g (v_c - v_u))
+ *   image = clip(decode(x) * 0.5 + 0.5, 0, 1)        [H, W, 3] row-major, the caller shows it
+ *
+ * A program's inputs are found by name among the values computed so far; `w.<state>` inputs are the block's
+ * weights: direct buffers over the memory-mapped weights file (the merged LoRA'd linears from the file merged
+ * after training), handed to Tensor.fromBlob without a copy on the Java side.
+ */
+class Generator(private val root: File, manifest: JSONObject, precision: String? = null) {
+    private val gen = manifest.getJSONObject(BundleContract.GEN_FIELD)
+    private val arch = manifest.getJSONObject("model").getString("arch")
+    private val loraRecord = manifest.getJSONObject(BundleContract.LORA_FILE_FIELD)
+    val precision: String = precision ?: gen.getJSONArray("precisions").getString(0)
+    private val text = gen.getJSONObject("text")
+    private val sampler = gen.getJSONObject("sampler")
+    private val latentShape = gen.getJSONArray("latent_shape").let { a -> LongArray(a.length()) { a.getLong(it) } }
+    private val programs = HashMap<String, JSONObject>()
+    private val tokenizer: Wordpiece? = text.optJSONObject("tokenizer")?.let {
+        Wordpiece.fromFile(File(root, it.getString("vocab")), it.getInt("max_len")) }
+
+    init {
+        val list = manifest.getJSONArray(BundleContract.PROGRAMS_FIELD)
+        for (i in 0 until list.length()) {
+            val p = list.getJSONObject(i)
+            val name = p.getString("name")
+            val shared = name == BundleContract.GEN_TEXT_ENCODER || name == BundleContract.GEN_DECODE
+            if (p.getString("runtime") == BundleContract.ET_RUNTIME && (shared || p.getString(BundleContract.ET_PRECISION_FIELD) == this.precision)) programs[name] = p
+        }
+    }
+
+    /** (tokens the prompt needs, tokens the encoder takes): generation refuses a longer prompt. */
+    fun countTokens(prompt: String): Pair<Int, Int> =
+        (tokenizer?.countTokens(prompt) ?: HashText.words(prompt).size) to text.getInt("seq_len")
+
+    fun checkPrompt(prompt: String) {
+        require(prompt.isNotBlank()) { "the prompt is empty: describe the picture" }
+        val (n, limit) = countTokens(prompt)
+        require(n <= limit) { "the prompt has $n tokens; the text encoder takes at most $limit: shorten it" }
+    }
+
+    private fun load(name: String): Pair<Module, JSONObject> {
+        val p = programs[name] ?: error("no $name program at ${precision} in the bundle (compile with --generation)")
+        return Module.load(File(root, p.getString(BundleContract.ET_PROGRAM_FIELD)).absolutePath) to p
+    }
+
+    private fun run(program: Pair<Module, JSONObject>, value: (String, String, LongArray) -> Tensor): Map<String, Tensor> {
+        val (module, p) = program
+        val specs = p.getJSONArray(BundleContract.ET_INPUTS_FIELD)
+        val inputs = (0 until specs.length()).map { i ->
+            val s = specs.getJSONObject(i); val sh = s.getJSONArray("shape")
+            EValue.from(value(s.getString("name"), s.getString("dtype"), LongArray(sh.length()) { sh.getLong(it) }))
+        }
+        val outs = module.forward(*inputs.toTypedArray())
+        val names = p.getJSONArray("outputs")
+        return (0 until names.length()).associate { names.getJSONObject(it).getString("name") to outs[it].toTensor() }
+    }
+
+    private fun encode(prompt: String, textProgram: Pair<Module, JSONObject>?): Map<String, Pair<LongArray, FloatArray>> {
+        if (textProgram == null) return HashText.encode(prompt, arch, text.getInt("seq_len"), text.getInt("dim"), text.optInt("pooled_dim"))
+        val (ids, mask) = tokenizer!!.encode(prompt)
+        val out = run(textProgram) { name, _, shape -> Tensor.fromBlob(if (name == "input_ids") ids else mask, shape) }
+        return out.mapValues { (_, t) -> t.shape() to t.dataAsFloatArray }
+    }
+
+    fun generate(prompt: String, seed: Long, steps: Int, guidance: Float, mergedLora: File?,
+                 onStep: (Int, Int) -> Unit = { _, _ -> }): FloatArray {
+        checkPrompt(prompt)
+        val base = MappedWeights(File(root, gen.getJSONObject("weights").getString(precision)))
+        val merged = mergedLora?.let { MappedWeights(it) }
+        val textProgram = if (programs.containsKey(BundleContract.GEN_TEXT_ENCODER)) load(BundleContract.GEN_TEXT_ENCODER) else null
+        val u = encode("", textProgram); val c = encode(prompt, textProgram)
+        textProgram?.first?.destroy()
+        val cond = c.mapValues { (k, cv) -> val uv = u.getValue(k); val sh = cv.first.copyOf(); sh[0] = 2; sh to (uv.second + cv.second) }
+        val numel = latentShape.fold(1L) { a, b -> a * b }.toInt()
+        val x = PortableRng.normal(seed, numel)
+        val sig = Sampler.sigmas(steps, sampler.getDouble("shift").toFloat(), sampler.getBoolean("use_dynamic_shifting"),
+                                 if (sampler.isNull("mu")) null else sampler.getDouble("mu"), sampler.getString("time_shift_type"))
+        val embed = load(BundleContract.GEN_EMBED); val head = load(BundleContract.GEN_HEAD)
+        val blocks = HashMap<String, Pair<Module, JSONObject>>()
+        val order = gen.getJSONArray("blocks")
+        val batch2 = latentShape.copyOf().also { it[0] = 2 }
+        try {
+            for (i in 0 until steps) {
+                val xx = x + x
+                val values = HashMap<String, Tensor>()
+                values.putAll(run(embed) { name, _, shape -> when (name) {
+                    "x" -> Tensor.fromBlob(xx, batch2)
+                    "t" -> Tensor.fromBlob(floatArrayOf(sig[i], sig[i]), shape)
+                    else -> Tensor.fromBlob(cond.getValue(name).second, shape)
+                } })
+                for (b in 0 until order.length()) {
+                    val blockName = order.getJSONObject(b).getString("name")
+                    val kind = order.getJSONObject(b).getString("kind")
+                    val program = blocks.getOrPut(kind) { load(BundleContract.GEN_BLOCK_PREFIX + kind) }
+                    values.putAll(run(program) { name, dtype, shape ->
+                        if (name.startsWith(BundleContract.GEN_WEIGHT_PREFIX)) {
+                            val key = "$blockName.${name.removePrefix(BundleContract.GEN_WEIGHT_PREFIX)}"
+                            (merged?.takeIf { key in it } ?: base).tensor(key, dtype, shape)
+                        } else values.getValue(name)
+                    })
+                }
+                val v = run(head) { name, _, _ -> values.getValue(name) }.getValue("v").dataAsFloatArray
+                Sampler.guidedEulerStep(x, v, guidance, sig[i], sig[i + 1])
+                onStep(i + 1, steps)
+            }
+        } finally {
+            embed.first.destroy(); head.first.destroy(); blocks.values.forEach { it.first.destroy() }
+        }
+        val decode = load(BundleContract.GEN_DECODE)
+        val image = try { run(decode) { _, _, shape -> Tensor.fromBlob(x, shape) }.getValue("image") } finally { decode.first.destroy() }
+        val chw = image.dataAsFloatArray
+        val (h, w) = image.shape()[2].toInt() to image.shape()[3].toInt()
+        return FloatArray(h * w * 3) { k -> val p = k / 3; val ch = k % 3
+            (chw[ch * h * w + p] * 0.5f + 0.5f).coerceIn(0f, 1f) }
+    }
+
+    /** The LoRA'd linears merged at the weights' bit width into `out` (once after training): the bundle's LoRA only
+     *  (the manifest's lora_file keys and metadata; shapes that fit the frozen weights). */
+    fun mergeLora(lora: File, out: File): File {
+        val tensors = Safetensors.read(lora)
+        val keys = loraRecord.getJSONArray("keys").let { a -> (0 until a.length()).map { a.getString(it) }.toSet() }
+        require(tensors.keys == keys) { "$lora: a LoRA for another model or plan (its keys are not this bundle's)" }
+        val meta = loraRecord.getJSONObject("metadata")
+        require(Safetensors.metadata(lora) == meta.keys().asSequence().associateWith { meta.getString(it) }) {
+            "$lora: its metadata (rank, alpha, targets) differs from this bundle's: a LoRA for another plan" }
+        val base = MappedWeights(File(root, gen.getJSONObject("weights").getString(precision)))
+        val scale = gen.getDouble("lora_scale").toFloat()
+        val merged = LinkedHashMap<String, Triple<String, LongArray, ByteArray>>()
+        for (module in keys.map { it.substringBeforeLast(".lora_") }.toSortedSet()) {
+            val a = tensors.getValue("$module.lora_A.weight"); val b = tensors.getValue("$module.lora_B.weight")
+            val name = module.removePrefix(BundleContract.LORA_KEY_PREFIX)
+            val states = listOf("weight", "w_codes", "w_scale", "w_packed").filter { "$name.$it" in base }
+                .associateWith { base.raw("$name.$it") }
+            require(states.isNotEmpty()) { "$lora: $name is not a linear of this model" }
+            val o = (states["weight"] ?: states["w_codes"] ?: states.getValue("w_packed")).shape[0]
+            require(b.shape[0] == o) { "$lora: $module.lora_B has ${b.shape[0]} rows, the frozen weight $o: another model" }
+            for ((s, t) in LoraMerge.merge(states, a.floats(), b.floats(), a.shape[0].toInt(), scale, gen.getInt("group_size"))) merged["$name.$s"] = t
+        }
+        Safetensors.writeRaw(out, merged, mapOf("format" to "ditskip-edge-merged-lora", "precision" to precision))
+        return out
+    }
+}
+
+/** A safetensors file mapped once; tensors are direct-buffer views of it (nothing read until the runtime reads). */
+class MappedWeights(file: File) {
+    private val map: MappedByteBuffer
+    private val entries = HashMap<String, JSONObject>()
+    private val base: Int
+
+    init {
+        val ch = FileChannel.open(file.toPath())
+        map = try { ch.map(FileChannel.MapMode.READ_ONLY, 0, ch.size()) } finally { ch.close() }
+        map.order(ByteOrder.LITTLE_ENDIAN)
+        val n = map.getLong(0).toInt()
+        val hb = ByteArray(n); map.position(8); map.get(hb); map.position(0)
+        val header = JSONObject(String(hb, Charsets.UTF_8))
+        for (k in header.keys()) if (k != "__metadata__") entries[k] = header.getJSONObject(k)
+        base = 8 + n
+    }
+
+    operator fun contains(key: String): Boolean = key in entries
+
+    private fun slice(key: String): ByteBuffer {
+        val offs = entries.getValue(key).getJSONArray("data_offsets")
+        return map.duplicate().apply { position(base + offs.getLong(0).toInt()); limit(base + offs.getLong(1).toInt()) }
+            .slice().order(ByteOrder.nativeOrder())           // phones are little-endian: the file's byte order
+    }
+
+    fun raw(key: String): RawTensor {
+        val e = entries.getValue(key); val sh = e.getJSONArray("shape")
+        return RawTensor(e.getString("dtype"), LongArray(sh.length()) { sh.getLong(it) }, slice(key).order(ByteOrder.LITTLE_ENDIAN))
+    }
+
+    fun tensor(key: String, dtype: String, shape: LongArray): Tensor = when (dtype) {
+        "float32" -> Tensor.fromBlob(slice(key).asFloatBuffer(), shape)
+        "int8" -> Tensor.fromBlob(slice(key), shape)
+        "uint8" -> Tensor.fromBlobUnsigned(slice(key), shape)
+        else -> error("weight $key: dtype $dtype is not float32 / int8 / uint8")
+    }
+}

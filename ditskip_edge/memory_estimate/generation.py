@@ -1,0 +1,156 @@
+"""Predicted memory of generation on a device, as the runtime runs it (runtime/generation.py), from the architecture
+alone: the full transformer one block at a time, classifier-free guidance as a batch of 2, every frozen weight
+memory-mapped from the bundle's file (the LoRA'd linears merged into a second mapped file).
+
+    footprint_bytes  (dirty anonymous: what a phone counts)
+               = program_arena      the largest of: embed's, one block's (per block kind), head's traced transient
+                                    peak at batch 2 (dequantized weights included: int8/int4 are dequantized in the
+                                    graph), the weights themselves excluded (inputs read in place from the mapping)
+               + streams            what lives between programs: the streams and the context at batch 2 (FLUX: img,
+                                    txt, temb, rotary; SANA: img, timestep, caption, caption bias), the previous block's
+                                    streams while the next block's outputs are written, x, v (batch 2) and the
+                                    conditioning of both prompts
+               + runtime_overhead   the process (given, as for training)
+    file_backed_bytes = every block's frozen weights + embedders + head at the precision (the whole model: a picture
+                        needs the skipped blocks too); working set: one block's + embedders and head
+
+Not modeled: the text encoder (FLUX.1-dev's CLIP + T5-XXL, SANA's Gemma-2: no device program exists for them here;
+the runtime drops the text program before sampling) and the autoencoder's decoder (runs after the transformer
+programs are dropped; its activations at 1024 px are not traced here).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ..models.loading import build_transformer
+from ..models.specs import FLUX_ARCH, ModelSpec
+from ..models.views import block_names_of, make_view
+from ..quantize import QuantSpec, quantize_frozen_layers
+from .memory import GIB, _sdpa_context
+from .tracker import StepMemoryTracker, storage_keys
+
+CFG_BATCH = 2
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    spec: ModelSpec
+    resolution_px: int
+    text_tokens: int
+    precision: str = "int8"
+
+    @property
+    def latent_shape(self) -> tuple[int, int, int, int]:
+        c = self.spec.transformer_config
+        side = self.resolution_px // self.spec.vae_scale_factor
+        ch = int(c["in_channels"]) // 4 if self.spec.arch == FLUX_ARCH else int(c["in_channels"])
+        return (CFG_BATCH, ch, side, side)
+
+
+def _nbytes(tensors) -> int:
+    seen, n = set(), 0
+    for t in tensors:
+        if isinstance(t, torch.Tensor) and t.untyped_storage()._cdata not in seen:
+            seen.add(t.untyped_storage()._cdata)
+            n += t.numel() * t.element_size()
+    return n
+
+
+def _module_bytes(m: torch.nn.Module) -> int:
+    return _nbytes(list(m.parameters()) + [b for b in m.buffers() if b is not None])
+
+
+def _streams_bytes(streams: dict, ctx) -> int:
+    ctx_tensors = [v for v in vars(ctx).values() if isinstance(v, torch.Tensor)]
+    ctx_tensors += [t for v in vars(ctx).values() if isinstance(v, tuple) for t in v if isinstance(t, torch.Tensor)]
+    return _nbytes(list(streams.values()) + ctx_tensors)
+
+
+def trace_generation(cfg: GenerationConfig, attention: str = "math") -> dict:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    spec = cfg.spec
+    transformer = build_transformer(spec, "meta").requires_grad_(False)
+    view = make_view(spec.arch, transformer)
+    names = block_names_of(transformer)
+    kinds: dict[str, int] = {}
+    for i, n in enumerate(names):
+        kinds.setdefault("single" if n.startswith("single_") else "double" if spec.arch == FLUX_ARCH else "sana", i)
+    non_block = [m for n, m in view.named_children() if n != "blocks"]
+    quant = QuantSpec(cfg.precision) if cfg.precision in ("int8", "int4") else None
+    fake = FakeTensorMode(allow_non_fake_inputs=True)
+    c = spec.transformer_config
+    with fake, torch.no_grad():
+        for m in non_block + [view.blocks[i] for i in kinds.values()]:
+            m.to_empty(device="cpu")
+            if quant is not None:
+                quantize_frozen_layers(m, quant)
+        for name, p in list(view.named_parameters(recurse=False)):
+            setattr(view, name, torch.nn.Parameter(torch.zeros(p.shape), requires_grad=False))
+        b, L = CFG_BATCH, cfg.text_tokens
+        x = torch.zeros(cfg.latent_shape)
+        t = torch.full((b,), 0.5)
+        if spec.arch == FLUX_ARCH:
+            cond = {"txt": torch.zeros(b, L, int(c["joint_attention_dim"])),
+                    "pooled": torch.zeros(b, int(c["pooled_projection_dim"]))}
+            if c.get("guidance_embeds"):
+                cond["guidance"] = torch.full((b,), 3.5)
+        else:
+            cond = {"txt": torch.zeros(b, L, int(c["caption_channels"])), "txt_mask": torch.ones(b, L)}
+        weights = [p for m in non_block for p in list(m.parameters()) + list(m.buffers())]
+        weights += list(view.parameters(recurse=False))
+        with _sdpa_context(attention):
+            tr = StepMemoryTracker(storage_keys(weights + [x, t, *cond.values()]))
+            with tr:
+                streams, ctx = view.embed(view.pack(x), t, cond)
+            arenas = {"embed": tr.peak_bytes}
+            resident = _streams_bytes(streams, ctx)
+            keep = list(streams.values()) + [v for v in vars(ctx).values() if isinstance(v, torch.Tensor)]
+            keep += [u for v in vars(ctx).values() if isinstance(v, tuple) for u in v]
+            block_bytes = {}
+            for kind, i in kinds.items():
+                block = view.blocks[i]
+                bw = list(block.parameters()) + [bb for bb in block.buffers() if bb is not None]
+                block_bytes[kind] = _module_bytes(block)
+                tr = StepMemoryTracker(storage_keys(bw + keep))
+                with tr:
+                    out = view.run_block(block, streams, ctx)
+                arenas[f"block.{kind}"] = tr.peak_bytes
+            tr = StepMemoryTracker(storage_keys(keep + weights))
+            with tr:
+                v = view.head(out, ctx)
+            arenas["head"] = tr.peak_bytes
+    per_block = [block_bytes["single" if n.startswith("single_") else "double" if spec.arch == FLUX_ARCH else "sana"]
+                 for n in names]
+    non_block_bytes = sum(_module_bytes(m) for m in non_block) + _nbytes(list(view.parameters(recurse=False)))
+    latents = 2 * _nbytes([x]) + _nbytes([v]) + _nbytes(list(cond.values()))
+    return {"arenas_bytes": arenas, "streams_bytes": resident, "latents_and_cond_bytes": latents,
+            "frozen_weights_bytes": sum(per_block) + non_block_bytes, "largest_block_bytes": max(block_bytes.values()),
+            "non_block_bytes": non_block_bytes, "image_tokens": (cfg.resolution_px // spec.pixel_multiple) ** 2}
+
+
+def generation_estimate(cfg: GenerationConfig, runtime_overhead_bytes: int, attention: str = "math") -> dict:
+    tr = trace_generation(cfg, attention)
+    arena = max(tr["arenas_bytes"].values())
+    # streams: the block's inputs stay alive while its outputs are written, so twice the streams at a boundary
+    footprint = arena + 2 * tr["streams_bytes"] + tr["latents_and_cond_bytes"] + runtime_overhead_bytes
+    working = tr["largest_block_bytes"] + tr["non_block_bytes"]
+    out = {"resolution_px": cfg.resolution_px, "image_tokens": tr["image_tokens"], "text_tokens": cfg.text_tokens,
+           "cfg_batch": CFG_BATCH, "precision": cfg.precision, "program_arena_bytes": arena,
+           "arenas_bytes": tr["arenas_bytes"], "streams_bytes": 2 * tr["streams_bytes"],
+           "latents_and_cond_bytes": tr["latents_and_cond_bytes"], "runtime_overhead_bytes": runtime_overhead_bytes,
+           "footprint_bytes": footprint, "file_backed_bytes": tr["frozen_weights_bytes"],
+           "file_backed_working_set_bytes": working, "peak_bytes": footprint + working,
+           "not_modeled": ["text encoder", "autoencoder decoder"]}
+    out.update({k.replace("_bytes", "_gib"): round(v / GIB, 3) for k, v in list(out.items())
+                if k.endswith("_bytes") and isinstance(v, int)})
+    return out
+
+
+def data_resolution(spec: ModelSpec) -> int:
+    """The resolution a user generates at: the model's data resolution (FLUX 512, SANA 1024 here)."""
+    m = spec.pixel_multiple
+    return int(math.ceil(spec.data_px / m) * m)

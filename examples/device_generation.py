@@ -1,0 +1,115 @@
+"""The picture the phone draws after training, beside the one diffusers draws: `make demo`'s generation step.
+
+    python -m examples.device_generation [--bundle B --lora L]      # default: builds demo_out/bundle_gen itself
+
+For each prompt: `python -m ditskip_edge.runtime generate` in a child process (the device stand-in: runtime package
+only, the bundle's generation programs, the LoRA merged at the weights' bit width) and the host's picture from the
+full diffusers model with the LoRA loaded (ditskip_edge/generate.py diffusers_reference), from the same portable-RNG
+noise, prompt, steps and guidance. Writes demo_out/device_generation.png (rows: diffusers, device; at fp32 they agree
+to <= 1e-3 mean absolute pixel error, printed) and demo_out/device_<i>.png (the runtime's own PNGs).
+
+For the lead to wire into examples/demo.py: compile the demo bundle with `--generation` (and `--precision fp32`, or
+keep int8: then the rows differ by the quantization, ~4e-3 on flux-testbed), then call
+`device_vs_diffusers(bundle, lora, prompts)` after training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "demo_out"
+
+
+def runtime_generate(bundle: Path, lora: Path | None, prompt: str, seed: int, steps: int, out: Path) -> dict:
+    """The device stand-in in its own process (it imports the runtime package only)."""
+    cmd = [sys.executable, "-m", "ditskip_edge.runtime", "generate", str(bundle), "--prompt", prompt, "--seed", str(seed),
+           "--steps", str(steps), "--out", str(out), "--json"] + (["--lora", str(lora)] if lora else [])
+    run = subprocess.run(cmd, capture_output=True, text=True, cwd=str(ROOT))
+    if run.returncode != 0:
+        raise SystemExit(run.stderr.strip().splitlines()[-1])
+    return json.loads(run.stdout)
+
+
+def device_vs_diffusers(bundle: Path, lora: Path | None, prompts: list[str], seed: int = 0, steps: int | None = None,
+                        out_dir: Path = OUT) -> dict:
+    import torch
+    from PIL import Image
+
+    from ditskip_edge.generate import diffusers_reference, grid
+    from ditskip_edge.images import to_uint8_image
+    from ditskip_edge.models.specs import ModelSpec
+    from ditskip_edge.runtime import rng
+    from ditskip_edge.runtime.bundle import read_manifest
+    m = read_manifest(bundle, verify=False)
+    gen = m["generation"]
+    steps = steps or gen["sampler"]["default_steps"]
+    spec = ModelSpec.from_json(m["model"])
+    lora_file = None if lora is None else (Path(lora) / m["lora_file"]["name"] if Path(lora).is_dir() else Path(lora))
+    device, host, rows = [], [], []
+    for i, prompt in enumerate(prompts):
+        png = out_dir / f"device_{i}.png"
+        summary = runtime_generate(bundle, lora, prompt, seed, steps, png)
+        device.append(np.asarray(Image.open(png), np.float32) / 255)
+        noise = torch.from_numpy(rng.normal(seed, tuple(gen["latent_shape"])))
+        host.append(diffusers_reference(spec, lora_file, prompt, noise, steps, gen["sampler"]["guidance_scale"]).numpy())
+        rows.append({"prompt": prompt, "device_png": str(png), "seconds": summary["seconds"],
+                     "precision": summary["precision"],
+                     "mean_abs_pixel_error": float(np.abs(device[-1] - host[-1]).mean())})
+    images = torch.from_numpy(np.stack(host + device)).permute(0, 3, 1, 2) * 2 - 1
+    picture = to_uint8_image(grid(images, len(prompts)))
+    path = out_dir / "device_generation.png"
+    picture.resize((picture.width * 4, picture.height * 4), 0).save(path)
+    return {"picture": str(path), "rows": "diffusers (host), device runtime", "images": rows}
+
+
+def build_demo_bundle(out: Path) -> tuple[Path, Path]:
+    """The demo's bundle (flux-testbed, teal star, BlockSkip 50%) with the generation part, trained as the demo does."""
+    from ditskip_edge.cli import main as cli_main
+    from ditskip_edge.images import to_uint8_image
+    from benchmarks.testbed.scenes import SUBJECTS, reference_images, subject_prompt
+    subject = SUBJECTS["teal_star"]
+    photos = out / "photos"
+    photos.mkdir(parents=True, exist_ok=True)
+    for i, r in enumerate(reference_images(subject, 5)):
+        to_uint8_image(r).save(photos / f"{i:02d}.png")
+    bundle = out / "bundle_gen"
+    args = ["compile", "--model", "flux-testbed", "--images", str(photos), "--prompt", subject_prompt(subject),
+            "--skip-ratio", "0.5", "--steps", "200", "--grad-accum", "4", "--rank", "8", "--lr", "5e-3",
+            "--generation", "--precision", "fp32", "--out", str(bundle), "--force"]
+    if cli_main(args) != 0 or cli_main(["train", str(bundle), "--no-resume"]) != 0:
+        raise SystemExit(1)
+    return bundle, bundle / "runs" / "eager" / "lora"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--bundle", default=None)
+    ap.add_argument("--lora", default=None)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--steps", type=int, default=None)
+    args = ap.parse_args()
+    import torch
+    torch.set_num_threads(1)
+    OUT.mkdir(exist_ok=True)
+    if args.bundle:
+        bundle, lora = Path(args.bundle), (Path(args.lora) if args.lora else None)
+    else:
+        bundle, lora = build_demo_bundle(OUT)
+    from benchmarks.testbed.scenes import SUBJECTS, eval_prompts
+    prompts = [p for p, _ in eval_prompts(SUBJECTS["teal_star"])]
+    result = device_vs_diffusers(bundle, lora, prompts, args.seed, args.steps)
+    for r in result["images"]:
+        print(f"{r['prompt']!r}: device {r['seconds']:.1f} s, mean |device - diffusers| = {r['mean_abs_pixel_error']:.2e}")
+    print(f"picture: {result['picture']} (rows: {result['rows']})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""The exportable modules of generation: the full transformer's forward cut at block boundaries, the text encoder
+and the autoencoder's decoder. Each takes and returns flat tensors with fixed names, so the device runtime (and the
+apps) call them with one generic rule: a program's inputs are looked up by name among the values computed so far
+(`w.<state>` among the block's weights), its outputs are stored under their names.
+
+    gen_embed(x [B, C, h, w], t [B], cond.<key> sorted)  -> the streams entering block 0 and the context
+    gen_block.<kind>(streams, context, w.<state> ...)    -> the streams leaving the block
+    gen_head(img, context)                               -> v [B, C, h, w]   (velocity, latent layout)
+    decode(x [1, C, h, w])                               -> image [1, 3, H, W] in about [-1, 1]
+    text_encoder(input_ids, attention_mask)              -> cond.txt, cond.pooled   (flux-testbed's MiniLM)
+
+with, by architecture (models/views.py: the diffusers modules themselves, referenced, never re-implemented):
+
+    FLUX  embed -> img [B, N, D], txt [B, L, D], temb [B, D], rot_cos / rot_sin [L + N, head_dim]
+          block.double / block.single (img, txt, temb, rot_cos, rot_sin) -> img, txt;  head (img, temb)
+    SANA  embed -> img [B, N, D], timestep [B, 6D], embedded_timestep [B, D], caption [B, L, D],
+                   caption_bias [B, 1, L];  block.sana (img, timestep, caption, caption_bias) -> img;
+          head (img, embedded_timestep)
+
+The latents stay in the autoencoder's layout [B, C, h, w] between programs (FLUX packs 2x2 patches inside embed and
+unpacks inside head), so the runtime's Euler update is elementwise on one layout and the decoder reads it as is.
+
+A block program holds no weights: `LiftedBlock` makes every parameter and buffer of the block an input
+(torch.func.functional_call), so one program serves every block of its kind and the runtime feeds each block's
+weights from the memory-mapped weights file (runtime/weights.py). `lift_states` is the shared piece; a per-block
+program with its frozen weights as constants (or in an ExecuTorch .ptd data file) is the same export with
+`lifted=()`.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.func import functional_call
+
+from ditskip_edge.models.latents import LatentEncoder
+from ditskip_edge.models.specs import FLUX_ARCH
+from ditskip_edge.models.views import DiTView, FluxContext, SanaContext
+from ditskip_edge.runtime.contract import COND_PREFIX
+
+WEIGHT_PREFIX = "w."
+ACTIVATIONS = {
+    FLUX_ARCH: {"embed": ["img", "txt", "temb", "rot_cos", "rot_sin"],
+                "block": ["img", "txt", "temb", "rot_cos", "rot_sin"], "block_out": ["img", "txt"],
+                "head": ["img", "temb"]},
+    "sana": {"embed": ["img", "timestep", "embedded_timestep", "caption", "caption_bias"],
+             "block": ["img", "timestep", "caption", "caption_bias"], "block_out": ["img"],
+             "head": ["img", "embedded_timestep"]},
+}
+
+
+def _contiguous(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Outputs in the standard (row-major) dim order: what the runtime's numpy arrays have when they come back in."""
+    return tuple(t.contiguous() for t in tensors)
+
+
+def block_kind(arch: str, block_name: str) -> str:
+    if arch == FLUX_ARCH:
+        return "single" if block_name.startswith("single_transformer_blocks.") else "double"
+    return "sana"
+
+
+def block_states(block: nn.Module) -> dict[str, torch.Tensor]:
+    """Every parameter and buffer of a block by its name inside the block (what a block program takes)."""
+    return {**dict(block.named_parameters()), **{n: b for n, b in block.named_buffers() if b is not None}}
+
+
+class GenEmbed(nn.Module):
+    def __init__(self, view: DiTView, cond_keys: list[str]):
+        super().__init__()
+        self.view, self.cond_keys = view, sorted(cond_keys)
+
+    def input_names(self) -> list[str]:
+        return ["x", "t"] + [COND_PREFIX + k for k in self.cond_keys]
+
+    def forward(self, x, t, *cond):
+        streams, ctx = self.view.embed(self.view.pack(x), t, dict(zip(self.cond_keys, cond)))
+        if isinstance(ctx, FluxContext):
+            return _contiguous(streams["img"], streams["txt"], ctx.temb, ctx.rotary[0], ctx.rotary[1])
+        return _contiguous(streams["img"], ctx.timestep, ctx.embedded_timestep, ctx.txt, ctx.txt_bias)
+
+
+class LiftedBlock(nn.Module):
+    """One block's forward with the states named in `lifted` taken as inputs (after the activations)."""
+
+    def __init__(self, view: DiTView, block: nn.Module, latent_hw: tuple[int, int], lifted: list[str]):
+        super().__init__()
+        self.view, self.block, self.hw = view, block, latent_hw
+        self.acts = ACTIVATIONS[view.arch]["block"]
+        self.lifted = list(lifted)
+
+    def input_names(self) -> list[str]:
+        return self.acts + [WEIGHT_PREFIX + n for n in self.lifted]
+
+    def forward(self, *tensors):
+        k = len(self.acts)
+        a = dict(zip(self.acts, tensors[:k]))
+        ws = dict(zip(self.lifted, tensors[k:]))
+        if self.view.arch == FLUX_ARCH:
+            txt, img = functional_call(self.block, ws, (), dict(
+                hidden_states=a["img"], encoder_hidden_states=a["txt"], temb=a["temb"],
+                image_rotary_emb=(a["rot_cos"], a["rot_sin"])), strict=False)
+            return _contiguous(img, txt)
+        p = self.view.patch
+        h, w = self.hw[0] // p, self.hw[1] // p
+        return _contiguous(functional_call(self.block, ws, (a["img"], None, a["caption"], a["caption_bias"],
+                                                            a["timestep"], h, w), strict=False))
+
+
+class GenHead(nn.Module):
+    def __init__(self, view: DiTView, latent_hw: tuple[int, int]):
+        super().__init__()
+        self.view, self.hw = view, latent_hw
+
+    def forward(self, img, ctx_tensor):
+        if self.view.arch == FLUX_ARCH:
+            v = self.view.head({"img": img}, FluxContext(temb=ctx_tensor, rotary=None))
+            return self.view.unpack(v, self.hw).contiguous()
+        p = self.view.patch
+        ctx = SanaContext(timestep=None, embedded_timestep=ctx_tensor, txt=None, txt_bias=None,
+                          hw=(self.hw[0] // p, self.hw[1] // p))
+        return self.view.head({"img": img}, ctx).contiguous()
+
+
+class Decode(nn.Module):
+    """Latents [1, C, h, w] -> image [1, 3, H, W] (the pipelines' decode: unscale, unshift, the VAE's decoder)."""
+
+    def __init__(self, encoder: LatentEncoder):
+        super().__init__()
+        self.encoder = encoder
+
+    def forward(self, x):
+        return self.encoder.decode(x).contiguous()
+
+
+class MiniLMEncoder(nn.Module):
+    """flux-testbed's text conditioning as models/text.py MiniLMTextEncoder computes it (docs/optimum.md recipe):
+    (input_ids, attention_mask) int64 [1, L] -> txt [1, L, 384] (padding zeroed), pooled [1, 384] (mean, L2-normed)."""
+
+    def __init__(self, bert: nn.Module):
+        super().__init__()
+        self.bert = bert
+
+    def forward(self, input_ids, attention_mask):
+        hidden = self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        m = attention_mask.to(hidden.dtype)
+        txt = hidden * m[..., None]
+        return txt, F.normalize(txt.sum(1) / m.sum(1, keepdim=True), dim=-1)

