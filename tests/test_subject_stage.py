@@ -404,3 +404,14 @@ def test_model_and_device_bundles_follow_the_contract(flux_model, flux_device):
         assert [s["name"] for s in p["inputs"]] == outs and [s["name"] for s in p["outputs"]] == \
             [o for o in outs if o.startswith(sp)]
         assert p["data"] and all(d in mb["files"] for d in p["data"])       # weights in the mapped .ptd
+
+
+def test_a_subject_bundle_keeps_the_model_bundles_generation_part():
+    """A model bundle compiled with --generation: the subject bundle written on the device keeps the generation
+    section (its files are linked with the rest), so `generate` runs on it after training."""
+    from types import SimpleNamespace
+    from ditskip_edge.runtime.subject import subject_manifest
+    manifest = {"model": {"name": "m"}, "plan": {}, "programs": [], "generation": {"px": 32},
+                "model_bundle": {"prompts": []}, "bundle_kind": "model"}
+    kept = subject_manifest(SimpleNamespace(manifest=manifest))
+    assert kept["generation"] == {"px": 32} and "model_bundle" not in kept and "bundle_kind" not in kept
