@@ -200,7 +200,9 @@ def test_the_checkpoint_and_its_identity_follow_the_contract(device_bundle, tmp_
 KT_JSON_READ = re.compile(r'\b(?:get|opt)(?:JSONObject|JSONArray|String|Int|Long|Double|Boolean)\("([^"]+)"\)')
 SWIFT_JSON_READ = re.compile(r'\[\s*"([^"]+)"\s*\](?!\s*=[^=])')          # reads, not report writes
 APP_OWN_FIELDS = {"step", "losses", "identity", "optimizer_steps",                  # the apps' checkpoint metadata
-                  "dtype", "shape", "data_offsets", "__metadata__"}              # safetensors header
+                  "dtype", "shape", "data_offsets", "__metadata__",              # safetensors header
+                  "[CLS]", "[SEP]", "[PAD]", "[UNK]",                  # WordPiece vocabulary lookups (vocab.txt)
+                  "weight", "w_codes", "w_packed", "w_scale"}          # a block's tensors in the weights file
 
 
 def _json_keys(obj, out: set[str]) -> set[str]:
