@@ -1,5 +1,6 @@
 """python -m device_tests BUNDLE --runtime executorch|ort [--precision P] [--run-dir D] [--margin 0.5]
                          [--slack-mib 64] [--budget-mib N | --uncapped] [--steps N] [--no-resume] [--json]
+                         [--photos DIR [--subject-out OUT] [--cache-free] [--no-train]]   (BUNDLE a model bundle)
 
 Trains BUNDLE in a runtime-only child process under a footprint cap derived from the bundle's memory prediction
 (device_tests/runner.py) and prints what a handset report would: status, the prediction and where it came from, the
@@ -36,13 +37,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--checkpoint-every", type=int, default=1)
     p.add_argument("--no-resume", action="store_true")
     p.add_argument("--no-estimate", action="store_true", help="predict from the program's memory report only")
+    p.add_argument("--photos", default=None, help="BUNDLE is a model bundle: run the subject stage on these photos "
+                                                  "first (on the device), then train")
+    p.add_argument("--subject-out", default=None, help="with --photos: the subject bundle (default BUNDLE-subject)")
+    p.add_argument("--cache-free", action="store_true", help="with --photos: no stored residuals")
+    p.add_argument("--no-train", action="store_true", help="with --photos: stop after the subject stage")
     p.add_argument("--json", action="store_true", help="print the full device_run.json document")
     a = p.parse_args(argv)
     run_dir = Path(a.run_dir) if a.run_dir else Path(a.bundle) / "runs" / f"device-{a.runtime}"
     run = run_device(a.bundle, a.runtime, run_dir, margin=a.margin, slack_bytes=int(a.slack_mib * MIB),
                      budget_bytes=None if a.budget_mib is None else int(a.budget_mib * MIB), uncapped=a.uncapped,
                      steps=a.steps, checkpoint_every=a.checkpoint_every, resume=not a.no_resume,
-                     use_estimate=not a.no_estimate, reserve=not a.no_reserve, precision=a.precision)
+                     use_estimate=not a.no_estimate, reserve=not a.no_reserve, precision=a.precision,
+                     photos=a.photos, subject_out=(a.subject_out or str(a.bundle).rstrip("/") + "-subject")
+                     if a.photos else None, cache_free=a.cache_free, no_train=a.no_train)
     doc = run.to_json()
     if a.json:
         json.dump(doc, sys.stdout, indent=1, default=str)
@@ -58,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
                  "footprint_above_baseline_bytes": run.footprint_above_baseline_bytes,
                  "peak_file_bytes": run.peak_file_bytes, "footprint_within_budget": run.footprint_within_budget,
                  "final_loss": run.summary.get("final_loss"), "lora": run.summary.get("lora"),
+                 "subject_stage": r.get("subject_stage"),
                  "host_modules_loaded": r.get("host_modules_loaded"), "torch_loaded": r.get("torch_loaded"),
                  "run_dir": run.run_dir}
         print(json.dumps(short, indent=1))

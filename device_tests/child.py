@@ -10,7 +10,10 @@
    data budget. RLIMIT_DATA counts private writable memory (heap, anonymous mappings) and not read-only file
    mappings: a memory-mapped weights file does not count, as on a phone. An allocation past it fails cleanly here
    (exit 3); the parent also watches RssAnon and stops the process when it passes the budget (what a phone does);
-4. trains the bundle with the runtime package's loop (checkpoint, resume, LoRA, as
+4. with `photos` in the request (the bundle is then a model bundle): runs the subject stage first (runtime/subject.py,
+   as `python -m ditskip_edge.runtime personalize` does: photos -> schedule -> x0 -> the skipped blocks' forward ->
+   residual cache, or cache-free), writing the subject bundle `subject_out`; then (unless `no_train`)
+   trains the bundle with the runtime package's loop (checkpoint, resume, LoRA, as
    `python -m ditskip_edge.runtime train --runtime R` does);
 5. writes RESULT.json atomically: ok / out_of_memory / error, the message, the summary, the footprint at the end,
    the modules that got in (must be none of FORBIDDEN).
@@ -51,7 +54,7 @@ def _looks_like_oom(exc: BaseException, capped: bool) -> bool:
     return any(m.lower() in text for m in OOM_MARKERS + (CAPPED_OOM_MARKERS if capped else ()))
 
 
-def import_runtime(runtime: str):
+def import_runtime(runtime: str, subject_stage: bool = False):
     """The guard first, then the runtime package's loop and adapters (which import the runtime bindings alone)."""
     from device_tests import runtime_imports as ri
     ri.forbid_host_modules()
@@ -65,7 +68,9 @@ def import_runtime(runtime: str):
     # first one loaded under a tight cap fails to map its segments, an ImportError that hides the real cause).
     import safetensors.numpy  # noqa: F401
 
-    from ditskip_edge.runtime import executorch, loop, ort, run  # noqa: F401
+    from ditskip_edge.runtime import executorch, forward, loop, ort, run, subject  # noqa: F401
+    if subject_stage:
+        ri.executorch_inference()         # the subject stage's forward programs (ExecuTorch inference bindings)
     return run.train_bundle, loop.RunConfig, ri
 
 
@@ -75,7 +80,7 @@ def main(request_path: str) -> int:
     doc: dict = {"status": "error", "runtime": req["runtime"], "pid": os.getpid()}
     t0 = time.perf_counter()
     try:
-        train, Config, ri = import_runtime(req["runtime"])
+        train, Config, ri = import_runtime(req["runtime"], bool(req.get("photos") or req.get("cache_free_bundle")))
         from ditskip_edge.runtime.footprint import read_footprint
         doc["runtime_version"] = ri.runtime_version(req["runtime"])
         base = read_footprint()
@@ -91,8 +96,20 @@ def main(request_path: str) -> int:
         cfg = Config(run_dir=Path(req["run_dir"]), steps=req.get("steps"),
                      checkpoint_every=int(req.get("checkpoint_every", 1)), resume=bool(req.get("resume", True)),
                      progress=False)
-        summary = train(req["bundle"], req["runtime"], cfg, req.get("precision"))
-        doc.update(status="ok", summary=summary)
+        bundle = req["bundle"]
+        if req.get("photos"):
+            from ditskip_edge.runtime.subject import SubjectConfig, personalize
+            stage = personalize(bundle, req["photos"], req["subject_out"], SubjectConfig(
+                cache_mode="cache-free" if req.get("cache_free") else "stored", prompt=req.get("prompt"),
+                resume=bool(req.get("resume", True)), overwrite=bool(req.get("overwrite", False)),
+                keep_blocks=bool(req.get("keep_blocks", False)), progress=False))
+            doc["subject_stage"] = stage
+            bundle = req["subject_out"]
+        if not req.get("no_train"):
+            summary = train(bundle, req["runtime"], cfg, req.get("precision"),
+                            keep_blocks=True if req.get("keep_blocks") else None)
+            doc["summary"] = summary
+        doc.update(status="ok")
         code = EXIT_OK
     except BaseException as e:  # noqa: BLE001 - the child reports every failure in RESULT.json
         if isinstance(e, KeyboardInterrupt):

@@ -2,6 +2,8 @@
 
     python -m device_tests.gen_contract            # rewrite the two generated files
     python -m device_tests.gen_contract --check    # exit 1 if they are out of date (tests/test_bundle_contract.py)
+    python -m device_tests.gen_contract --vectors  # also rewrite the schedule's test vectors in the JSON (only when
+                                                   # the schedule algorithm's version changes)
 
 Outputs: android_demo/app/src/main/java/org/ditskip/demo/BundleContract.kt and
 ios_demo/DitSkipDemo/BundleContract.swift. The apps' hand-written code uses only these names for manifest fields,
@@ -70,7 +72,44 @@ def _values(c: dict) -> list[tuple[str, object]]:
         ("GEN_WEIGHT_PREFIX", c["generation"]["weight_prefix"]),
         ("RNG_CHECK_SEED", c["rng"]["check_seed"]),
         ("RNG_CHECK_NORMALS", c["rng"]["check_first_normals"]),
+        ("BUNDLE_KIND_FIELD", c["bundle"]["bundle_kinds"]["field"]),
+        ("MODEL_BUNDLE_KIND", c["bundle"]["bundle_kinds"]["model"]),
+        ("CACHE_FREE_MODE", c["bundle"]["cache_modes"]["cache_free"]),
+        ("ET_ENCODE", pr["encode_name"]),
+        ("ET_EMBED", pr["embed_name"]),
+        ("ET_BLOCK", pr["block_name"]),
+        ("SCHEDULE_ALGORITHM", c["schedule"]["algorithm"]["version"]),
+        ("SCHEDULE_SAMPLE_DRAWS", c["schedule"]["algorithm"]["sample_draws"]),
+        ("SCHEDULE_SHUFFLE_BASE", c["schedule"]["algorithm"]["shuffle_base"]),
+        ("SCHEDULE_T_MIN", c["schedule"]["algorithm"]["t_range"][0]),
+        ("SCHEDULE_T_MAX", c["schedule"]["algorithm"]["t_range"][1]),
     ]
+
+
+# The schedule's test vectors (docs/bundle_contract.json `schedule.test_vectors`): photo sizes + config -> every
+# sample. Fixed reference values: `--vectors` rewrites them (only when the schedule algorithm's version changes).
+SCHEDULE_CASES = [
+    (dict(steps=4, grad_accum=2, s_min_px=256, s_max_px=512, multiple_px=16, seed=0),
+     [(512, 683), (512, 512), (683, 512)]),
+    (dict(steps=3, grad_accum=3, s_min_px=128, s_max_px=256, multiple_px=16, seed=2**63 - 1, t_sampling="logit_normal"),
+     [(240, 320), (300, 300)]),
+    (dict(steps=2, grad_accum=1, s_min_px=32, s_max_px=64, multiple_px=4, seed=42, dynamic_patches=False), [(64, 80)]),
+    (dict(steps=6, grad_accum=2, s_min_px=128, s_max_px=256, multiple_px=16, seed=7, t_sampling="logit_normal"),
+     [(256, 256), (256, 300), (300, 256), (256, 384), (400, 256)]),
+]
+
+
+def schedule_test_vectors() -> list[dict]:
+    from dataclasses import asdict
+
+    from ditskip_edge.runtime.schedule import ScheduleConfig, make_schedule
+    out = []
+    for kw, sizes in SCHEDULE_CASES:
+        cfg = ScheduleConfig(**kw)
+        s = make_schedule(cfg, sizes, [f"p{i}" for i in range(len(sizes))])
+        out.append({"config": asdict(cfg), "photo_sizes_hw": [list(x) for x in sizes],
+                    "samples": [[x.index, x.photo, x.t, list(x.crop_box), x.noise_seed] for x in s.samples]})
+    return out
 
 
 def _kotlin_value(v) -> str:
@@ -127,6 +166,10 @@ def outputs() -> dict[Path, str]:
 
 
 def main(argv: list[str]) -> int:
+    if "--vectors" in argv:
+        c = load_contract()
+        c["schedule"]["test_vectors"] = schedule_test_vectors()
+        CONTRACT.write_text(json.dumps(c, indent=1) + "\n")
     stale = []
     for path, text in outputs().items():
         if "--check" in argv:

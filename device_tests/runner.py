@@ -134,16 +134,22 @@ def run_device(bundle: str | Path, runtime: str, run_dir: str | Path, *, margin:
                slack_bytes: int = DEFAULT_SLACK_BYTES, budget_bytes: int | None = None, uncapped: bool = False,
                steps: int | None = None, checkpoint_every: int = 1, resume: bool = True, sample_s: float = 0.005,
                kill_when: Callable[[Path], bool] | None = None, reserve: bool = True, use_estimate: bool = True,
-               precision: str | None = None, extra_data_bytes: int = 0, timeout_s: float = 600) -> DeviceRun:
+               precision: str | None = None, extra_data_bytes: int = 0, timeout_s: float = 600,
+               photos: str | Path | None = None, subject_out: str | Path | None = None, cache_free: bool = False,
+               no_train: bool = False, keep_blocks: bool = False, overwrite: bool = False) -> DeviceRun:
     """Train `bundle` with `runtime` in a child process. budget_bytes overrides the prediction-derived budget;
     uncapped=True runs without a cap (to measure). kill_when(run_dir) -> True makes the parent SIGKILL the child
     (an interrupted run, as when a phone kills the app). reserve=False leaves RUNTIME_RESERVED_BYTES out of the
-    data budget; extra_data_bytes widens it (to test the footprint watch alone)."""
+    data budget; extra_data_bytes widens it (to test the footprint watch alone). With `photos`, `bundle` is a model
+    bundle: the child runs the subject stage first (runtime/subject.py) into `subject_out` (cache-free with
+    `cache_free`), then trains that subject bundle (unless `no_train`); the cap is the larger of the subject stage's
+    and the training step's predictions."""
     bundle, run_dir = Path(bundle).resolve(), Path(run_dir).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     prediction = None
     if not uncapped and budget_bytes is None:
-        prediction = predict_memory(bundle, runtime, use_estimate, precision)
+        prediction = predict_memory(bundle, runtime, use_estimate, precision, subject_stage=photos is not None,
+                                    cache_free=cache_free)
         budget_bytes = budget_from(prediction, margin, slack_bytes)
     if uncapped:
         budget_bytes = None
@@ -153,7 +159,11 @@ def run_device(bundle: str | Path, runtime: str, run_dir: str | Path, *, margin:
     result_path, baseline_path = tmp / "result.json", tmp / "baseline.json"
     request = {"bundle": str(bundle), "runtime": runtime, "precision": precision, "run_dir": str(run_dir),
                "result": str(result_path), "baseline": str(baseline_path), "data_budget_bytes": data_budget,
-               "steps": steps, "checkpoint_every": checkpoint_every, "resume": resume}
+               "steps": steps, "checkpoint_every": checkpoint_every, "resume": resume,
+               "photos": None if photos is None else str(Path(photos).resolve()),
+               "subject_out": None if subject_out is None else str(Path(subject_out).resolve()),
+               "cache_free": cache_free, "no_train": no_train, "keep_blocks": keep_blocks, "overwrite": overwrite,
+               "cache_free_bundle": _is_cache_free(bundle)}
     req_path = run_dir / "device_request.json"
     req_path.write_text(json.dumps(request, indent=1))
     env = dict(os.environ, MALLOC_ARENA_MAX=os.environ.get("DEVICE_MALLOC_ARENA_MAX", "1"),
@@ -202,6 +212,14 @@ def run_device(bundle: str | Path, runtime: str, run_dir: str | Path, *, margin:
                     asdict(prediction) if prediction else None, result, baseline, timeline)
     (run_dir / "device_run.json").write_text(json.dumps(run.to_json(), indent=1, default=str))
     return run
+
+
+def _is_cache_free(bundle: Path) -> bool:
+    try:
+        m = json.loads((bundle / "manifest.json").read_text())
+        return (m.get("subject_stage") or {}).get("cache_mode") == "cache-free"
+    except (OSError, ValueError):
+        return False
 
 
 def _outcome(returncode: int, killed_by: str | None, result: dict, log_text: str, budget: int | None,

@@ -60,5 +60,6 @@ def host_modules_loaded() -> list[str]:
 
 
 executorch_training = bindings.executorch_training
+executorch_inference = bindings.executorch_inference
 ort_training_api = bindings.ort_training_api
 runtime_version = bindings.runtime_version

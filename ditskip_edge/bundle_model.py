@@ -1,6 +1,9 @@
 """Open a bundle for the host: the runtime's Bundle plus the model it was compiled for (spec, skip plan, LoRA spec),
 the kept blocks with LoRA as a SkipModel, and the text conditioning as torch tensors.
 
+A subject bundle has its schedule and (stored mode) its residual cache; a model bundle (no photos) or a cache-free
+subject bundle has no cache: `cache` is None, and the cache's codec and entry shapes come from the manifest.
+
 The transformer is built on the meta device from its config and only the bundle's kept weights are loaded into it
 (`assign=True`), so skipped blocks never take memory; LoRA is injected into the full-model object so its names are
 the full model's.
@@ -20,10 +23,11 @@ from .models.loading import transformer_class
 from .models.specs import ModelSpec
 from .models.views import make_view
 from .plan import SkipPlan
-from .runtime.bundle import MODEL_WEIGHTS, Bundle, OptimizerSpec
+from .runtime.bundle import CACHE_FREE, MODEL_BUNDLE, MODEL_WEIGHTS, Bundle, OptimizerSpec
 from .runtime.cache import CacheReader
+from .runtime.cache_format import CacheCodec
 from .runtime.errors import BundleError
-from .runtime.schedule import Schedule
+from .runtime.schedule import Schedule, ScheduleConfig
 from .skip_model import SkipModel
 
 
@@ -34,10 +38,13 @@ class OpenBundle:
     plan: SkipPlan
     lora: LoraSpec
     optimizer: OptimizerSpec
-    schedule: Schedule
+    schedule_config: ScheduleConfig
     cond: dict[str, torch.Tensor]
-    cache: CacheReader
     kept_block_names: list[str]
+    codec: CacheCodec
+    entry_shapes: dict[str, tuple[int, ...]]
+    schedule: Schedule | None = None      # None: a model bundle
+    cache: CacheReader | None = None      # None: a model bundle or a cache-free subject bundle
 
     @property
     def root(self) -> Path:
@@ -58,8 +65,20 @@ def open_bundle(bundle: str | Path | Bundle, verify: bool = True) -> OpenBundle:
         kept_names = list(b.field("model_stage", "kept_block_names"))
     except (KeyError, TypeError, ValueError) as e:
         raise BundleError(f"{b.root / 'manifest.json'}: malformed field ({type(e).__name__}: {e})") from e
-    cond = {k: torch.from_numpy(v) for k, v in b.text_conditioning().items()}
-    return OpenBundle(b, spec, plan, lora, b.optimizer, b.schedule, cond, b.cache(), kept_names)
+    if b.kind == MODEL_BUNDLE:
+        cond_np, schedule, cache = b.prompt_conditioning(0), None, None
+        try:
+            sched_cfg = ScheduleConfig(**b.field("schedule"))
+        except TypeError as e:
+            raise BundleError(f"{b.root / 'manifest.json'}: malformed field schedule ({e})") from e
+    else:
+        cond_np, schedule = b.text_conditioning(), b.schedule
+        sched_cfg = schedule.config
+        cache = None if b.cache_mode == CACHE_FREE else b.cache()
+    cond = {k: torch.from_numpy(v) for k, v in cond_np.items()}
+    codec = cache.codec if cache is not None else CacheCodec.parse(b.codec_spec)
+    shapes = cache.shapes if cache is not None else b.entry_shapes
+    return OpenBundle(b, spec, plan, lora, b.optimizer, sched_cfg, cond, kept_names, codec, shapes, schedule, cache)
 
 
 def load_kept_transformer(b: OpenBundle) -> nn.Module:
@@ -77,7 +96,7 @@ def build_skip_model(b: OpenBundle) -> tuple[SkipModel, nn.Module, list[str]]:
     """SkipModel over the kept blocks with fresh LoRA (B = 0); returns it, the transformer, trainable names."""
     transformer = load_kept_transformer(b)
     with torch.random.fork_rng():       # LoRA A's random init is a function of the bundle: every run starts alike
-        torch.manual_seed(b.schedule.config.seed)
+        torch.manual_seed(b.schedule_config.seed)
         names = add_lora(transformer, b.spec.arch, b.kept_block_names, b.lora)
     view = make_view(b.spec.arch, transformer, b.plan.kept)
     missing = [n for n, p in view.named_parameters() if p.is_meta]

@@ -8,12 +8,18 @@
     program stages           programs/<runtime>/: add_executorch_programs(writer, ExecutorchPrograms(...)),
                              add_ort_programs(writer, OrtPrograms(...)), and the generation part
                              add_generation_programs(writer, GenerationPrograms(...)) (export/)
+    subject programs         programs/executorch/subject/: encode, embed and one forward program per skipped-span
+                             block (export/executorch_subject.py), for the subject stage on the device
 
-`compile_bundle` runs them into one atomically written bundle (runtime/bundle.py: nothing is left behind on error).
+`compile_bundle` runs them into one atomically written bundle (runtime/bundle.py: nothing is left behind on error):
+with photos (`images`) a subject bundle, compiled on the host; without, a *model bundle* (`compile_model_bundle`):
+the model stage, the prompts' text conditioning, the schedule's parameters, the training program(s) and the subject
+programs, and no photo, latent or residual: a phone runs the subject stage itself (runtime/subject.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import shutil
 import time
@@ -26,6 +32,7 @@ from safetensors.torch import save_file
 from tqdm import tqdm
 
 from export.executorch_stage import ExecutorchPrograms, add_executorch_programs
+from export.executorch_subject import SubjectPrograms, add_subject_programs, entry_shapes, forward_examples
 from export.generation_stage import GenerationPrograms, add_generation_programs
 from export.ort_stage import OrtPrograms, add_ort_programs
 
@@ -41,8 +48,8 @@ from .models.text import encode_prompt
 from .models.views import block_names_of, make_view
 from .patch_sampling import PatchSampler
 from .plan import SkipPlan
-from .runtime.bundle import (CACHE_DIR, MODEL_WEIGHTS, PHOTOS_DIR, SCHEDULE_FILE, TEXT_FILE, BundleWriter,
-                             OptimizerSpec, cache_identity)
+from .runtime.bundle import (CACHE_DIR, MODEL_BUNDLE, MODEL_WEIGHTS, PHOTOS_DIR, PROMPTS_DIR, SCHEDULE_FILE, STORED,
+                             SUBJECT_BUNDLE, TEXT_FILE, BundleWriter, OptimizerSpec, cache_identity)
 from .runtime.cache_format import CacheCodec, entry_layout
 from .runtime.errors import UserError
 from .runtime.schedule import ScheduleConfig, check_photo_sizes, make_schedule
@@ -61,7 +68,7 @@ PROGRAM_STAGES = {ExecutorchPrograms: add_executorch_programs, OrtPrograms: add_
 @dataclass
 class CompileRequest:
     model: str
-    images: str
+    images: str | None                    # None: a model bundle (no photos)
     prompt: str
     out: str
     n_front: int | None = None
@@ -73,14 +80,25 @@ class CompileRequest:
     cache_codec: str = DEFAULT_CODEC      # residual-cache codec spec (runtime/cache_format.py)
     overwrite: bool = False
     programs: list = field(default_factory=list)   # device program stages: ExecutorchPrograms / OrtPrograms
+    more_prompts: list[str] = field(default_factory=list)   # model bundle: prompts besides `prompt`
+    subject_programs: SubjectPrograms | None = None        # model bundle: the subject stage's forward programs
+    min_photos: int = 1                   # model bundle: the fewest photos its subject stage accepts
 
 
 def check_request(req: CompileRequest, spec: ModelSpec) -> ScheduleConfig:
     """Refuse a bad request with one line before any work. Returns the schedule config for this model."""
-    if not req.prompt or not req.prompt.strip():
-        raise UserError("prompt is empty: describe the subject, e.g. 'a photo of sks cat'")
-    if len(req.prompt) > MAX_PROMPT_CHARS:
-        raise UserError(f"prompt has {len(req.prompt)} characters: at most {MAX_PROMPT_CHARS}")
+    for prompt in [req.prompt, *req.more_prompts]:
+        if not prompt or not prompt.strip():
+            raise UserError("prompt is empty: describe the subject, e.g. 'a photo of sks cat'")
+        if len(prompt) > MAX_PROMPT_CHARS:
+            raise UserError(f"prompt has {len(prompt)} characters: at most {MAX_PROMPT_CHARS}")
+    if req.images is not None and (req.more_prompts or req.subject_programs is not None):
+        raise UserError("several prompts and the subject programs make a model bundle: leave out --images")
+    if len(set([req.prompt, *req.more_prompts])) != 1 + len(req.more_prompts):
+        raise UserError("the same prompt is given twice")
+    from .runtime.photos import MAX_PHOTOS
+    if not 1 <= req.min_photos <= MAX_PHOTOS:
+        raise UserError(f"min-photos must be in [1, {MAX_PHOTOS}], got {req.min_photos}")
     sched = req.schedule
     if sched.multiple_px != spec.pixel_multiple:
         sched = ScheduleConfig(**{**asdict(sched), "multiple_px": spec.pixel_multiple})
@@ -103,6 +121,8 @@ def check_request(req: CompileRequest, spec: ModelSpec) -> ScheduleConfig:
         stage.validate()
         if hasattr(stage, "check_model"):
             stage.check_model(spec)
+    if req.subject_programs is not None:
+        req.subject_programs.validate()
     return sched
 
 
@@ -175,8 +195,9 @@ def compile_subject_stage(writer: BundleWriter, spec: ModelSpec, transformer: nn
              "num_samples": schedule.num_samples, "clamped_crops": schedule.clamped_samples,
              "entry_shapes": index["shapes"], "cache_codec": index["codec"]["spec"],
              "cache_rel_error": index["rel_error"],
-             "cache_entry_bytes": index["entry_bytes"], "seconds": round(time.perf_counter() - t0, 3)}
-    writer.manifest.update(schedule=schedule.to_json()["config"], subject_stage=stage)
+             "cache_entry_bytes": index["entry_bytes"], "seconds": round(time.perf_counter() - t0, 3),
+             "cache_mode": STORED, "computed_by": "host"}
+    writer.manifest.update(schedule=schedule.to_json()["config"], subject_stage=stage, bundle_kind=SUBJECT_BUNDLE)
     return stage
 
 
@@ -188,12 +209,66 @@ def resolve_plan(req: CompileRequest, spec: ModelSpec, num_blocks: int, transfor
     return select_plan(spec, transformer, vae, photos, req.prompt, req.skip_ratio, seed=req.schedule.seed)
 
 
+def compile_model_bundle_stage(writer: BundleWriter, spec: ModelSpec, transformer: nn.Module, vae: nn.Module,
+                               prompts: list[str], schedule_cfg: ScheduleConfig, plan: SkipPlan, cache_codec: str,
+                               min_photos: int) -> dict:
+    """A model bundle's subject-independent part of the subject stage: every prompt's text conditioning (the prompt
+    is not the private part), the schedule's parameters, the cache's codec and entry shapes. No photo."""
+    records = []
+    for i, prompt in enumerate(prompts):
+        rel = f"{PROMPTS_DIR}/prompt_{i:03d}.safetensors"
+        save_file({k: v.contiguous() for k, v in encode_prompt(spec, prompt).items()}, str(writer.path(rel)))
+        records.append({"prompt": prompt, "text_conditioning": rel})
+    view = make_view(spec.arch, transformer)
+    cond = encode_prompt(spec, prompts[0])
+    _, x0, _, _, streams, _ = forward_examples(view, LatentEncoder(spec.arch, vae).eval(), schedule_cfg.s_min_px, cond)
+    shapes = entry_shapes(view, plan, x0, streams)
+    codec = CacheCodec.parse(cache_codec)
+    _, entry_bytes = entry_layout(codec, {k: tuple(v) for k, v in shapes.items()})
+    stage = {"prompts": records, "cache_codec": codec.spec, "entry_shapes": shapes, "cache_entry_bytes": entry_bytes,
+             "min_photos": min_photos, "num_samples": schedule_cfg.num_samples}
+    writer.manifest.update(schedule=asdict(schedule_cfg), model_bundle=stage, bundle_kind=MODEL_BUNDLE)
+    return stage
+
+
+def compile_model_bundle(req: CompileRequest, spec: ModelSpec, sched: ScheduleConfig) -> dict:
+    """No photos: the model bundle a phone personalizes itself (runtime/subject.py)."""
+    num_blocks = int(spec.transformer_config["num_layers"]) + int(spec.transformer_config.get("num_single_layers", 0))
+    if req.n_front is not None or req.n_back is not None:
+        SkipPlan(num_blocks, req.n_front or 0, req.n_back or 0)
+    if not any(isinstance(st, ExecutorchPrograms) for st in req.programs):
+        raise UserError("a model bundle needs the ExecuTorch training program: add --runtime executorch (the subject "
+                        "stage's programs are ExecuTorch programs)")
+    subject_programs = req.subject_programs or SubjectPrograms(
+        precision=next(st for st in req.programs if isinstance(st, ExecutorchPrograms)).precisions[0])
+    writer = BundleWriter(req.out, overwrite=req.overwrite)
+    transformer, vae = build_transformer(spec), build_vae(spec)
+    plan = resolve_plan(req, spec, len(block_names_of(transformer)), transformer, vae, None)
+    prompts = [req.prompt, *req.more_prompts]
+    with writer:
+        writer.manifest["created_by"] = f"ditskip-edge {__version__}"
+        model_stage = compile_model_stage(writer, spec, transformer, plan, req.lora, req.optimizer)
+        stage = compile_model_bundle_stage(writer, spec, transformer, vae, prompts, sched, plan, req.cache_codec,
+                                           req.min_photos)
+        subject = add_subject_programs(writer, subject_programs, transformer, vae, encode_prompt(spec, prompts[0]))
+        del transformer, vae
+        programs = [PROGRAM_STAGES[type(st)](writer, dataclasses.replace(st, preprocess=False)
+                                             if isinstance(st, ExecutorchPrograms) else st) for st in req.programs]
+    return {"bundle": str(Path(req.out).resolve()), "bundle_kind": MODEL_BUNDLE, "model": spec.name,
+            "plan": plan.to_json(), "kept_blocks": len(plan.kept), "prompts": prompts,
+            "num_samples": stage["num_samples"], "kept_weight_bytes": model_stage["kept_weight_bytes"],
+            "cache_codec": stage["cache_codec"], "cache_entry_bytes": stage["cache_entry_bytes"],
+            "programs": [p for st in programs for p in st] + subject}
+
+
 def compile_bundle(req: CompileRequest) -> dict:
     spec = resolve_spec(req.model)
     if not spec.has_weights:
         raise UserError(f"model '{spec.name}' has no weights here: compile needs a built-in tiny model or a local "
                         f"diffusers folder")
     sched = check_request(req, spec)
+    if req.images is None:
+        return compile_model_bundle(req, spec, sched)
     photos = load_photos(req.images, sched.s_max_px)
     check_photo_sizes(sched, [p.original_hw for p in photos], [p.name for p in photos])
     num_blocks = int(spec.transformer_config["num_layers"]) + int(spec.transformer_config.get("num_single_layers", 0))

@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 
 from .bundle_model import build_skip_model, open_bundle
-from .cache.store import reader_decoder
+from .cache.codecs import decoder_for
 from .runtime.bundle import MODEL_WEIGHTS, Bundle, OptimizerSpec
 from .runtime.contract import COND_PREFIX, ENTRY_PREFIX, lora_file_key
 from .runtime.inputs import NamedInputs
@@ -60,7 +60,8 @@ class EagerStep(StepAdapter):
     def __init__(self, bundle: Bundle, decoder: nn.Module | None = None):
         self.host = open_bundle(bundle)
         model, self.transformer, _ = build_skip_model(self.host)
-        self.step_fn = TrainingStep(model, decoder if decoder is not None else reader_decoder(self.host.cache))
+        self.step_fn = TrainingStep(model, decoder if decoder is not None
+                                    else decoder_for(self.host.codec, self.host.entry_shapes))
         self.params = {n: p for n, p in self.transformer.named_parameters() if p.requires_grad}
         self.program_sha256 = bundle.file_sha256(MODEL_WEIGHTS)
 

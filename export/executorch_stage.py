@@ -62,7 +62,7 @@ def preprocess_entries(writer: BundleWriter, b: OpenBundle, backend: str) -> lis
     from ditskip_edge.patch_sampling import PatchSampler
 
     from .executorch_preprocess import export_preprocess
-    sampler = PatchSampler(b.schedule.config.s_min_px)
+    sampler = PatchSampler(b.schedule_config.s_min_px)
     encoder = LatentEncoder(b.spec.arch, build_vae(b.spec))
     shapes = []
     for rel in writer.manifest["subject_stage"]["photos"]:
@@ -91,5 +91,5 @@ def add_executorch_programs(writer: BundleWriter, config: ExecutorchPrograms) ->
     if config.preprocess:
         entries += preprocess_entries(writer, b, config.backend)
     writer.manifest["programs"] = [p for p in writer.manifest.get("programs", [])
-                                   if p["runtime"] != "executorch"] + entries
+                                   if p["runtime"] != "executorch" or p["name"] not in (TRAIN_STEP, PREPROCESS)] + entries
     return [e["path"] for e in entries]

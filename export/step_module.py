@@ -14,7 +14,8 @@ import torch
 import torch.nn as nn
 
 from ditskip_edge.bundle_model import OpenBundle, build_skip_model
-from ditskip_edge.cache.store import reader_decoder, torch_entry
+from ditskip_edge.cache.codecs import decoder_for
+from ditskip_edge.cache.store import torch_entry
 from ditskip_edge.quantize import QuantSpec, quantize_frozen_layers
 from ditskip_edge.runtime.contract import COND_PREFIX, ENTRY_PREFIX, lora_file_key, step_input_names
 from ditskip_edge.sample_inputs import sample_noise
@@ -72,11 +73,26 @@ class StepModule:
 
 
 def example_step_inputs(b: OpenBundle, sample_index: int = 0):
+    """The step's inputs for one sample: the cache's entry (as stored: the program decodes in-graph), or, for a
+    bundle without a cache (a model bundle, cache-free mode), an entry of the right shapes encoded with the codec."""
+    if b.cache is None:
+        return synthetic_step_inputs(b)
     s = b.schedule.samples[sample_index]
-    entry = torch_entry(b.cache, s.index)           # as stored: the program decodes in-graph
+    entry = torch_entry(b.cache, s.index)
     x0 = entry.pop("x0")
     noise = sample_noise(s, tuple(x0.shape))
     return flatten_step_inputs(x0, noise, torch.tensor([s.t], dtype=torch.float32), b.cond, entry)
+
+
+def synthetic_step_inputs(b: OpenBundle, seed: int = 0):
+    """Inputs of the bundle's shapes and dtypes (values only for tracing): x0, residuals random, coded by the codec."""
+    from ditskip_edge.cache.codecs import encode_entry
+    g = torch.Generator().manual_seed(seed)
+    tensors = {k: torch.randn(tuple(v), generator=g) * (1.0 if k == "x0" else 0.1) for k, v in b.entry_shapes.items()}
+    entry = encode_entry(b.codec, tensors)
+    x0 = entry.pop("x0")
+    noise = torch.randn(tuple(x0.shape), generator=g)
+    return flatten_step_inputs(x0, noise, torch.tensor([0.5]), b.cond, entry)
 
 
 def build_step(b: OpenBundle, quant: QuantSpec, decoder: nn.Module | None = None) -> StepModule:
@@ -87,6 +103,6 @@ def build_step(b: OpenBundle, quant: QuantSpec, decoder: nn.Module | None = None
     n_q = quantize_frozen_layers(skip_model.view, quant)
     names, example = example_step_inputs(b)
     if decoder is None:
-        decoder = reader_decoder(b.cache)           # the bundle's cache codec, decoded inside the step
+        decoder = decoder_for(b.codec, b.entry_shapes)      # the bundle's cache codec, decoded inside the step
     flat = FlatTrainingStep(TrainingStep(skip_model, decoder), names).eval()
     return StepModule(flat, names, example, program_lora_keys(flat, transformer), transformer, n_q)

@@ -16,7 +16,7 @@ PHOTOS = ROOT / "examples" / "photos"
 def compile_tiny(out: Path, model: str = "flux-tiny", n_front: int = 1, n_back: int = 2, steps: int = 6,
                  grad_accum: int = 1, **kw) -> Path:
     """A tiny bundle through the compiler's API. kw: CompileRequest fields (programs=[ExecutorchPrograms(...)],
-    cache_codec, ...), and seed / images."""
+    cache_codec, ...), and seed / images / prompt (images=None: a model bundle)."""
     from ditskip_edge.compile import CompileRequest, compile_bundle
     from ditskip_edge.lora import LoraSpec
     from ditskip_edge.models.loading import resolve_spec
@@ -25,7 +25,9 @@ def compile_tiny(out: Path, model: str = "flux-tiny", n_front: int = 1, n_back: 
     spec = resolve_spec(model)
     sched = ScheduleConfig(steps=steps, grad_accum=grad_accum, s_min_px=spec.train_px, s_max_px=spec.data_px,
                            multiple_px=spec.pixel_multiple, seed=kw.pop("seed", 0))
-    compile_bundle(CompileRequest(model=model, images=str(kw.pop("images", PHOTOS)), prompt="a photo of sks toy",
+    images = kw.pop("images", PHOTOS)                   # None: a model bundle (no photos)
+    compile_bundle(CompileRequest(model=model, images=None if images is None else str(images),
+                                  prompt=kw.pop("prompt", "a photo of sks toy"),
                                   out=str(out), n_front=n_front, n_back=n_back, schedule=sched,
                                   lora=LoraSpec(rank=4, alpha=4.0), optimizer=OptimizerSpec(lr=1e-3), **kw))
     return out

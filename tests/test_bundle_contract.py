@@ -200,7 +200,9 @@ def test_the_checkpoint_and_its_identity_follow_the_contract(device_bundle, tmp_
 KT_JSON_READ = re.compile(r'\b(?:get|opt)(?:JSONObject|JSONArray|String|Int|Long|Double|Boolean)\("([^"]+)"\)')
 SWIFT_JSON_READ = re.compile(r'\[\s*"([^"]+)"\s*\](?!\s*=[^=])')          # reads, not report writes
 APP_OWN_FIELDS = {"step", "losses", "identity", "optimizer_steps",                  # the apps' checkpoint metadata
-                  "dtype", "shape", "data_offsets", "__metadata__"}              # safetensors header
+                  "dtype", "shape", "data_offsets", "__metadata__",              # safetensors header
+                  "[CLS]", "[SEP]", "[PAD]", "[UNK]",                  # WordPiece vocabulary lookups (vocab.txt)
+                  "weight", "w_codes", "w_packed", "w_scale"}          # a block's tensors in the weights file
 
 
 def _json_keys(obj, out: set[str]) -> set[str]:
@@ -261,6 +263,39 @@ def test_apps_take_names_from_the_contract(lang):
     # The input dispatch handles exactly the contract's fixed inputs by name, everything else by prefix.
     handled = set(re.findall(r'(?:spec\.name ==|case) "(\w+)"', text))
     assert handled == set(s["fixed"]), (lang, handled)
+
+
+# ---------------------------------------------------------------- the portable schedule
+
+def test_schedule_test_vectors_are_the_runtime_schedule():
+    """The contract's schedule test vectors (what the apps' ports must reproduce) are what runtime/schedule.py
+    computes: photo order, t, crop boxes and noise seeds from the photo sizes, config and seed alone."""
+    from ditskip_edge.runtime.schedule import ALGORITHM, SAMPLE_DRAWS, SHUFFLE_BASE, T_RANGE, ScheduleConfig, make_schedule
+    a = CONTRACT["schedule"]["algorithm"]
+    assert (a["version"], a["sample_draws"], a["shuffle_base"], tuple(a["t_range"])) == \
+        (ALGORITHM, SAMPLE_DRAWS, SHUFFLE_BASE, T_RANGE)
+    assert len(CONTRACT["schedule"]["test_vectors"]) >= 3
+    for vec in CONTRACT["schedule"]["test_vectors"]:
+        sizes = [tuple(hw) for hw in vec["photo_sizes_hw"]]
+        s = make_schedule(ScheduleConfig(**vec["config"]), sizes, [str(i) for i in range(len(sizes))])
+        assert [[x.index, x.photo, x.t, list(x.crop_box), x.noise_seed] for x in s.samples] == vec["samples"]
+
+
+def test_the_swift_schedule_port_follows_the_algorithm():
+    """Swift cannot run here: its port is checked against the algorithm's text, line for line with the Kotlin port
+    (which runs on the JVM against the test vectors): the contract's constants, the counters, the rounding modes."""
+    sw, kt = _code_only(SWIFT["Schedule.swift"]), _code_only(KOTLIN["Schedule.kt"])
+    for name_sw, name_kt in (("scheduleShuffleBase", "SCHEDULE_SHUFFLE_BASE"), ("scheduleSampleDraws",
+                             "SCHEDULE_SAMPLE_DRAWS"), ("scheduleTMin", "SCHEDULE_T_MIN"), ("scheduleTMax", "SCHEDULE_T_MAX")):
+        assert f"BundleContract.{name_sw}" in sw and f"BundleContract.{name_kt}" in kt, name_sw
+    assert "rounded(.toNearestOrEven)" in sw and "round(raw / multiple)" in kt         # half to even, as Python's
+    assert "PortableRng.word(seed: cfg.seed, c + 4) >> 1" in sw and "PortableRng.word(cfg.seed, c + 4) ushr 1" in kt
+    for k in ("c + 1", "c + 2", "c + 3"):
+        assert k in sw and k in kt, k
+    assert "epoch * numPhotos + m" in sw and "epoch * numPhotos + m" in kt
+    assert "order.swapAt(i, r)" in sw and "min(Int((u * Double(i + 1)).rounded(.down)), i)" in sw
+    assert "log(u0)" in sw and "cos(2.0 * Double.pi * u1)" in sw and "1.0 / (1.0 + exp(-z))" in sw
+    assert "static func word(seed: UInt64, _ i: UInt64) -> UInt64" in SWIFT["PortableRng.swift"]
 
 
 # ---------------------------------------------------------------- RNG constants
@@ -399,8 +434,9 @@ def test_kotlin_sources_compile_and_match_python_on_the_jvm(tmp_path):
     from ditskip_edge.runtime import rng
     stubs = sorted((ROOT / "android_demo/hostcheck").glob("*.kt"))      # stubs, HostCheck.kt and GenCheck.kt
     app = [KT_DIR / n for n in ("PortableRng.kt", "AdamW.kt", "BundleContract.kt", "Safetensors.kt", "ResidualCache.kt",
-                                "TrainingBundle.kt", "EtTrainer.kt", "MemoryProbe.kt", "Wordpiece.kt", "HashText.kt",
-                                "Sampler.kt", "LoraMerge.kt", "Generator.kt")]
+                                "TrainingBundle.kt", "EtTrainer.kt", "MemoryProbe.kt", "Schedule.kt",
+                                "Patches.kt", "Wordpiece.kt", "HashText.kt", "Sampler.kt", "LoraMerge.kt",
+                                "Generator.kt")]
     jar = tmp_path / "check.jar"
     out = subprocess.run(["kotlinc", "-nowarn", *map(str, stubs + app), "-include-runtime", "-d", str(jar)],
                          capture_output=True, text=True)
@@ -416,6 +452,28 @@ def test_kotlin_sources_compile_and_match_python_on_the_jvm(tmp_path):
         w.grad = torch.tensor(g)
         opt.step()
     np.testing.assert_allclose(np.array(lines["adamw"].split(), np.float32), w.detach().numpy(), rtol=1e-6, atol=1e-7)
+    # the schedule: the app's port reproduces the contract's test vectors (photo, crop box, noise seed exactly)
+    for vec in CONTRACT["schedule"]["test_vectors"]:
+        c = vec["config"]
+        args = [str(c[k]) for k in ("steps", "grad_accum", "s_min_px", "s_max_px", "multiple_px", "seed",
+                                    "t_sampling")] + [str(c["dynamic_patches"]).lower()]
+        args += [f"{h},{w}" for h, w in vec["photo_sizes_hw"]]
+        out = subprocess.run(["java", "-cp", str(jar), "HostCheckKt", "schedule", *args], capture_output=True,
+                             text=True, check=True).stdout.split("\n")
+        rows = [line.split() for line in out if line.strip()]
+        assert len(rows) == len(vec["samples"]), vec["config"]
+        for row, (k, photo, t, box, seed) in zip(rows, vec["samples"]):
+            assert [int(row[0]), int(row[1]), [int(x) for x in row[3:6]], int(row[6])] == [k, photo, box, seed], row
+            assert abs(float(row[2]) - t) <= 1e-12, (row, t)
+    # the crop: the app's port of runtime/patches.py on a deterministic photo
+    from ditskip_edge.runtime.patches import crop_patch
+    for h, w, x0, y0, side, outpx in ((40, 52, 3, 5, 30, 16), (33, 33, 0, 0, 33, 8), (64, 80, 10, 2, 48, 32)):
+        got = subprocess.run(["java", "-cp", str(jar), "HostCheckKt", "patch", *map(str, (h, w, x0, y0, side, outpx))],
+                             capture_output=True, text=True, check=True).stdout.split()
+        photo = (((np.arange(3 * h * w, dtype=np.int64) * 2654435761) % 251).astype(np.float32) / np.float32(125)
+                 - np.float32(1)).reshape(3, h, w)
+        want = crop_patch(photo, (x0, y0, side), outpx).reshape(-1)
+        assert np.abs(np.array(got, np.float32) - want).max() <= 1e-6, (h, w, x0, y0, side)
     check_kotlin_generation_parts(jar, tmp_path)
 
 

@@ -93,3 +93,19 @@ def test_portable_rng_is_deterministic_shape_independent_and_standard_normal():
     assert not np.array_equal(a, rng.normal(43, (4, 5)))
     big = rng.normal(1, (200_000,))
     assert abs(big.mean()) < 0.01 and abs(big.std() - 1) < 0.01
+
+
+@pytest.mark.parametrize("t_sampling", ["uniform", "logit_normal"])
+def test_portable_schedule_visits_every_photo_once_per_epoch(t_sampling):
+    """Schedule algorithm 2: each run of P consecutive samples is a permutation of the P photos (Fisher-Yates with the
+    portable RNG), t stays in its clamped range, and the noise seeds are 63-bit and distinct."""
+    from ditskip_edge.runtime.schedule import T_RANGE
+    cfg = ScheduleConfig(steps=30, s_min_px=128, s_max_px=256, multiple_px=16, seed=11, t_sampling=t_sampling)
+    sizes = [(256, 256), (300, 256), (256, 400)]
+    sched = make_schedule(cfg, sizes, ["a", "b", "c"])
+    photos = [s.photo for s in sched.samples]
+    assert all(sorted(photos[i:i + 3]) == [0, 1, 2] for i in range(0, 30, 3))
+    assert len({tuple(photos[i:i + 3]) for i in range(0, 30, 3)}) > 1          # the order changes between epochs
+    assert all(T_RANGE[0] <= s.t <= T_RANGE[1] for s in sched.samples)
+    seeds = [s.noise_seed for s in sched.samples]
+    assert len(set(seeds)) == len(seeds) and all(0 <= x < 2 ** 63 for x in seeds)

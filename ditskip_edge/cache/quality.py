@@ -100,6 +100,9 @@ class LossRunner:
 
 def cache_report(b, codecs: list[str] | None = None, max_samples: int = 32, train_steps: int = 10) -> dict:
     """The cache-report table for an open bundle (see module docstring)."""
+    if b.cache is None:
+        from ..runtime.errors import UserError
+        raise UserError(f"{b.root}: no residual cache to report on (a model bundle or a cache-free bundle)")
     codecs = list(dict.fromkeys((codecs or REPORT_CODECS) + [b.cache.codec.spec]))
     n = min(len(b.cache), max_samples)
     train_steps = min(train_steps, b.schedule.config.steps)

@@ -1,8 +1,10 @@
-"""ditskip-edge compile: photos + prompt + model -> bundle."""
+"""ditskip-edge compile: photos + prompt + model -> subject bundle; prompt(s) + model alone -> model bundle (the phone
+runs the subject stage: python -m ditskip_edge.runtime personalize)."""
 
 from __future__ import annotations
 
 from export.executorch_stage import ExecutorchPrograms
+from export.executorch_subject import SubjectPrograms
 from export.generation_stage import GenerationPrograms
 from export.ort_stage import OrtPrograms
 
@@ -17,11 +19,14 @@ from ..runtime.schedule import ScheduleConfig
 
 
 def register(sub, add_json_flag) -> None:
-    p = sub.add_parser("compile", help="compile a bundle from photos, a prompt and a model")
+    p = sub.add_parser("compile", help="compile a bundle from photos, a prompt and a model (without --images: a model "
+                                       "bundle, personalized on the device)")
     p.add_argument("--model", default="flux-tiny", help="flux-tiny | sana-tiny | flux-testbed | a local diffusers "
                                                         "pipeline folder")
-    p.add_argument("--images", required=True, help="folder of the subject's photos")
-    p.add_argument("--prompt", required=True, help="the subject prompt, e.g. 'a photo of sks dog'")
+    p.add_argument("--images", default=None, help="folder of the subject's photos; leave it out for a model bundle "
+                                                  "(no photos: the device runs the subject stage)")
+    p.add_argument("--prompt", required=True, action="append", dest="prompts",
+                   help="the subject prompt, e.g. 'a photo of sks dog' (a model bundle takes several: repeat it)")
     p.add_argument("--out", required=True, help="bundle folder to create")
     p.add_argument("--skip-front", type=int, default=None, help="blocks skipped at the front (n)")
     p.add_argument("--skip-back", type=int, default=None, help="blocks skipped at the back (m)")
@@ -55,6 +60,15 @@ def register(sub, add_json_flag) -> None:
                    help=f"residual-cache codec: fp32 | fp16 | int8-token | int8-channel | int8-gG | int8-tG | "
                         f"int4-gG | int4-tG | lowrank-rR, or 'DEFAULT,name=CODEC,...' (default {DEFAULT_CODEC}; "
                         f"see cache-report)")
+    p.add_argument("--subject-precision", default=None,
+                   help=f"model bundle: frozen weights of the subject stage's forward programs (encode, embed, the "
+                        f"blocks): {', '.join(PROGRAM_PRECISIONS)} (default: the training program's)")
+    p.add_argument("--subject-backend", default="xnnpack", choices=["xnnpack", "portable"],
+                   help="model bundle: ExecuTorch backend of the forward programs (default xnnpack; the encoder is "
+                        "always XNNPACK)")
+    p.add_argument("--external-weights", action="store_true",
+                   help="model bundle: the forward programs' weights in a .ptd data file beside each .pte (mapped)")
+    p.add_argument("--min-photos", type=int, default=1, help="model bundle: the fewest photos the device accepts")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
     add_json_flag(p)
     p.set_defaults(func=run)
@@ -82,6 +96,15 @@ def program_stages(runtimes: list[str], precision: str, xnnpack: bool, generatio
 
 
 def run(args) -> dict:
+    model_bundle = args.images is None
+    if len(args.prompts) > 1 and not model_bundle:
+        raise UserError("a subject bundle takes one --prompt (several prompts make a model bundle: leave out --images)")
+    if not model_bundle and (args.subject_precision or args.external_weights or args.min_photos != 1
+                             or args.subject_backend != "xnnpack"):
+        raise UserError("--subject-precision, --subject-backend, --external-weights and --min-photos are a model "
+                        "bundle's: leave out --images")
+    if model_bundle and not args.runtimes:
+        args.runtimes = ["executorch"]                  # the subject stage's programs are ExecuTorch programs
     spec = resolve_spec(args.model)
     sched = ScheduleConfig(steps=args.steps, grad_accum=args.grad_accum,
                            s_min_px=args.crop_min or spec.train_px, s_max_px=args.crop_max or spec.data_px,
@@ -89,7 +112,15 @@ def run(args) -> dict:
                            dynamic_patches=not args.no_dynamic_patches)
     lora = LoraSpec(rank=args.rank, alpha=args.alpha if args.alpha is not None else float(args.rank),
                     targets=[s for s in args.lora_targets.split(",") if s])
-    req = CompileRequest(model=args.model, images=args.images, prompt=args.prompt, out=args.out,
+    subject = None
+    if model_bundle:
+        precision = args.subject_precision or args.precision.split(",")[0].strip()
+        if precision not in PROGRAM_PRECISIONS:
+            raise UserError(f"--subject-precision {precision!r}: expected one of {', '.join(PROGRAM_PRECISIONS)}")
+        subject = SubjectPrograms(precision=precision, backend=args.subject_backend,
+                                  external_weights=args.external_weights)
+    req = CompileRequest(model=args.model, images=args.images, prompt=args.prompts[0], out=args.out,
+                         more_prompts=args.prompts[1:], subject_programs=subject, min_photos=args.min_photos,
                          n_front=args.skip_front, n_back=args.skip_back, skip_ratio=args.skip_ratio,
                          schedule=sched, lora=lora, optimizer=OptimizerSpec(lr=args.lr), overwrite=args.force,
                          cache_codec=args.cache_codec,

@@ -33,6 +33,13 @@ def register(sub, add_json_flag) -> None:
     p.add_argument("--weights", default="resident", choices=["resident", "mapped"],
                    help="frozen weights in anonymous memory, or memory-mapped from the bundle's data file (clean, "
                         "file-backed: not in the footprint)")
+    p.add_argument("--subject-stage", action="store_true",
+                   help="also predict the on-device subject stage (footprint, time in FLOPs per sample) and the "
+                        "cache-free mode (storage saved, footprint, extra FLOPs per step)")
+    p.add_argument("--cache-codec", default="int8-channel,front.txt=lowrank-r16",
+                   help="the stored residual cache's codec (the cache-free comparison's storage)")
+    p.add_argument("--forward-precision", default=None, choices=PRECISIONS,
+                   help="the subject stage's forward programs' frozen weights (default: --precision)")
     p.add_argument("--generation-px", type=int, nargs="*", default=None,
                    help="also estimate on-device generation (full model one block at a time, CFG batch 2, weights "
                         "mapped) at these image sides (no value: the train resolution and the model's data "
@@ -46,8 +53,9 @@ def run(args) -> dict:
                                  skip_back=args.skip_back, precision=args.precision, resolution_px=args.resolution,
                                  text_tokens=args.text_tokens, rank=args.rank, attention=args.attention,
                                  runtime_overhead_mib=args.runtime_overhead_mib, steps=args.steps,
-                                 grad_accum=args.grad_accum, remat=args.remat,
-                                         weights=args.weights, generation_px=_generation_px(args)))
+                                 grad_accum=args.grad_accum, remat=args.remat, weights=args.weights,
+                                 subject_stage=args.subject_stage, cache_codec=args.cache_codec,
+                                 forward_precision=args.forward_precision, generation_px=_generation_px(args)))
 
 
 def _generation_px(args) -> tuple[int, ...]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..models.loading import resolve_spec
+from ..runtime.cache_format import CacheCodec
 from ..runtime.contract import PRECISIONS
 from ..runtime.errors import UserError
 from .memory import MIB, WEIGHTS, MemoryEstimate, storage_estimate, trace_step, weight_reads
@@ -30,6 +31,9 @@ class EstimateRequest:
     grad_accum: int = 4
     remat: str = "none"                  # block rematerialization: none | blocks | every:K
     weights: str = "resident"            # frozen weights resident (anonymous) or mapped from the data file
+    subject_stage: bool = False          # also the on-device subject stage and the cache-free mode (subject.py)
+    cache_codec: str = "int8-channel,front.txt=lowrank-r16"    # the stored cache's codec (cache-free comparison)
+    forward_precision: str | None = None  # the subject stage's forward programs (default: precision)
     generation_px: tuple[int, ...] = ()  # also estimate generation (memory_estimate/generation.py) at these sides
 
 
@@ -73,7 +77,7 @@ def estimate_memory(req: EstimateRequest) -> dict:
         g["training_footprint_bytes"] = memory.footprint_bytes          # the same request's step, its --weights
         g["within_training_footprint"] = g["footprint_bytes"] <= memory.footprint_bytes
         generation[str(px)] = g
-    return {
+    doc = {
         "model": spec.name,
         "summary": summary,
         "plan": {"num_blocks": num_blocks, "n_front": plan.n_front, "n_back": plan.n_back,
@@ -100,3 +104,10 @@ def estimate_memory(req: EstimateRequest) -> dict:
                   "file_backed_bytes = frozen weights when mapped; peak_bytes = footprint + the file-backed working "
                   "set (one kept block's frozen weights + embedders and head)",
     }
+    if req.subject_stage:
+        from .subject import subject_stage_estimate
+        CacheCodec.parse(req.cache_codec)
+        doc.update(subject_stage_estimate(cfg, mj, trace.flops, int(req.runtime_overhead_mib * MIB),
+                                          req.steps * req.grad_accum, req.grad_accum, req.cache_codec, req.weights,
+                                          req.forward_precision))
+    return doc

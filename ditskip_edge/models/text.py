@@ -39,7 +39,9 @@ class HashTextEncoder:
     def __call__(self, prompt: str) -> Conditioning:
         t = self.spec.text
         cond = hash_text.encode(prompt, self.spec.arch, t.seq_len, t.dim, t.pooled_dim)
-        return {k: torch.from_numpy(v) for k, v in cond.items()}
+        # standard strides: numpy's [None] gives the batch axis stride 0, which ExecuTorch refuses in an export
+        # example (the subject stage's embed program passes the conditioning through)
+        return {k: torch.from_numpy(v).clone(memory_format=torch.contiguous_format) for k, v in cond.items()}
 
 
 @functools.lru_cache(maxsize=1)

@@ -84,6 +84,14 @@ class DiTView(nn.Module):
         """Prediction (velocity, model-input layout) from the streams leaving the last block."""
         raise NotImplementedError
 
+    def ctx_tensors(self, ctx) -> dict[str, torch.Tensor]:
+        """The context the blocks read, as named tensors (what the device's embed program outputs)."""
+        raise NotImplementedError
+
+    def ctx_from_tensors(self, tensors: dict[str, torch.Tensor], like) -> "object":
+        """The inverse of ctx_tensors; `like` (a context of the same shapes) gives what is static (SANA's grid)."""
+        raise NotImplementedError
+
     # shared ------------------------------------------------------------------------------------------------
     def forward(self, x_t: torch.Tensor, t: torch.Tensor, cond: Conditioning) -> torch.Tensor:
         streams, ctx = self.embed(x_t, t, cond)
@@ -150,6 +158,12 @@ class FluxView(DiTView):
     def head(self, streams, ctx: FluxContext):
         return self.proj_out(self.norm_out(streams["img"], ctx.temb))
 
+    def ctx_tensors(self, ctx: FluxContext) -> dict[str, torch.Tensor]:
+        return {"temb": ctx.temb, "rotary_cos": ctx.rotary[0], "rotary_sin": ctx.rotary[1]}
+
+    def ctx_from_tensors(self, tensors, like=None) -> FluxContext:
+        return FluxContext(temb=tensors["temb"], rotary=(tensors["rotary_cos"], tensors["rotary_sin"]))
+
 
 @dataclass
 class SanaContext:
@@ -195,6 +209,16 @@ class SanaView(DiTView):
 
     def run_block(self, block, streams, ctx: SanaContext):
         return {"img": block(streams["img"], None, ctx.txt, ctx.txt_bias, ctx.timestep, ctx.hw[0], ctx.hw[1])}
+
+    def ctx_tensors(self, ctx: SanaContext) -> dict[str, torch.Tensor]:
+        out = {"timestep": ctx.timestep, "txt": ctx.txt}
+        if ctx.txt_bias is not None:
+            out["txt_bias"] = ctx.txt_bias
+        return out
+
+    def ctx_from_tensors(self, tensors, like: SanaContext) -> SanaContext:
+        return SanaContext(timestep=tensors["timestep"], embedded_timestep=like.embedded_timestep, txt=tensors["txt"],
+                           txt_bias=tensors.get("txt_bias"), hw=like.hw)
 
     def head(self, streams, ctx: SanaContext):
         x = self.proj_out(self.norm_out(streams["img"], ctx.embedded_timestep, self.scale_shift_table))

@@ -1,14 +1,26 @@
 """A bundle: a directory with manifest.json at its root listing every file with its SHA-256 and size.
 
+Two kinds (manifest `bundle_kind`):
+- a *subject bundle* ("subject", what every runtime trains): the model part plus one subject's photos, schedule, text
+  conditioning and residual cache; compiled on the host from the photos, or written on the device by the subject
+  stage (runtime/subject.py) from a model bundle;
+- a *model bundle* ("model", `ditskip-edge compile` without --images): the model part alone, with the subject
+  stage's forward programs and one or more prompts' text conditioning, and no photo, latent or residual.
+
 The file layout (one name per file, used by the compiler that writes and every runtime that reads):
 
     manifest.json                              everything below, with SHA-256 and size; its own digest (below)
     model/kept_weights.safetensors             embedders, kept blocks, head (the eager runtime's weights)
+    model/text/prompt_NNN.safetensors          model bundle: each prompt's text conditioning
     subject/schedule.json                      per sample: photo, t, crop box, noise seed
     subject/photos/NNN.png                     the normalised photos
     subject/text_conditioning.safetensors      the prompt's conditioning
-    subject/cache/                             residual cache (runtime/cache.py)
+    subject/cache/                             residual cache (runtime/cache.py); absent in cache-free mode
     programs/<runtime>/...                     device programs, listed in the manifest's `programs`
+
+Cache modes (subject bundles, manifest `subject_stage.cache_mode`): "stored" (the residual cache holds one entry per
+scheduled sample) or "cache-free" (no stored residuals: each training step computes its sample's residuals with the
+skipped blocks' forward programs first, runtime/inputs.py).
 
 The manifest verifies itself: its first line is `{"manifest_sha256": "<hex>",` and <hex> is the SHA-256 of every
 byte after that line, so a change to any field (a learning rate, a rank) is refused like a changed file.
@@ -36,8 +48,13 @@ from .schedule import Schedule
 
 MANIFEST = "manifest.json"
 BUNDLE_FORMAT = "ditskip-edge-bundle"
-BUNDLE_FORMAT_VERSION = 2          # 2: self-verifying manifest, one `programs` list for every runtime
+BUNDLE_FORMAT_VERSION = 3          # 3: bundle_kind (model | subject), cache modes, schedule algorithm 2;
+                                   # 2: self-verifying manifest, one `programs` list for every runtime
 MODEL_WEIGHTS = "model/kept_weights.safetensors"
+PROMPTS_DIR = "model/text"
+MODEL_BUNDLE, SUBJECT_BUNDLE = "model", "subject"
+STORED, CACHE_FREE = "stored", "cache-free"
+CACHE_MODES = (STORED, CACHE_FREE)
 SCHEDULE_FILE = "subject/schedule.json"
 TEXT_FILE = "subject/text_conditioning.safetensors"
 CACHE_DIR = "subject/cache"
@@ -137,20 +154,30 @@ def verify_files(bundle_dir: Path, manifest: dict[str, Any], only: list[str] | N
 
 
 class BundleWriter:
-    """with BundleWriter(out_dir) as w: write files under w.root ...; w.manifest.update(...)  -> committed on exit."""
+    """with BundleWriter(out_dir) as w: write files under w.root ...; w.manifest.update(...)  -> committed on exit.
 
-    def __init__(self, out_dir: str | Path, overwrite: bool = False):
+    `work_dir`: a fixed working folder instead of a fresh temporary one (the device's subject stage: an interrupted
+    run leaves it, and the next run continues its residual cache). It is kept when the run is interrupted
+    (KeyboardInterrupt, or the process killed) and removed on any other error."""
+
+    def __init__(self, out_dir: str | Path, overwrite: bool = False, work_dir: str | Path | None = None):
         self.out_dir = Path(out_dir)
         if self.out_dir.exists() and not overwrite:
             raise UserError(f"{self.out_dir} already exists: choose another --out or pass --force")
         if self.out_dir.exists() and not self.out_dir.is_dir():
             raise UserError(f"{self.out_dir} exists and is not a folder")
         self.out_dir.parent.mkdir(parents=True, exist_ok=True)
+        self.work_dir = Path(work_dir) if work_dir is not None else None
         self.root: Path | None = None
         self.manifest: dict[str, Any] = {"format": BUNDLE_FORMAT, "format_version": BUNDLE_FORMAT_VERSION}
+        self._known: dict[str, dict] = {}
 
     def __enter__(self) -> "BundleWriter":
-        self.root = Path(tempfile.mkdtemp(prefix=f".{self.out_dir.name}.tmp-", dir=self.out_dir.parent))
+        if self.work_dir is not None:
+            self.work_dir.mkdir(parents=True, exist_ok=True)
+            self.root = self.work_dir
+        else:
+            self.root = Path(tempfile.mkdtemp(prefix=f".{self.out_dir.name}.tmp-", dir=self.out_dir.parent))
         return self
 
     def path(self, rel: str) -> Path:
@@ -158,20 +185,39 @@ class BundleWriter:
         p.parent.mkdir(parents=True, exist_ok=True)
         return p
 
+    def link(self, src: Path, rel: str, info: dict | None = None) -> Path:
+        """Put file `src` at `rel` as a hard link (a copy where linking fails: another file system). `info`
+        ({sha256, bytes}, e.g. from the verified manifest it came from) spares hashing it again on commit."""
+        dst = self.path(rel)
+        if dst.exists():
+            dst.unlink()
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+        if info is not None:
+            self._known[rel] = {"sha256": info["sha256"], "bytes": int(info["bytes"])}
+        return dst
+
     def view(self) -> "Bundle":
         """The bundle as written so far (files unverified: their hashes are only taken on commit)."""
         return Bundle(self.root, dict(self.manifest))
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None:
-            shutil.rmtree(self.root, ignore_errors=True)
+            if self.work_dir is None or not issubclass(exc_type, KeyboardInterrupt):
+                shutil.rmtree(self.root, ignore_errors=True)
             return
         try:
             files = {}
             for p in sorted(self.root.rglob("*")):
                 if p.is_file():
                     rel = p.relative_to(self.root).as_posix()
-                    files[rel] = {"sha256": sha256_file(p), "bytes": p.stat().st_size}
+                    known = self._known.get(rel)
+                    if known is not None and p.stat().st_size == known["bytes"]:
+                        files[rel] = dict(known)
+                    else:
+                        files[rel] = {"sha256": sha256_file(p), "bytes": p.stat().st_size}
             self.manifest["files"] = files
             write_manifest(self.root / MANIFEST, self.manifest)
             if self.out_dir.exists():
@@ -210,9 +256,50 @@ class Bundle:
         node: Any = self.manifest
         for i, key in enumerate(path):
             if not isinstance(node, dict) or key not in node:
+                if i == 0 and key == "subject_stage" and self.kind == MODEL_BUNDLE:
+                    raise BundleError(f"{self.root}: a model bundle (no photos, no schedule, no cache): run the "
+                                      f"subject stage first: python -m ditskip_edge.runtime personalize {self.root} "
+                                      f"--photos DIR --out SUBJECT_BUNDLE")
                 raise BundleError(f"{self.root / MANIFEST}: missing field {'.'.join(path[:i + 1])}")
             node = node[key]
         return node
+
+    @property
+    def kind(self) -> str:
+        """"subject" (photos, schedule, residuals or their programs: what a runtime trains) or "model"."""
+        kind = self.manifest.get("bundle_kind", SUBJECT_BUNDLE)
+        if kind not in (MODEL_BUNDLE, SUBJECT_BUNDLE):
+            raise BundleError(f"{self.root / MANIFEST}: bundle_kind {kind!r}, expected {MODEL_BUNDLE!r} or "
+                              f"{SUBJECT_BUNDLE!r}")
+        return kind
+
+    @property
+    def cache_mode(self) -> str:
+        """"stored" (a residual cache) or "cache-free" (residuals computed each step)."""
+        mode = self.field("subject_stage").get("cache_mode", STORED)
+        if mode not in CACHE_MODES:
+            raise BundleError(f"{self.root / MANIFEST}: subject_stage.cache_mode {mode!r}, expected one of "
+                              f"{', '.join(CACHE_MODES)}")
+        return mode
+
+    @property
+    def codec_spec(self) -> str:
+        section = "model_bundle" if self.kind == MODEL_BUNDLE else "subject_stage"
+        return self.field(section, "cache_codec")
+
+    @property
+    def entry_shapes(self) -> dict[str, tuple[int, ...]]:
+        section = "model_bundle" if self.kind == MODEL_BUNDLE else "subject_stage"
+        return {k: tuple(int(x) for x in v) for k, v in self.field(section, "entry_shapes").items()}
+
+    def prompts(self) -> list[str]:
+        """A model bundle's prompts, in order."""
+        return [p["prompt"] for p in self.field("model_bundle", "prompts")]
+
+    def prompt_conditioning(self, index: int = 0) -> dict:
+        """A model bundle's text conditioning of prompt `index` ({key: float32 array})."""
+        from safetensors.numpy import load_file
+        return load_file(str(self.root / self.field("model_bundle", "prompts")[index]["text_conditioning"]))
 
     def file_sha256(self, rel: str) -> str:
         files = self.field("files")
@@ -251,5 +338,8 @@ class Bundle:
 
     def cache(self):
         from .cache import CacheReader
+        if self.cache_mode == CACHE_FREE:
+            raise BundleError(f"{self.root}: a cache-free bundle (no stored residuals): its residuals are computed "
+                              f"each step by the skipped blocks' programs (runtime/inputs.py)")
         return CacheReader(self.root / self.field("subject_stage", "cache"), self.cache_identity,
                            expected_entries=self.schedule.num_samples)

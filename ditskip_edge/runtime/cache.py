@@ -13,9 +13,18 @@ reader every runtime uses: opening checks the format, the identity (a cache made
 schedule is refused), the layout against the codec, the number of entries and every shard's size; each read checks
 that entry's SHA-256; `verify()` hashes whole shards.
 
-`CacheWriter` takes entries already encoded (parts as numpy arrays; the encoders are host code, or a device
-program). Writing is atomic: a shard is written under a temporary name and renamed when complete; the index is
-written last, the same way. A cache without its index does not open.
+`CacheWriter` takes entries already encoded (parts as numpy arrays; the encoders are the host's
+`ditskip_edge/cache/codecs.py` or the device's `runtime/codecs.py`). Writing is atomic: a shard is written under a
+temporary name and renamed when complete; the index is written last, the same way. A cache without its index does
+not open.
+
+Resumable writing (`CacheWriter(..., resumable=True)`, the device's subject stage): every entry is made durable as
+it is added (shard bytes flushed and fsync'ed, then one line appended to `cache_journal.jsonl` and fsync'ed: the
+entry's shard, offset, bytes, SHA-256 and the caller's extra fields); a closed shard adds a line too. A writer opened
+on a folder that holds a journal continues it: the journal's first line must carry the same identity, codec, shapes
+and run (else a UserError), the open shard is cut back to its last journalled entry (bytes written after it, by a
+run killed mid-entry, are dropped), and `next_index` says which entry comes next: an entry that was journalled is
+never computed again. `finish()` writes the index and removes the journal.
 """
 
 from __future__ import annotations
@@ -30,9 +39,10 @@ import numpy as np
 
 from .cache_format import (CACHE_FORMAT, CACHE_FORMAT_VERSION, INDEX, X0, CacheCodec, entry_layout,
                            identity_digest)
-from .errors import BundleError
+from .errors import BundleError, UserError
 
 DEFAULT_SHARD_BYTES = 64 << 20       # shards close at about this size (a sample never spans two)
+JOURNAL = "cache_journal.jsonl"
 NP_DTYPES = {"float32": np.float32, "float16": np.float16, "int8": np.int8, "uint8": np.uint8}
 
 
@@ -49,7 +59,7 @@ class CacheWriter:
     """CacheWriter(dir, identity, codec).add(0, {"x0": ..., "front.img.codes": ...}) ... .finish(extra) -> index."""
 
     def __init__(self, directory: Path, identity: dict, codec: str | CacheCodec = "fp32",
-                 shard_bytes: int = DEFAULT_SHARD_BYTES):
+                 shard_bytes: int = DEFAULT_SHARD_BYTES, resumable: bool = False, run: str = ""):
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.identity = identity
@@ -59,22 +69,97 @@ class CacheWriter:
         self.layout: dict | None = None
         self.entry_size = 0
         self.entries: list[dict] = []
+        self.extras: list[dict] = []            # the caller's per-entry fields (journalled: they survive a resume)
         self.shards: dict[str, dict] = {}
         self._f = None
         self._name = ""
         self._hash = None
         self._pos = 0
+        self.resumable, self.run = resumable, run
+        self._journal = None
+        self.resumed_entries = 0
+
+    @property
+    def next_index(self) -> int:
+        return len(self.entries)
+
+    def _header(self) -> dict:
+        return {"identity_sha256": identity_digest(self.identity), "codec": self.codec.spec, "shapes": self.shapes,
+                "shard_bytes": self.shard_bytes, "run": self.run}
 
     def set_shapes(self, shapes: dict[str, tuple[int, ...]]) -> None:
-        """Decoded shapes {"x0": ..., "front.img": [B, N, D], ...}: fixes the entry layout."""
+        """Decoded shapes {"x0": ..., "front.img": [B, N, D], ...}: fixes the entry layout. A resumable writer then
+        continues the folder's journal, if it has one (see the module docstring)."""
         shapes = {k: [int(s) for s in v] for k, v in shapes.items()}
         if self.layout is None:
             self.shapes = shapes
             self.layout, self.entry_size = entry_layout(self.codec, {k: tuple(v) for k, v in shapes.items()})
+            if self.resumable:
+                self._resume_or_start()
         elif shapes != self.shapes:
             raise ValueError(f"cache entry shapes {shapes} differ from the first entry's {self.shapes}")
 
-    def add(self, index: int, parts: dict[str, np.ndarray]) -> None:
+    # ----------------------------------------------------------------------------------------- the journal
+    def _journal_append(self, record: dict) -> None:
+        self._journal.write(json.dumps(record, separators=(",", ":")) + "\n")
+        self._journal.flush()
+        os.fsync(self._journal.fileno())
+
+    def _resume_or_start(self) -> None:
+        path = self.dir / JOURNAL
+        lines = []
+        if path.is_file():
+            for raw in path.read_text().split("\n"):
+                try:
+                    lines.append(json.loads(raw))
+                except ValueError:
+                    break                        # a line torn by a kill: what follows it was never durable
+        if not lines:
+            for stale in self.dir.glob("shard_*"):
+                stale.unlink()
+            self._journal = open(path, "w")
+            self._journal_append({"header": self._header()})
+            return
+        header = lines[0].get("header")
+        if header != self._header():
+            raise UserError(f"{path}: an interrupted residual cache for other inputs (model bundle, photos, prompt, "
+                            f"codec or schedule differ): delete {self.dir.parent.parent} or pass --no-resume")
+        for rec in lines[1:]:
+            if "entry" in rec:
+                self.entries.append(rec["entry"])
+                self.extras.append(rec.get("extra", {}))
+            elif "shard" in rec:
+                self.shards[rec["shard"]] = {"bytes": rec["bytes"], "sha256": rec["sha256"]}
+        # the shard still open when the run stopped: cut it back to its last journalled entry and reopen it
+        open_entries = [e for e in self.entries if e["shard"] not in self.shards]
+        if open_entries:
+            self._name = open_entries[0]["shard"]
+            tmp, final = self.dir / (self._name + ".tmp"), self.dir / self._name
+            if not tmp.is_file() and final.is_file():      # renamed, but the close was not journalled
+                os.replace(final, tmp)
+            end = open_entries[-1]["offset"] + open_entries[-1]["bytes"]
+            if not tmp.is_file() or tmp.stat().st_size < end:
+                raise BundleError(f"{tmp}: shorter than its journal says ({end} bytes): the cache in progress is "
+                                  f"damaged; delete {self.dir.parent.parent} or pass --no-resume")
+            self._f = open(tmp, "r+b")
+            self._f.truncate(end)
+            self._f.seek(0)
+            self._hash = hashlib.sha256()
+            remaining = end
+            while remaining:
+                block = self._f.read(min(remaining, 1 << 20))
+                self._hash.update(block)
+                remaining -= len(block)
+            self._f.seek(end)
+            self._pos = end
+        for stale in self.dir.glob("shard_*"):             # shards begun after the last journalled entry
+            name = stale.name.removesuffix(".tmp")
+            if name not in self.shards and name != (self._name if open_entries else ""):
+                stale.unlink()
+        self.resumed_entries = len(self.entries)
+        self._journal = open(path, "a")
+
+    def add(self, index: int, parts: dict[str, np.ndarray], extra: dict | None = None) -> None:
         if self.layout is None:
             raise ValueError("set_shapes() before the first add()")
         if index != len(self.entries):
@@ -93,9 +178,15 @@ class CacheWriter:
             self._open_shard()
         self._f.write(buf)
         self._hash.update(buf)
-        self.entries.append({"shard": self._name, "offset": self._pos, "bytes": self.entry_size,
-                             "sha256": hashlib.sha256(buf).hexdigest()})
+        entry = {"shard": self._name, "offset": self._pos, "bytes": self.entry_size,
+                 "sha256": hashlib.sha256(buf).hexdigest()}
+        self.entries.append(entry)
+        self.extras.append(extra or {})
         self._pos += self.entry_size
+        if self._journal is not None:
+            self._f.flush()
+            os.fsync(self._f.fileno())
+            self._journal_append({"entry": entry, "extra": extra or {}})
 
     def _open_shard(self) -> None:
         self._name = f"shard_{len(self.shards):05d}.bin"
@@ -112,6 +203,8 @@ class CacheWriter:
         os.replace(self.dir / (self._name + ".tmp"), self.dir / self._name)
         self.shards[self._name] = {"bytes": self._pos, "sha256": self._hash.hexdigest()}
         self._f = None
+        if self._journal is not None:
+            self._journal_append({"shard": self._name, **self.shards[self._name]})
 
     def finish(self, extra: dict | None = None) -> dict:
         """Close the last shard and write the index (with `extra` fields, e.g. the coding error)."""
@@ -122,7 +215,18 @@ class CacheWriter:
                  "entry_bytes": self.entry_size, "num_entries": len(self.entries),
                  "shards": self.shards, "entries": self.entries}
         atomic_write_text(self.dir / INDEX, json.dumps(index, indent=1))
+        if self._journal is not None:
+            self._journal.close()
+            self._journal = None
+            (self.dir / JOURNAL).unlink()
         return index
+
+    def close(self) -> None:
+        """Stop without finishing (the journal and the open shard stay for a resumable writer)."""
+        for f in (self._f, self._journal):
+            if f is not None:
+                f.close()
+        self._f = self._journal = None
 
 
 class CacheReader:
@@ -221,4 +325,4 @@ class CacheReader:
         self._maps.clear()
 
 
-__all__ = ["CacheReader", "CacheWriter", "X0", "DEFAULT_SHARD_BYTES", "NP_DTYPES", "atomic_write_text"]
+__all__ = ["CacheReader", "CacheWriter", "X0", "DEFAULT_SHARD_BYTES", "JOURNAL", "NP_DTYPES", "atomic_write_text"]

@@ -18,7 +18,8 @@ An entry holds the clean latents "x0" (fp32, never coded) and every residual's s
 "<residual>.<part>" (e.g. "front.img.codes", "front.img.scale"), each 64-byte aligned, little-endian, C order.
 Every part is float32, int8 or uint8: dtypes every device runtime's API can hand to a program (ExecuTorch's Android
 Java API has no float16 tensor), so fp16 values travel as their bytes and scales as float32.
-Encoding and the in-graph decoder are host code (`ditskip_edge/cache/codecs.py`); a runtime needs only this layout.
+The encoders: the host's `ditskip_edge/cache/codecs.py` (torch, with the in-graph decoder) and the device's
+`runtime/codecs.py` (numpy, for the on-device subject stage); a runtime that only trains needs only this layout.
 """
 
 from __future__ import annotations

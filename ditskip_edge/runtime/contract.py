@@ -15,6 +15,16 @@ A runtime computes, per scheduled sample, the loss and the gradients of the trai
 training loop (runtime/loop.py) accumulates them over the step's samples (each divided by grad_accum) and runs
 AdamW. Every program is one entry of the manifest's `programs` list (`ProgramEntry`): the same fields for every
 runtime, `trainable` mapping the program's parameter names to the LoRA file's keys.
+
+The subject stage's forward-only programs (ExecuTorch, `runtime/forward.py`; no gradients, frozen weights):
+
+    encode    patch [1, 3, s_min, s_min] (runtime/patches.py's crop)                 -> x0 [1, C, h, w]
+    embed     x0, noise, t, cond.<key> sorted (as train_step)                          -> stream.<s> sorted, ctx.<c> sorted
+    block     stream.<s> sorted, ctx.<c> sorted (one program per block, `block` index) -> stream.<s> sorted
+
+FLUX streams img, txt and ctx rotary_cos, rotary_sin, temb; SANA stream img and ctx timestep, txt (, txt_bias).
+The front residual is stream - embedded stream after block n_front - 1, per stream; the back residual is img after
+the last block minus img entering block num_blocks - n_back (skip_model.compute_residuals' definition).
 """
 
 from __future__ import annotations
@@ -36,6 +46,13 @@ PROGRAM_PRECISIONS = ("fp32", "int8", "int4")
 PRECISIONS = ("fp32", "bf16", "int8", "int4")
 TRAIN_STEP = "train_step"
 PREPROCESS = "preprocess"
+# The subject stage's forward-only programs (runtime/forward.py): the model's frozen forward, one block at a time.
+ENCODE = "encode"              # patch [1, 3, s_min, s_min] -> x0
+EMBED = "embed"                # x0, noise, t, cond.* -> stream.* (entering block 0), ctx.* (what every block reads)
+BLOCK = "block"                # stream.*, ctx.* -> stream.* (one transformer block; ProgramEntry.block = its index)
+SUBJECT_PROGRAMS = (ENCODE, EMBED, BLOCK)
+STREAM_PREFIX = "stream."
+CTX_PREFIX = "ctx."
 # Generation (runtime/generation.py): inference programs, inputs looked up by name (export/generation_modules.py)
 TEXT_ENCODER = "text_encoder"
 GEN_EMBED = "gen_embed"
@@ -69,6 +86,7 @@ class ProgramEntry:
     precision: str = "fp32"         # frozen weights: fp32 | int8 | int4
     backend: str = "portable"       # executorch: portable | xnnpack; ort: cpu
     data: list[str] = field(default_factory=list)                  # bundle-relative files the program also loads
+    block: int | None = None        # block programs: the block's index in the full model's order
     memory: dict | None = None
     ops: dict | None = None
     graph_passes: dict | None = None
@@ -77,6 +95,9 @@ class ProgramEntry:
         return asdict(self)
 
 
+def block_input_names(stream_names, ctx_names) -> list[str]:
+    """A block program's inputs: stream.* sorted, then ctx.* sorted (its outputs: stream.* sorted)."""
+    return [STREAM_PREFIX + s for s in sorted(stream_names)] + [CTX_PREFIX + c for c in sorted(ctx_names)]
 def check_precisions(precisions) -> None:
     """One device program per precision: distinct values among PROGRAM_PRECISIONS, at least one."""
     bad = [p for p in precisions if p not in PROGRAM_PRECISIONS]

@@ -1,6 +1,8 @@
 """One scheduled sample -> the named inputs of the training step (runtime/contract.py names them), numpy only.
 
     x0      the cache entry's clean latents (or `x0_from(sample)`: a device computing them from the photo)
+    (a cache-free bundle has no stored entry: `entry_from` defaults to runtime/subject.py's CacheFreeEntries, which
+    computes the sample's x0 and residuals with the bundle's forward programs and codes them in memory)
     noise   rng.normal(sample.noise_seed, x0.shape)        the portable RNG every runtime and app shares
     t       [sample.t]
     cond.*  the bundle's text conditioning
@@ -14,7 +16,7 @@ from typing import Callable
 import numpy as np
 
 from . import rng
-from .bundle import Bundle
+from .bundle import CACHE_FREE, Bundle
 from .cache_format import X0
 from .contract import COND_PREFIX, ENTRY_PREFIX
 from .schedule import Sample
@@ -29,8 +31,14 @@ class StepInputs:
     encoded entry from elsewhere than the bundle's cache (cache-report codes reference entries with other codecs)."""
 
     def __init__(self, bundle: Bundle, x0_from: Callable[[Sample], np.ndarray] | None = None,
-                 entry_from: Callable[[Sample], dict[str, np.ndarray]] | None = None):
-        self.entry_from = entry_from or (lambda s, cache=bundle.cache(): cache.read_encoded(s.index))
+                 entry_from: Callable[[Sample], dict[str, np.ndarray]] | None = None, keep_blocks: bool | None = None):
+        if entry_from is None:
+            if bundle.cache_mode == CACHE_FREE:       # keep_blocks: CacheFreeEntries' (None: when file-backed)
+                from .subject import CacheFreeEntries
+                entry_from = CacheFreeEntries(bundle, keep_blocks)
+            else:
+                entry_from = (lambda s, cache=bundle.cache(): cache.read_encoded(s.index))
+        self.entry_from = entry_from
         self.cond = {COND_PREFIX + k: v for k, v in bundle.text_conditioning().items()}
         self.x0_from = x0_from
 

@@ -4,12 +4,14 @@ The schedule stores a noise seed per sample; every runtime (Python host, ExecuTo
 Kotlin and Swift demo apps) must draw the *same* noise from it, because the residual cache was computed
 for that noise. torch's generator cannot be reproduced outside torch, so noise comes from splitmix64:
 
-    word(seed, i)  = splitmix64(seed + (i + 1) * 0x9E3779B97F4A7C15)       (uint64, wrapping)
+    word(seed, i)  = splitmix64(seed + (i + 1) * 0x9E3779B97F4A7C15)       (uint64, wrapping; `words`)
     uniform(i)     = ((word >> 11) + 0.5) * 2**-53                          (in (0, 1))
     normal[i]      = sqrt(-2 ln uniform(2i)) * cos(2 pi uniform(2i + 1))    (Box-Muller, cos branch only)
 
 Every element is independent of the others and of the tensor's shape: element i of a flattened
 (row-major) tensor is normal[i]. The same few lines are written in Kotlin and Swift in the demo apps.
+The training schedule (runtime/schedule.py) draws its photo order, t, crop placement and noise seeds from the
+same generator (`uniform`, `words`), so a phone computes the host's schedule from the same photos.
 """
 
 from __future__ import annotations
@@ -29,12 +31,17 @@ def _splitmix64(x: np.ndarray) -> np.ndarray:
         return z ^ (z >> np.uint64(31))
 
 
-def uniform(seed: int, count: int, offset: int = 0) -> np.ndarray:
-    """`count` uniforms in (0, 1), float64, for counters offset .. offset+count-1."""
+def words(seed: int, count: int, offset: int = 0) -> np.ndarray:
+    """`count` raw uint64 words word(seed, i) for counters offset .. offset+count-1."""
     i = np.arange(offset, offset + count, dtype=np.uint64)
     with np.errstate(over="ignore"):
         x = np.uint64(seed & 0xFFFFFFFFFFFFFFFF) + (i + np.uint64(1)) * _GOLDEN
-    w = _splitmix64(x)
+    return _splitmix64(x)
+
+
+def uniform(seed: int, count: int, offset: int = 0) -> np.ndarray:
+    """`count` uniforms in (0, 1), float64, for counters offset .. offset+count-1."""
+    w = words(seed, count, offset)
     return ((w >> np.uint64(11)).astype(np.float64) + 0.5) * (2.0 ** -53)
 
 

@@ -22,7 +22,8 @@ def device_adapter(bundle: Bundle, runtime: str, precision: str | None = None) -
 
 
 def train_bundle(bundle_dir: str | Path, runtime: str, cfg: RunConfig, precision: str | None = None,
-                 device_preprocess: bool = False) -> dict:
+                 device_preprocess: bool = False, keep_blocks: bool | None = None) -> dict:
+    """keep_blocks: a cache-free bundle's block programs stay loaded between steps (None: when file-backed)."""
     bundle = Bundle.open(bundle_dir)          # refuses an edited manifest or any file that does not match it
     adapter = device_adapter(bundle, runtime, precision)
     x0_from = None
@@ -31,6 +32,7 @@ def train_bundle(bundle_dir: str | Path, runtime: str, cfg: RunConfig, precision
             raise UserError("--device-preprocess needs --runtime executorch (the preprocessing programs are .pte)")
         from .executorch import Preprocessor
         x0_from = Preprocessor(bundle)
-    summary = train(bundle, adapter, cfg, StepInputs(bundle, x0_from))
+    summary = train(bundle, adapter, cfg, StepInputs(bundle, x0_from, keep_blocks=keep_blocks))
+    summary["cache_mode"] = bundle.cache_mode
     summary["device_preprocess"] = device_preprocess
     return summary

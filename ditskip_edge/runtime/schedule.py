@@ -6,7 +6,32 @@ is data: saved as JSON in the bundle, read by every runtime. Sample k is used at
 Dynamic patch sampling (PAPER.md section 1) decides each crop box here, in plain Python:
 crop side for time t in [0, 1] is s(t) = s_min + t * (s_max - s_min), rounded to the model's pixel multiple and
 clamped to [s_min, the photo's short side]; placement is uniform over the integer positions that keep the crop
-inside the photo. (`ditskip_edge/patch_sampling.py`'s PatchSampler cuts and resizes the box in the graph.)
+inside the photo. (`ditskip_edge/patch_sampling.py`'s PatchSampler cuts and resizes the box in the graph;
+`runtime/patches.py` is its numpy twin.)
+
+The algorithm is portable (schedule algorithm 2): the host compiler, the runtime package's subject stage and the
+demo apps (Kotlin `Schedule.kt`, Swift `Schedule.swift`) compute the same schedule from the same photo sizes.
+Every draw comes from the portable generator of runtime/rng.py, addressed by a counter:
+
+    u(c) = rng.uniform(seed, 1, c)[0]        in (0, 1), float64
+    w(c) = rng.words(seed, 1, c)[0]          uint64
+    P    = number of photos, n = steps x grad_accum samples
+
+    sample k (counters c = 8 k + j; j = 5..7 unused, reserved):
+      t          uniform:      t = u(8k)
+                 logit_normal: z = sqrt(-2 ln u(8k)) cos(2 pi u(8k + 1)); t = 1 / (1 + exp(-z))
+                 then t = min(max(t, 1e-4), 1 - 1e-4)
+      u_x, u_y   u(8k + 2), u(8k + 3)        crop placement (place_crop)
+      noise_seed w(8k + 4) >> 1              63 bits (the noise RNG's seed, rng.normal)
+      photo      order_e[k mod P], e = k div P: epoch e's photo order
+    order_e: Fisher-Yates over [0, 1, ..., P-1]: for i = P-1 down to 1 (draw m = P-1-i):
+               r = min(floor(u(2^40 + e P + m) * (i + 1)), i); swap(order[i], order[r])
+    crop side: crop_side_px (round half to even, clamped); box (x0, y0, side) from place_crop;
+               dynamic_patches False: the largest centred square ((w - side) div 2, (h - side) div 2)
+
+t is float64 (the libm functions exp, log, cos, sqrt may differ in the last bit between platforms; photo, crop box
+and noise seed are integers and must agree exactly). docs/bundle_contract.json (`schedule.test_vectors`) holds
+photo sizes + config -> the first samples; the contract test checks them against this module and the Kotlin port.
 
 Legal ranges (a user mistake outside them is one `UserError` before any work): see `ScheduleConfig.validate` and
 `check_photo_sizes`.
@@ -17,10 +42,10 @@ from __future__ import annotations
 import json
 import logging
 import math
-import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from . import rng
 from .errors import BundleError, UserError
 
 log = logging.getLogger(__name__)
@@ -33,6 +58,9 @@ MAX_SEED = 2 ** 63 - 1
 MAX_ASPECT = 4.0                 # a photo's long side / short side
 MIN_SHORT_SIDE_FRACTION = 0.5    # a photo's short side must be >= this x s_min (crops upsampled at most 2x)
 T_RANGE = (1e-4, 1 - 1e-4)       # drawn t is clamped into this interval
+ALGORITHM = 2                    # 2: portable (splitmix64 counters, Fisher-Yates); 1 was Python's random module
+SAMPLE_DRAWS = 8                 # counters reserved per sample: 8k .. 8k+7
+SHUFFLE_BASE = 1 << 40           # first counter of the photo shuffles
 
 
 @dataclass(frozen=True)
@@ -94,7 +122,7 @@ def crop_side_px(t: float, s_min_px: int, s_max_px: int, multiple_px: int, short
     if limit < multiple_px:
         raise ValueError(f"a photo with short side {short_side_px} px cannot hold a {multiple_px} px crop")
     raw = s_min_px + float(t) * (s_max_px - s_min_px)
-    side = int(round(raw / multiple_px)) * multiple_px
+    side = int(round(raw / multiple_px)) * multiple_px          # Python's round: half to even
     side = max(s_min_px, min(side, s_max_px))
     if side > limit:
         return limit, True
@@ -138,7 +166,7 @@ class Schedule:
         return self.samples[step * a:(step + 1) * a]
 
     def to_json(self) -> dict:
-        return {"config": asdict(self.config), "photo_names": list(self.photo_names),
+        return {"algorithm": ALGORITHM, "config": asdict(self.config), "photo_names": list(self.photo_names),
                 "clamped_samples": self.clamped_samples,
                 "samples": [[s.index, s.photo, s.t, list(s.crop_box), s.noise_seed] for s in self.samples],
                 "sample_fields": SAMPLE_FIELDS}
@@ -158,6 +186,8 @@ class Schedule:
             d = json.loads(Path(path).read_text())
             if d.get("sample_fields") != SAMPLE_FIELDS:
                 raise KeyError("sample_fields")
+            if d.get("algorithm") != ALGORITHM:
+                raise KeyError(f"algorithm {d.get('algorithm')!r}, expected {ALGORITHM}: recompile the bundle")
             schedule = Schedule.from_json(d)
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise BundleError(f"{path}: not a readable schedule ({type(e).__name__}: {e})") from e
@@ -167,38 +197,52 @@ class Schedule:
         return schedule
 
 
-def _draw_t(rnd: random.Random, how: str) -> float:
+def photo_order(seed: int, epoch: int, num_photos: int) -> list[int]:
+    """Epoch `epoch`'s photo order: Fisher-Yates over range(num_photos) with the portable uniforms."""
+    order = list(range(num_photos))
+    if num_photos > 1:
+        u = rng.uniform(seed, num_photos - 1, SHUFFLE_BASE + epoch * num_photos)
+        for m, i in enumerate(range(num_photos - 1, 0, -1)):
+            r = min(int(math.floor(float(u[m]) * (i + 1))), i)
+            order[i], order[r] = order[r], order[i]
+    return order
+
+
+def draw_t(u0: float, u1: float, how: str) -> float:
+    """t from the sample's first two uniforms, clamped into T_RANGE."""
     if how == "logit_normal":
-        return 1.0 / (1.0 + math.exp(-rnd.gauss(0.0, 1.0)))
-    return rnd.random()
+        z = math.sqrt(-2.0 * math.log(u0)) * math.cos(2.0 * math.pi * u1)
+        t = 1.0 / (1.0 + math.exp(-z))
+    else:
+        t = u0
+    return min(max(t, T_RANGE[0]), T_RANGE[1])
 
 
 def make_schedule(config: ScheduleConfig, photo_sizes_hw: list[tuple[int, int]], photo_names: list[str]) -> Schedule:
-    """Photos are visited in a fresh random order each epoch; t, placement and noise seed are drawn per sample."""
+    """Photos are visited in a fresh random order each epoch; t, placement and noise seed are drawn per sample
+    (the portable algorithm of the module docstring)."""
     config.validate()
     if not photo_sizes_hw:
         raise UserError("a schedule needs at least one photo")
     check_photo_sizes(config, photo_sizes_hw, photo_names)
-    rnd = random.Random(config.seed)
-    n = config.num_samples
-    order: list[int] = []
-    samples, clamped = [], 0
+    n, num_photos = config.num_samples, len(photo_sizes_hw)
+    u = rng.uniform(config.seed, SAMPLE_DRAWS * n).reshape(n, SAMPLE_DRAWS)
+    w = rng.words(config.seed, SAMPLE_DRAWS * n).reshape(n, SAMPLE_DRAWS)
+    samples, clamped, order = [], 0, []
     for k in range(n):
-        if not order:
-            order = list(range(len(photo_sizes_hw)))
-            rnd.shuffle(order)
-        p = order.pop()
-        h, w = photo_sizes_hw[p]
-        t = min(max(_draw_t(rnd, config.t_sampling), T_RANGE[0]), T_RANGE[1])
-        u_x, u_y = rnd.random(), rnd.random()
-        noise_seed = rnd.getrandbits(63)
+        if k % num_photos == 0:
+            order = photo_order(config.seed, k // num_photos, num_photos)
+        p = order[k % num_photos]
+        h, w_px = photo_sizes_hw[p]
+        t = draw_t(float(u[k, 0]), float(u[k, 1]), config.t_sampling)
+        noise_seed = int(w[k, 4] >> 1)
         if config.dynamic_patches:
-            side, was_clamped = crop_side_px(t, config.s_min_px, config.s_max_px, config.multiple_px, min(h, w))
-            x0, y0 = place_crop(side, h, w, u_x, u_y)
+            side, was_clamped = crop_side_px(t, config.s_min_px, config.s_max_px, config.multiple_px, min(h, w_px))
+            x0, y0 = place_crop(side, h, w_px, float(u[k, 2]), float(u[k, 3]))
         else:   # ablation: no dynamic patches, the largest centred square
-            side = min(h, w)
+            side = min(h, w_px)
             was_clamped = False
-            x0, y0 = (w - side) // 2, (h - side) // 2
+            x0, y0 = (w_px - side) // 2, (h - side) // 2
         clamped += was_clamped
         samples.append(Sample(k, p, t, (x0, y0, side), noise_seed))
     if clamped:

@@ -2,9 +2,9 @@
 import Foundation
 
 enum BundleContract {
-    static let contractVersion = 3
+    static let contractVersion = 4
     static let bundleFormat = "ditskip-edge-bundle"
-    static let bundleFormatVersion = 2
+    static let bundleFormatVersion = 3
     static let manifestFile = "manifest.json"
     static let manifestDigestField = "manifest_sha256"
     static let fixedInputs = ["x0", "noise", "t"]
@@ -43,4 +43,15 @@ enum BundleContract {
     static let genWeightPrefix = "w."
     static let rngCheckSeed = 12345
     static let rngCheckNormals = [0.562543511390686, 0.922802209854126, -0.60619056224823, -1.8615540266036987, 0.8157831430435181, -1.341822862625122]
+    static let bundleKindField = "bundle_kind"
+    static let modelBundleKind = "model"
+    static let cacheFreeMode = "cache-free"
+    static let etEncode = "encode"
+    static let etEmbed = "embed"
+    static let etBlock = "block"
+    static let scheduleAlgorithm = 2
+    static let scheduleSampleDraws = 8
+    static let scheduleShuffleBase = 1099511627776
+    static let scheduleTMin = 0.0001
+    static let scheduleTMax = 0.9999
 }

@@ -15,9 +15,14 @@ enum PortableRng {
         return z ^ (z >> 31)
     }
 
+    /// word(i): the raw 64-bit word for counter i (rng.words).
+    static func word(seed: UInt64, _ i: UInt64) -> UInt64 {
+        splitmix64(seed &+ (i &+ 1) &* golden)
+    }
+
     /// uniform(i) in (0, 1) for counter i.
     static func uniform(seed: UInt64, _ i: UInt64) -> Double {
-        let word = splitmix64(seed &+ (i &+ 1) &* golden)
+        let word = word(seed: seed, i)
         return (Double(word >> 11) + 0.5) * twoPowM53
     }
 

@@ -2,9 +2,9 @@
 package org.ditskip.demo
 
 object BundleContract {
-    const val CONTRACT_VERSION = 3
+    const val CONTRACT_VERSION = 4
     const val BUNDLE_FORMAT = "ditskip-edge-bundle"
-    const val BUNDLE_FORMAT_VERSION = 2
+    const val BUNDLE_FORMAT_VERSION = 3
     const val MANIFEST_FILE = "manifest.json"
     const val MANIFEST_DIGEST_FIELD = "manifest_sha256"
     val FIXED_INPUTS = listOf("x0", "noise", "t")
@@ -43,4 +43,15 @@ object BundleContract {
     const val GEN_WEIGHT_PREFIX = "w."
     const val RNG_CHECK_SEED = 12345
     val RNG_CHECK_NORMALS = doubleArrayOf(0.562543511390686, 0.922802209854126, -0.60619056224823, -1.8615540266036987, 0.8157831430435181, -1.341822862625122)
+    const val BUNDLE_KIND_FIELD = "bundle_kind"
+    const val MODEL_BUNDLE_KIND = "model"
+    const val CACHE_FREE_MODE = "cache-free"
+    const val ET_ENCODE = "encode"
+    const val ET_EMBED = "embed"
+    const val ET_BLOCK = "block"
+    const val SCHEDULE_ALGORITHM = 2
+    const val SCHEDULE_SAMPLE_DRAWS = 8
+    const val SCHEDULE_SHUFFLE_BASE = 1099511627776L
+    val SCHEDULE_T_MIN = 0.0001
+    val SCHEDULE_T_MAX = 0.9999
 }

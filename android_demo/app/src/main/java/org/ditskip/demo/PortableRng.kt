@@ -24,9 +24,12 @@ object PortableRng {
         return z xor (z ushr 31)
     }
 
+    /** word(i): the raw 64-bit word for counter i (rng.words). */
+    fun word(seed: Long, i: Long): Long = splitmix64(seed + (i + 1) * GOLDEN)
+
     /** uniform(i) in (0, 1) for counter i. */
     fun uniform(seed: Long, i: Long): Double {
-        val word = splitmix64(seed + (i + 1) * GOLDEN)
+        val word = word(seed, i)
         return ((word ushr 11).toDouble() + 0.5) * TWO_POW_M53
     }
 

@@ -45,7 +45,13 @@ class TrainingBundle(val root: File) {
         require(manifest.optInt("format_version") == BundleContract.BUNDLE_FORMAT_VERSION) {
             "${root}/manifest.json: format_version ${manifest.optInt("format_version")} is not supported"
         }
+        require(manifest.optString(BundleContract.BUNDLE_KIND_FIELD) != BundleContract.MODEL_BUNDLE_KIND) {
+            "$root: a model bundle (no photos): run the subject stage first (python -m ditskip_edge.runtime personalize)"
+        }
         val subject = manifest.getJSONObject("subject_stage")
+        require(subject.optString("cache_mode") != BundleContract.CACHE_FREE_MODE) {
+            "$root: a cache-free bundle: this app trains stored residual caches only (the forward programs are not wired in yet)"
+        }
         val schedule = JSONObject(File(root, subject.getString("schedule")).readText())
         val fields = schedule.getJSONArray("sample_fields")
         for (i in BundleContract.SAMPLE_FIELDS.indices) {

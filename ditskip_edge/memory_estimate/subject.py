@@ -1,0 +1,227 @@
+"""The subject stage on a device and the cache-free mode, predicted from the architecture alone (issue 15).
+
+The subject stage (runtime/subject.py) runs, per scheduled sample: the encode program (the autoencoder's encoder on
+the s_min crop), the embed program, then one block program at a time (the front span; with a back span every block),
+keeping the streams, the context, the embedded streams and the residuals computed so far. Traced here on fake
+tensors like the training step (tracker.py), forward only (no autograd), math attention:
+
+    subject_footprint_bytes (dirty anonymous: what a phone counts)
+        = runtime_overhead (assumed, as the step's)
+        + persistent: the encoder's and the embedders' frozen weights (their programs stay loaded; 0 when mapped),
+          one photo at s_max (fp32), the text conditioning
+        + max over the phases of one sample:
+            encode  the encoder forward's transient peak
+            embed   the embedders' forward peak
+            block   the largest block's frozen weights (0 when mapped: file-backed) + its forward's transient peak
+                    + the streams entering it + the context + the embedded streams + one sample's residuals
+    forward_flops_per_sample = encoder + embedders + every block the residuals need (forward, no backward)
+
+Cache-free mode (no stored residuals; each training step first computes its samples' residuals with the same
+programs while the training program stays loaded):
+    storage: the residual cache's bytes are saved (stored mode: samples x entry bytes at the codec)
+    footprint: the training step's footprint + the subject stage's per-sample working set (the two run one after
+               the other, but the training program's arena lives as long as the program)
+    extra FLOPs per optimizer step: grad_accum x forward_flops_per_sample; predicted step time ratio
+               (train + forward FLOPs) / train FLOPs
+
+Encoders: the models' autoencoders as published with their diffusers checkpoints (FLUX.1-dev: AutoencoderKL, 4
+stages 128-512 channels, 16 latent channels; SANA: AutoencoderDC f32c32 with EfficientViT stages), built on the
+meta device for the trace; built-in tiny models use their own.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils.flop_counter import FlopCounterMode
+
+from ..models.loading import build_transformer, vae_class
+from ..models.specs import FLUX_ARCH
+from ..models.views import _blocks_of, make_view
+from ..runtime.cache_format import CacheCodec, entry_layout
+from .program import StepConfig, _inputs, _materialize
+from .tracker import StepMemoryTracker, storage_keys
+
+# The real-size models' autoencoders (no weights here), for the encoder's trace only.
+ENCODER_CONFIGS = {
+    "flux-dev": dict(in_channels=3, out_channels=3, latent_channels=16, down_block_types=["DownEncoderBlock2D"] * 4,
+                     up_block_types=["UpDecoderBlock2D"] * 4, block_out_channels=[128, 256, 512, 512],
+                     layers_per_block=2, norm_num_groups=32, use_quant_conv=False, use_post_quant_conv=False,
+                     scaling_factor=0.3611, shift_factor=0.1159),
+    "sana": dict(in_channels=3, latent_channels=32, attention_head_dim=32,
+                 encoder_block_types=["ResBlock"] * 3 + ["EfficientViTBlock"] * 3,
+                 decoder_block_types=["ResBlock"] * 3 + ["EfficientViTBlock"] * 3,
+                 encoder_block_out_channels=[128, 256, 512, 512, 1024, 1024],
+                 decoder_block_out_channels=[128, 256, 512, 512, 1024, 1024],
+                 encoder_layers_per_block=[2, 2, 2, 3, 3, 3], decoder_layers_per_block=[3, 3, 3, 3, 3, 3],
+                 encoder_qkv_multiscales=[[], [], [], [5], [5], [5]],
+                 decoder_qkv_multiscales=[[], [], [], [5], [5], [5]], scaling_factor=0.41407),
+}
+
+
+def _encoder_config(spec) -> dict | None:
+    if spec.vae_config is not None:
+        return None if spec.vae_config.get("kind") == "pixel" else spec.vae_config
+    return ENCODER_CONFIGS["flux-dev" if spec.arch == FLUX_ARCH else "sana"]
+
+
+def _nbytes(tensors) -> int:
+    seen, n = set(), 0
+    for t in tensors:
+        if t is None or t.is_meta:
+            continue
+        k = t.untyped_storage()._cdata
+        if k not in seen:
+            seen.add(k)
+            n += t.untyped_storage().nbytes()
+    return n
+
+
+def _frozen_bytes(module) -> int:
+    return _nbytes([p for _, p in module.named_parameters()] + [b for _, b in module.named_buffers()])
+
+
+def _trace(fn, preexisting) -> tuple[int, int]:
+    """(transient peak bytes, FLOPs) of fn() under no_grad."""
+    tracker = StepMemoryTracker(storage_keys(preexisting))
+    flops = FlopCounterMode(display=False)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    with torch.no_grad(), sdpa_kernel([SDPBackend.MATH]), flops, tracker:
+        fn()
+    return tracker.peak_bytes, int(flops.get_total_flops())
+
+
+def trace_subject_stage(cfg: StepConfig, forward_precision: str | None = None) -> dict:
+    """The subject stage's per-sample working set and FLOPs (module docstring), bytes."""
+    spec = cfg.spec
+    precision = forward_precision or cfg.precision
+    from ..quantize import QuantSpec
+    quant = QuantSpec(precision) if precision in ("int8", "int4") else None
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    plan = cfg.plan
+    transformer = build_transformer(spec, "meta")
+    blocks = _blocks_of(transformer)
+    needed = list(range(plan.num_blocks)) if plan.n_back else list(range(plan.n_front))
+    # one representative block per kind (FLUX: double, single; SANA: one), counted as often as it runs
+    kinds: dict[str, list[int]] = {}
+    for i in needed:
+        kinds.setdefault(type(blocks[i]).__name__, []).append(i)
+    view = make_view(spec.arch, transformer, [ids[0] for ids in kinds.values()])
+    embedders = [m for n, m in view.named_children() if n not in ("blocks", "norm_out", "proj_out")]
+    for p in view.parameters():
+        p.requires_grad_(False)                     # all frozen: quantize_frozen_layers takes every linear / conv
+    fake = FakeTensorMode(allow_non_fake_inputs=True)
+    out: dict = {"forward_precision": precision, "blocks_run": len(needed)}
+    with fake:
+        for i, m in enumerate(embedders + list(view.blocks)):
+            _materialize(m, "cpu", dtype, quant, 17 * (i + 1))
+        for name, p in list(view.named_parameters(recurse=False)):
+            setattr(view, name, torch.nn.Parameter(torch.zeros(p.shape, dtype=dtype), requires_grad=False))
+        x0, noise, t, cond, _ = _inputs(cfg, "cpu", 1)
+        weights = [p for p in view.parameters()] + [b for b in view.buffers()]
+        pre = weights + [x0, noise, t, *cond.values()]
+        embed_weights = sum(_frozen_bytes(m) for m in embedders)
+        state = {}
+
+        def embed():
+            x_t = (1 - t.reshape(-1, 1, 1, 1)) * x0 + t.reshape(-1, 1, 1, 1) * noise
+            state["streams"], state["ctx"] = view.embed(view.pack(x_t), t, cond)
+        embed_peak, embed_flops = _trace(embed, pre)
+        streams, ctx = state["streams"], state["ctx"]
+        ctx_bytes = _nbytes(view.ctx_tensors(ctx).values())
+        stream_bytes = _nbytes(streams.values())
+        block_rows, block_flops, block_weights_max, block_phase_max = [], 0, 0, 0
+        residual_bytes = (stream_bytes if plan.n_front else 0) + (streams["img"].numel() * 4 if plan.n_back else 0)
+        held = stream_bytes + ctx_bytes + stream_bytes + residual_bytes   # in, context, embedded, residuals
+        for (kind, ids), block in zip(kinds.items(), view.blocks):
+            peak, flops = _trace(lambda b=block: view.run_block(b, streams, ctx),
+                                 pre + list(streams.values()) + list(view.ctx_tensors(ctx).values()))
+            w = _frozen_bytes(block)
+            block_rows.append({"kind": kind, "count": len(ids), "frozen_weights_bytes": w,
+                               "forward_peak_bytes": peak, "forward_flops": flops})
+            block_flops += flops * len(ids)
+            block_weights_max = max(block_weights_max, w)
+            block_phase_max = max(block_phase_max, peak + held, w + peak + held)
+    enc_weights, enc_peak, enc_flops = _trace_encoder(spec, cfg.resolution_px)
+    photo_bytes = 3 * spec.data_px * spec.data_px * 4
+    text_bytes = _nbytes(cond.values())
+    out.update(block_kinds=block_rows, largest_block_weights_bytes=block_weights_max,
+               embed_weights_bytes=embed_weights, embed_forward_peak_bytes=embed_peak,
+               encoder_weights_bytes=enc_weights, encoder_forward_peak_bytes=enc_peak,
+               streams_bytes=stream_bytes, context_bytes=ctx_bytes, residuals_bytes=residual_bytes,
+               photo_bytes=photo_bytes, text_conditioning_bytes=text_bytes,
+               forward_flops_per_sample=enc_flops + embed_flops + block_flops, encoder_flops_per_sample=enc_flops)
+    # phases (the block phase with resident or mapped block weights)
+    block_phase_mapped = max(r["forward_peak_bytes"] for r in block_rows) + held
+    out["phase_peaks_bytes"] = {"encode": enc_peak, "embed": embed_peak, "block_resident": block_phase_max,
+                                "block_mapped": block_phase_mapped}
+    return out
+
+
+def _trace_encoder(spec, s_min: int) -> tuple[int, int, int]:
+    """(frozen weights bytes, forward transient peak, FLOPs) of the autoencoder's encoder on one s_min crop."""
+    cfg = _encoder_config(spec)
+    if cfg is None:                   # pixel space: a weightless space-to-depth
+        return 0, 3 * s_min * s_min * 4, 0
+    with torch.device("meta"):
+        vae = vae_class(spec.arch).from_config(cfg).eval()
+    enc = vae.encoder
+    fake = FakeTensorMode(allow_non_fake_inputs=True)
+    with fake:
+        enc.to_empty(device="cpu")
+        patch = torch.zeros(1, 3, s_min, s_min)
+        w = _frozen_bytes(enc)
+        peak, flops = _trace(lambda: enc(patch), list(enc.parameters()) + list(enc.buffers()) + [patch])
+    return w, peak, flops
+
+
+def subject_stage_estimate(cfg: StepConfig, train_memory: dict, train_flops: int, runtime_overhead_bytes: int,
+                           num_samples: int, grad_accum: int, codec: str, weights: str = "resident",
+                           forward_precision: str | None = None) -> dict:
+    """The estimate's `subject_stage` and `cache_free` sections (bytes; see the module docstring)."""
+    tr = trace_subject_stage(cfg, forward_precision)
+    mapped = weights == "mapped"
+    persistent = (0 if mapped else tr["encoder_weights_bytes"] + tr["embed_weights_bytes"]) + tr["photo_bytes"] \
+        + tr["text_conditioning_bytes"]
+    phases = tr["phase_peaks_bytes"]
+    working = max(phases["encode"], phases["embed"], phases["block_mapped" if mapped else "block_resident"])
+    footprint = runtime_overhead_bytes + persistent + working
+    shapes = _entry_shapes(cfg)
+    _, entry_bytes = entry_layout(CacheCodec.parse(codec), shapes)
+    train_fp = int(train_memory["footprint_bytes"])
+    fwd = tr["forward_flops_per_sample"]
+    return {
+        "subject_stage": {**tr, "weights": weights, "footprint_bytes": footprint,
+                          "footprint_gib": round(footprint / 2 ** 30, 3),
+                          "training_footprint_bytes": train_fp,
+                          "no_larger_than_training": footprint <= train_fp,
+                          "file_backed_working_set_bytes": (tr["largest_block_weights_bytes"]
+                                                            + tr["encoder_weights_bytes"]
+                                                            + tr["embed_weights_bytes"]) if mapped else 0,
+                          "tflops_per_sample": round(fwd / 1e12, 4)},
+        "cache_free": {"codec": codec, "entry_bytes": entry_bytes, "stored_cache_bytes": entry_bytes * num_samples,
+                       "stored_cache_gib": round(entry_bytes * num_samples / 2 ** 30, 3),
+                       "cache_free_storage_saved_bytes": entry_bytes * num_samples,
+                       "footprint_bytes": train_fp + footprint - runtime_overhead_bytes,
+                       "footprint_gib": round((train_fp + footprint - runtime_overhead_bytes) / 2 ** 30, 3),
+                       "footprint_over_training_bytes": footprint - runtime_overhead_bytes,
+                       "extra_flops_per_step": grad_accum * fwd,
+                       "extra_tflops_per_step": round(grad_accum * fwd / 1e12, 4),
+                       "predicted_step_time_ratio": round((train_flops + fwd) / max(train_flops, 1), 3),
+                       # a variant not built: x0 stored (under 1% of an entry), the encoder not rerun each step
+                       "predicted_step_time_ratio_x0_stored": round(
+                           (train_flops + fwd - tr["encoder_flops_per_sample"]) / max(train_flops, 1), 3)},
+    }
+
+
+def _entry_shapes(cfg: StepConfig) -> dict[str, tuple[int, ...]]:
+    n, L, D = cfg.image_tokens, cfg.text_tokens, cfg.hidden_dim
+    shapes: dict[str, tuple[int, ...]] = {"x0": cfg.latent_shape()}
+    if cfg.n_front:
+        shapes["front.img"] = (1, n, D)
+        if cfg.spec.arch == FLUX_ARCH:
+            shapes["front.txt"] = (1, L, D)
+    if cfg.n_back:
+        shapes["back.img"] = (1, n, D)
+    return shapes
+

@@ -1,0 +1,170 @@
+"""The frozen base model's forward on the device, one block at a time: the subject stage's programs (issue 15).
+
+    fwd = ForwardPrograms(bundle)                         # the bundle's encode / embed / block programs
+    x0 = fwd.x0(photo_pixels, sample.crop_box)            # runtime/patches.py crop + the encode program
+    residuals = fwd.residuals(x0, noise, t, cond)         # {"front.img", "front.txt" (FLUX), "back.img"}: fp32
+
+The residuals are skip_model.compute_residuals' (the host's definition): the embed program gives the streams
+entering block 0 and the context every block reads; block programs run in order; the front residual is each stream
+after block n_front - 1 minus the embedded stream, the back residual the img stream after the last block minus the
+img stream entering block num_blocks - n_back. The arithmetic between programs is numpy float32.
+
+Memory: a block program is loaded when its block runs and dropped before the next one loads (`keep_blocks=False`,
+the default): one block's weights live at a time, besides the streams, the context and one sample's residuals. With
+`keep_blocks=True` every block program stays loaded (for a cache-free run that computes residuals every step: no
+reload per sample); that costs every block's weights unless they are file-backed (a program whose constants sit in a
+memory-mapped .ptd data file, ProgramEntry.data).
+
+ExecuTorch's inference bindings take and return torch tensors (no autograd is used); outputs are copied to numpy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from pathlib import Path
+
+import numpy as np
+
+from . import bindings
+from .bundle import Bundle
+from .contract import BLOCK, CTX_PREFIX, EMBED, ENCODE, STREAM_PREFIX, ordered_inputs
+from .errors import BundleError
+from .patches import crop_patch
+
+RUNTIME = "executorch"
+
+
+def subject_programs(bundle: Bundle) -> tuple[dict, dict, dict[int, dict]]:
+    """(encode, embed, {block index: entry}) of the bundle's manifest, or a BundleError naming what is missing."""
+    progs = [p for p in bundle.programs if p.get("runtime") == RUNTIME]
+    by_name = {n: [p for p in progs if p.get("name") == n] for n in (ENCODE, EMBED, BLOCK)}
+    missing = [n for n in (ENCODE, EMBED) if not by_name[n]]
+    if missing:
+        raise BundleError(f"{bundle.root / 'manifest.json'}: no {', '.join(missing)} program: this bundle cannot run "
+                          f"the subject stage (compile it without --images: a model bundle)")
+    blocks = {int(p["block"]): p for p in by_name[BLOCK]}
+    plan = bundle.field("plan")
+    need = list(range(int(plan["num_blocks"]))) if int(plan["n_back"]) else list(range(int(plan["n_front"])))
+    absent = [i for i in need if i not in blocks]
+    if absent:
+        raise BundleError(f"{bundle.root / 'manifest.json'}: no block program for blocks {absent[:5]} (the residuals "
+                          f"need blocks 0..{need[-1]})")
+    return by_name[ENCODE][0], by_name[EMBED][0], blocks
+
+
+class ProgramRunner:
+    """One forward-only ExecuTorch program: load (with its data file), call with named inputs, named outputs.
+    ExecuTorch's log lines (its Python bindings write them to sys.stderr) are kept out of the user's stderr and put
+    into the one-line error when loading or running fails."""
+
+    def __init__(self, bundle: Bundle, entry: dict):
+        import torch
+        self._torch = torch
+        self.entry = entry
+        self.path = bundle.root / entry["path"]
+        self.data = [bundle.root / d for d in entry.get("data", [])]
+        load = bindings.executorch_inference()._load_for_executorch
+        args = (str(self.path), str(self.data[0])) if self.data else (str(self.path),)
+        self.module = self._guarded(lambda: load(*args), "load")
+
+    def _guarded(self, fn, what: str):
+        log = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(log):
+                return fn()
+        except Exception as e:  # noqa: BLE001 - ExecuTorch reports failures as RuntimeError with an error code
+            lines = [ln.strip() for ln in log.getvalue().splitlines() if ln.strip() and "cpuinfo" not in ln]
+            why = "; ".join([f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'no message'}"] + lines[:2])
+            if self.data:
+                raise BundleError(f"{self.data[0]}: does not match its program {self.path.name} (ExecuTorch could not "
+                                  f"{what} it: {why})") from e
+            raise BundleError(f"{self.path}: ExecuTorch could not {what} the program ({why})") from e
+
+    def check(self) -> None:
+        """Run once on zeros: the method (and every weight it takes from its data file) is resolved on first run."""
+        self({s["name"]: np.zeros(s["shape"], dtype=np.dtype(s.get("dtype", "float32"))) for s in self.entry["inputs"]})
+
+    def __call__(self, named: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        tensors = [self._torch.from_numpy(a) for a in ordered_inputs(self.entry, named)]
+        outs = self._guarded(lambda: self.module.forward(tuple(tensors)), "run")
+        specs = self.entry["outputs"]
+        if len(outs) != len(specs):
+            raise BundleError(f"{self.path}: {len(outs)} outputs, the manifest lists {len(specs)}")
+        return {s["name"]: np.array(o.numpy(), dtype=np.float32, copy=True) for s, o in zip(specs, outs)}
+
+
+class ForwardPrograms:
+    def __init__(self, bundle: Bundle, keep_blocks: bool = False):
+        self.bundle = bundle
+        self.encode_entry, self.embed_entry, self.block_entries = subject_programs(bundle)
+        plan = bundle.field("plan")
+        self.num_blocks, self.n_front, self.n_back = int(plan["num_blocks"]), int(plan["n_front"]), int(plan["n_back"])
+        self.s_min_px = int(bundle.field("schedule", "s_min_px"))
+        self.keep_blocks = keep_blocks
+        self._encode: ProgramRunner | None = None
+        self._embed: ProgramRunner | None = None
+        self._blocks: dict[int, ProgramRunner] = {}
+
+    def check_loads(self) -> None:
+        """Load and run every program once on zeros (dropping the blocks again): a damaged program or a data file
+        that does not match its program is refused before any work."""
+        self.encoder().check()
+        self.embedder().check()
+        for i in sorted(self.block_entries):
+            self.block(i).check()
+            if not self.keep_blocks:
+                self.release(i)
+
+    def encoder(self) -> ProgramRunner:
+        if self._encode is None:
+            self._encode = ProgramRunner(self.bundle, self.encode_entry)
+        return self._encode
+
+    def embedder(self) -> ProgramRunner:
+        if self._embed is None:
+            self._embed = ProgramRunner(self.bundle, self.embed_entry)
+        return self._embed
+
+    def block(self, i: int) -> ProgramRunner:
+        if i not in self._blocks:
+            self._blocks[i] = ProgramRunner(self.bundle, self.block_entries[i])
+        return self._blocks[i]
+
+    def release(self, i: int) -> None:
+        """Drop block i's program: its memory (planned arena, constants) is freed with the last reference."""
+        self._blocks.pop(i, None)
+
+    def x0(self, photo: np.ndarray, crop_box) -> np.ndarray:
+        """photo [3, H, W] in [-1, 1] (runtime/photos.py), crop box -> clean latents x0 [1, C, h, w]."""
+        patch = crop_patch(photo, crop_box, self.s_min_px)
+        return self.encoder()({"patch": patch})["x0"]
+
+    def residuals(self, x0: np.ndarray, noise: np.ndarray, t: np.ndarray, cond: dict[str, np.ndarray]) -> dict:
+        """One sample's residuals, fp32, per stream (cond: {"cond.<key>": array} as the step takes it)."""
+        out = self.embedder()({"x0": x0, "noise": noise, "t": t, **cond})
+        streams = {k: v for k, v in out.items() if k.startswith(STREAM_PREFIX)}
+        ctx = {k: v for k, v in out.items() if k.startswith(CTX_PREFIX)}
+        embedded = dict(streams)
+        res: dict[str, np.ndarray] = {}
+        back_start = self.num_blocks - self.n_back
+        last = self.num_blocks if self.n_back else self.n_front
+        kept_out = None
+        for i in range(last):
+            if i == self.n_front and self.n_front:
+                res.update({f"front.{k[len(STREAM_PREFIX):]}": streams[k] - embedded[k] for k in streams})
+            if i == back_start:
+                kept_out = streams[STREAM_PREFIX + "img"]
+            streams = self.block(i)({**streams, **ctx})
+            if not self.keep_blocks:
+                self.release(i)
+        if self.n_front and last == self.n_front:            # no back span: the front span ends the forward
+            res.update({f"front.{k[len(STREAM_PREFIX):]}": streams[k] - embedded[k] for k in streams})
+        if self.n_back:
+            res["back.img"] = streams[STREAM_PREFIX + "img"] - kept_out
+        return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in res.items()}
+
+
+def program_files(bundle: Bundle) -> list[Path]:
+    enc, emb, blocks = subject_programs(bundle)
+    return [bundle.root / p["path"] for p in [enc, emb, *blocks.values()]]

@@ -1,0 +1,221 @@
+"""Compiler stage: the subject stage's forward-only ExecuTorch programs (issue 15), so a phone computes the residual
+cache itself from the user's photos (runtime/subject.py) or each step's residuals (cache-free mode).
+
+    add_subject_programs(writer, SubjectPrograms(precision="fp32"), transformer, vae)
+
+writes under `programs/executorch/subject/`:
+  encode.pte                   patch [1, 3, s_min, s_min] -> x0 (the autoencoder's encoder; flux-testbed's
+                               space-to-depth); the crop itself is cut on the device (runtime/patches.py)
+  embed.pte                    x0, noise, t, cond.* -> stream.* entering block 0, ctx.* (FLUX temb + rotary cos/sin,
+                               SANA timestep + projected caption (+ its mask bias))
+  block_NN.pte (+ .ptd)        stream.*, ctx.* -> stream.*: the frozen base model's block NN, one program per block the
+                               residuals need (the front span; with a back span every block: the back residual's
+                               input is the kept span's output of the base model)
+and adds one `runtime/contract.py` ProgramEntry each (names encode / embed / block, `block` = the index).
+
+The programs are inference exports (torch.no_grad, math attention), frozen weights at `precision` (fp32, or int8 /
+int4 through quantize.py), constants inside the .pte or, with `external_weights`, in a .ptd data file beside it (the
+entry's `data`) that the runtime memory-maps: one flag, passed through to ExecuTorch's
+`ExecutorchBackendConfig(external_constants=True)`.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from ditskip_edge.models.latents import LatentEncoder
+from ditskip_edge.models.views import DiTView, make_view
+from ditskip_edge.plan import SkipPlan
+from ditskip_edge.quantize import QuantSpec, quantize_frozen_layers
+from ditskip_edge.runtime.bundle import PROGRAMS_DIR, BundleWriter
+from ditskip_edge.runtime.contract import (BLOCK, COND_PREFIX, CTX_PREFIX, EMBED, ENCODE, PROGRAM_PRECISIONS,
+                                           STREAM_PREFIX, ProgramEntry)
+from ditskip_edge.runtime.errors import UserError
+from ditskip_edge.skip_model import noisy_latents_and_target
+
+log = logging.getLogger(__name__)
+PROGRAM_DIR = f"{PROGRAMS_DIR}/executorch/subject"
+BACKENDS = ("portable", "xnnpack")
+
+
+@dataclass(frozen=True)
+class SubjectPrograms:
+    precision: str = "fp32"                 # frozen weights of the embed and block programs: fp32 | int8 | int4
+    backend: str = "xnnpack"                # embed and block programs: "xnnpack" | "portable"
+    encode_backend: str = "xnnpack"         # the encoder (convolutions: XNNPACK is ~80x the portable kernels here)
+    external_weights: bool = False          # frozen constants in a .ptd file beside each .pte (mapped); XNNPACK keeps
+                                            # the weights it takes in its delegate blob inside the .pte
+    group_size: int = 32                    # int4: input features per scale
+
+    def validate(self) -> None:
+        if self.precision not in PROGRAM_PRECISIONS:
+            raise UserError(f"subject programs' precision {self.precision!r}: expected one of "
+                            f"{', '.join(PROGRAM_PRECISIONS)}")
+        for b in (self.backend, self.encode_backend):
+            if b not in BACKENDS:
+                raise UserError(f"executorch backend {b!r}: expected one of {', '.join(BACKENDS)}")
+
+
+def blocks_needed(plan: SkipPlan) -> list[int]:
+    """Blocks whose base-model forward the residuals need: the front span; with a back span, every block."""
+    return list(range(plan.num_blocks)) if plan.n_back else list(range(plan.n_front))
+
+
+class EncodeModule(nn.Module):
+    def __init__(self, encoder: LatentEncoder):
+        super().__init__()
+        self.encoder = encoder
+
+    def forward(self, patch: torch.Tensor) -> torch.Tensor:
+        return self.encoder(patch)
+
+
+class EmbedModule(nn.Module):
+    """x0, noise, t, *cond (keys sorted) -> (*streams sorted, *ctx sorted)."""
+
+    def __init__(self, view: DiTView, cond_keys: list[str]):
+        super().__init__()
+        self.view = view
+        self.cond_keys = sorted(cond_keys)
+
+    def run(self, x0, noise, t, cond):
+        x_t, _ = noisy_latents_and_target(x0, noise, t)
+        return self.view.embed(self.view.pack(x_t), t, cond)
+
+    def forward(self, x0, noise, t, *cond):
+        streams, ctx = self.run(x0, noise, t, dict(zip(self.cond_keys, cond)))
+        c = self.view.ctx_tensors(ctx)
+        return tuple(streams[k] for k in sorted(streams)) + tuple(c[k] for k in sorted(c))
+
+
+class BlockModule(nn.Module):
+    """(*streams sorted, *ctx sorted) -> (*streams sorted) through one block of the frozen base model."""
+
+    def __init__(self, view: DiTView, block: nn.Module, stream_names: list[str], ctx_names: list[str], like_ctx):
+        super().__init__()
+        self.block = block                          # the only submodule: the program holds this block's weights alone
+        self._run_block, self._ctx_from = view.run_block, view.ctx_from_tensors     # parameter-free view methods
+        self.stream_names, self.ctx_names = sorted(stream_names), sorted(ctx_names)
+        self.like_ctx = like_ctx
+
+    def forward(self, *tensors):
+        ns = len(self.stream_names)
+        streams = dict(zip(self.stream_names, tensors[:ns]))
+        ctx = self._ctx_from(dict(zip(self.ctx_names, tensors[ns:])), self.like_ctx)
+        out = self._run_block(self.block, streams, ctx)
+        return tuple(out[k] for k in self.stream_names)
+
+
+def _specs(names: list[str], tensors) -> list[dict]:
+    return [{"name": n, "shape": list(v.shape), "dtype": str(v.dtype).removeprefix("torch.")}
+            for n, v in zip(names, tensors)]
+
+
+def export_forward(module: nn.Module, example: tuple, backend: str, external_weights: bool):
+    """Inference export (no backward) with math attention. Returns (.pte bytes, {data file suffix: bytes}, memory)."""
+    from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge, to_edge_transform_and_lower
+    from .graph_passes import remove_unused_constants
+    with sdpa_kernel([SDPBackend.MATH]), torch.no_grad():
+        ep = torch.export.export(module.eval(), example, strict=False)
+    remove_unused_constants(ep)                     # e.g. the head's weights in the embed program's view
+    cc = EdgeCompileConfig(_check_ir_validity=False)
+    if backend == "xnnpack":
+        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+        edge = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()], compile_config=cc)
+    else:
+        edge = to_edge(ep, compile_config=cc)
+    et = edge.to_executorch(ExecutorchBackendConfig(external_constants=external_weights))
+    data = [bytes(cord) for cord in (getattr(et, "_tensor_data", None) or {}).values()] if external_weights else []
+    if len(data) > 1:
+        raise RuntimeError(f"expected one external data file, ExecuTorch wrote {len(data)}")
+    plan = et.executorch_program.execution_plan[0]
+    fep = et.exported_program()
+    const = sum(v.numel() * v.element_size() for v in list(fep.state_dict.values()) + list(fep.constants.values())
+                if torch.is_tensor(v))
+    memory = {"pte_bytes": len(et.buffer), "data_bytes": sum(len(d) for d in data),
+              "planned_arena_bytes": int(sum(plan.non_const_buffer_sizes)), "constant_bytes": const}
+    return et.buffer, (data[0] if data else None), memory
+
+
+def forward_examples(view: DiTView, encoder: LatentEncoder, s_min_px: int, cond: dict[str, torch.Tensor]):
+    """Example tensors of the right shapes: patch, x0, noise, t; the embedded streams and the context."""
+    patch = torch.zeros(1, 3, s_min_px, s_min_px)
+    with torch.no_grad():
+        x0 = encoder(patch)
+        noise = torch.zeros_like(x0)
+        t = torch.tensor([0.5])
+        streams, ctx = EmbedModule(view, list(cond)).run(x0, noise, t, cond)
+    return patch, x0, noise, t, streams, ctx
+
+
+def entry_shapes(view: DiTView, plan: SkipPlan, x0: torch.Tensor, streams: dict) -> dict[str, list[int]]:
+    """A cache entry's decoded shapes for this model and plan: x0 and every residual."""
+    out = {"x0": list(x0.shape)}
+    if plan.n_front:
+        out.update({f"front.{k}": list(v.shape) for k, v in streams.items()})
+    if plan.n_back:
+        out["back.img"] = list(streams["img"].shape)
+    return out
+
+
+def add_subject_programs(writer: BundleWriter, config: SubjectPrograms, transformer: nn.Module, vae: nn.Module,
+                         cond: dict[str, torch.Tensor]) -> list[str]:
+    """Export the forward programs of the model in `writer.manifest` into the bundle; returns their paths. `cond` is
+    any prompt's text conditioning (its shapes)."""
+    config.validate()
+    m = writer.manifest
+    arch = m["model"]["arch"]
+    plan = SkipPlan.from_json(m["plan"])
+    s_min = int(m["schedule"]["s_min_px"])
+    view = make_view(arch, transformer)
+    encoder = LatentEncoder(arch, vae).eval()
+    patch, x0, noise, t, streams, ctx = forward_examples(view, encoder, s_min, cond)
+    stream_names = sorted(streams)
+    ctx_t = view.ctx_tensors(ctx)
+    ctx_names = sorted(ctx_t)
+    quant = QuantSpec(config.precision, group_size=config.group_size)
+    entries: list[dict] = []
+
+    def write(name: str, rel_stem: str, module, example, in_names, out_names, outputs, block=None, quantize=False,
+              backend=config.backend):
+        if quantize and quant.bits is not None:
+            module = copy.deepcopy(module)
+            for p in module.parameters():
+                p.requires_grad_(False)
+            quantize_frozen_layers(module, quant)
+        log.info("exporting %s.pte", rel_stem)
+        example = tuple(t.contiguous() for t in example)      # the program's inputs are contiguous (dim order)
+        pte, data, memory = export_forward(module, example, backend, config.external_weights)
+        rel = f"{rel_stem}.pte"
+        writer.path(rel).write_bytes(pte)
+        data_files = []
+        if data is not None:
+            writer.path(f"{rel_stem}.ptd").write_bytes(data)
+            data_files.append(f"{rel_stem}.ptd")
+        entries.append(ProgramEntry(name=name, runtime="executorch", path=rel, inputs=_specs(in_names, example),
+                                    outputs=_specs(out_names, outputs), precision=config.precision if quantize
+                                    else "fp32", backend=backend, data=data_files, memory=memory,
+                                    block=block).to_json())
+
+    write(ENCODE, f"{PROGRAM_DIR}/{ENCODE}", EncodeModule(encoder), (patch,), ["patch"], ["x0"], [x0],
+          backend=config.encode_backend)
+    cond_keys = sorted(cond)
+    embed = EmbedModule(make_view(arch, transformer, []), cond_keys)          # embedders only, no block
+    write(EMBED, f"{PROGRAM_DIR}/{EMBED}", embed, (x0, noise, t, *[cond[k] for k in cond_keys]),
+          ["x0", "noise", "t"] + [COND_PREFIX + k for k in cond_keys],
+          [STREAM_PREFIX + k for k in stream_names] + [CTX_PREFIX + k for k in ctx_names],
+          [streams[k] for k in stream_names] + [ctx_t[k] for k in ctx_names], quantize=True)
+    block_in = [streams[k] for k in stream_names] + [ctx_t[k] for k in ctx_names]
+    in_names = [STREAM_PREFIX + k for k in stream_names] + [CTX_PREFIX + k for k in ctx_names]
+    for i in blocks_needed(plan):
+        module = BlockModule(view, view.blocks[i], stream_names, ctx_names, ctx)
+        write(BLOCK, f"{PROGRAM_DIR}/{BLOCK}_{i:02d}", module, tuple(block_in), in_names,
+              [STREAM_PREFIX + k for k in stream_names], [streams[k] for k in stream_names], block=i, quantize=True)
+    writer.manifest["programs"] = [p for p in m.get("programs", []) if p["name"] not in (ENCODE, EMBED, BLOCK)] + entries
+    return [e["path"] for e in entries]

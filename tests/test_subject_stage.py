@@ -1,0 +1,417 @@
+"""The subject stage on the device (issue 15): photos -> schedule -> patches -> encode program -> x0 -> the skipped
+blocks' forward programs -> residuals -> the bundle's codec -> cache, with the runtime package alone.
+
+Properties protected:
+- the runtime's numpy twins are the host's arithmetic: crop_patch is PatchSampler (<= 1e-6), the numpy codecs give
+  the host encoders' codes bit for bit (lowrank: the same residual to rounding);
+- a model bundle (compile without --images) holds no photo bytes, no latent and no residual cache;
+- residuals computed by the device programs equal the host's, fp32, <= 1e-4 relative per stream (flux-tiny with the
+  block programs' weights in memory-mapped .ptd data files, sana-tiny with them inside the .pte);
+- a run trained from the device-computed cache gives the host-compiled bundle's losses (<= 1e-4 relative), and a
+  cache-free run (residuals computed each step) the stored cache's;
+- bad input on the device side is one line, exit 2, and leaves no bundle and no half-written cache: an unreadable
+  photo, too few photos, a subject bundle for a model bundle, a program of another model, a data file that does not
+  match its program, an interrupted run of other inputs;
+- an interrupted cache resumes after its last complete entry (nothing computed twice; the same bytes as one run);
+- the device stand-in runs the subject stage under the device import guard.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import PHOTOS, ROOT, compile_tiny
+from ditskip_edge.runtime.cache_format import TensorCodec
+
+STEPS, ACCUM = 3, 2                    # 6 samples: every photo at least once
+PROMPTS = ("a photo of sks toy", "a sks toy on a beach")
+
+
+def _programs(precision="fp32"):
+    from export.executorch_stage import ExecutorchPrograms
+    return [ExecutorchPrograms((precision,), preprocess=False)]
+
+
+@pytest.fixture(scope="module")
+def flux_model(tmp_path_factory) -> Path:
+    """flux-tiny model bundle, fp32, portable block programs with their weights in .ptd data files (XNNPACK encoder),
+    two prompts, fp32 cache codec."""
+    from export.executorch_subject import SubjectPrograms
+    return compile_tiny(tmp_path_factory.mktemp("fm") / "model", "flux-tiny", steps=STEPS, grad_accum=ACCUM,
+                        images=None, prompt=PROMPTS[0], more_prompts=[PROMPTS[1]], cache_codec="fp32",
+                        programs=_programs(), subject_programs=SubjectPrograms("fp32", backend="portable",
+                                                                               external_weights=True))
+
+
+@pytest.fixture(scope="module")
+def flux_host(tmp_path_factory) -> Path:
+    """The host-compiled subject bundle of the same model, photos, prompt and schedule."""
+    return compile_tiny(tmp_path_factory.mktemp("fh") / "bundle", "flux-tiny", steps=STEPS, grad_accum=ACCUM,
+                        cache_codec="fp32", programs=_programs())
+
+
+@pytest.fixture(scope="module")
+def flux_device(flux_model, tmp_path_factory) -> Path:
+    from ditskip_edge.runtime.subject import SubjectConfig, personalize
+    out = tmp_path_factory.mktemp("fd") / "subject"
+    personalize(flux_model, PHOTOS, out, SubjectConfig(progress=False))
+    return out
+
+
+def _decoded(bundle: Path) -> list[dict[str, np.ndarray]]:
+    from ditskip_edge.runtime.bundle import Bundle
+    from ditskip_edge.runtime.codecs import decode_entry
+    b = Bundle.open(bundle)
+    cache = b.cache()
+    return [{"x0": e["x0"], **decode_entry(cache.codec, e, cache.shapes)}
+            for e in (cache.read_encoded(k) for k in range(len(cache)))]
+
+
+def _rel(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.linalg.norm((a - b).ravel()) / np.linalg.norm(b.ravel()))
+
+
+def _check_residuals_match(device: Path, host: Path) -> dict[str, float]:
+    assert json.loads((device / "subject/schedule.json").read_text()) == \
+        json.loads((host / "subject/schedule.json").read_text())          # one schedule algorithm, host and device
+    worst: dict[str, float] = {}
+    for d, h in zip(_decoded(device), _decoded(host)):
+        assert set(d) == set(h)
+        for k in h:
+            worst[k] = max(worst.get(k, 0.0), _rel(d[k], h[k]))
+    # x0 comes from the encode program (ExecuTorch's portable conv / group-norm kernels on flat photo regions: about
+    # 1e-4, as the preprocess programs measured); the residuals, given that x0, are the host's to <= 1e-4 per stream
+    assert worst.pop("x0") <= 1e-3 and all(v <= 1e-4 for v in worst.values()), worst
+    return worst
+
+
+@pytest.mark.parametrize("hw,out,box", [((240, 320), 64, (10, 20, 160)), ((100, 120), 32, (17, 9, 32)),
+                                        ((512, 683), 256, (100, 0, 512)), ((77, 91), 32, (5, 7, 64)),
+                                        ((64, 80), 32, (3, 5, 48))])
+def test_numpy_crop_patch_is_the_patch_sampler(hw, out, box):
+    from ditskip_edge.patch_sampling import PatchSampler
+    from ditskip_edge.runtime.patches import crop_patch
+    img = np.random.RandomState(sum(hw)).uniform(-1, 1, (3, *hw)).astype(np.float32)
+    ref = PatchSampler(out)(torch.from_numpy(img)[None], torch.tensor(box, dtype=torch.float32)).numpy()
+    got = crop_patch(img, box, out)
+    assert got.shape == ref.shape == (1, 3, out, out)
+    assert np.abs(got - ref).max() <= 1e-6
+
+
+@pytest.mark.parametrize("spec", ["fp32", "fp16", "int8-token", "int8-channel", "int8-g32", "int8-t16", "int4-g32",
+                                  "int4-t8", "lowrank-r8"])
+def test_numpy_codecs_are_the_host_encoders(spec):
+    from ditskip_edge.cache import codecs as host
+    from ditskip_edge.runtime import codecs as device
+    d = (np.random.RandomState(0).randn(1, 64, 96) * np.linspace(0.1, 3, 96)).astype(np.float32)
+    c = TensorCodec.parse(spec)
+    ref = {k: v.numpy() for k, v in host.encode_tensor(c, torch.from_numpy(d)).items()}
+    got = device.encode_tensor(c, d)
+    assert set(got) == set(ref) and all(got[k].dtype == ref[k].dtype and got[k].shape == ref[k].shape for k in ref)
+    ref_dec = host.decode_tensor(c, {k: torch.from_numpy(v) for k, v in ref.items()}, d.shape).numpy()
+    if c.kind == "lowrank":      # numpy's SVD: the same reconstruction to rounding, codes may differ by one step
+        assert np.abs(device.decode_tensor(c, got, d.shape) - ref_dec).max() <= 1e-3 * np.abs(ref_dec).max()
+    else:
+        assert all(np.array_equal(got[k], ref[k]) for k in ref)
+    dec = device.decode_tensor(c, ref, d.shape)                               # the same codes decode alike
+    assert np.array_equal(dec, ref_dec) if c.kind != "lowrank" else np.allclose(dec, ref_dec, rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------- the model bundle
+
+def test_a_model_bundle_holds_no_photo_no_latent_and_no_cache(flux_model):
+    """Every file of the model bundle is searched for the photos' bytes (file bytes and decoded pixel rows)."""
+    from PIL import Image
+    m = json.loads((flux_model / "manifest.json").read_text())
+    assert m["bundle_kind"] == "model" and "subject_stage" not in m
+    assert not any(rel.startswith("subject/") or rel.endswith((".png", ".jpg", ".bin")) or "cache" in rel
+                   for rel in m["files"])
+    assert [p["prompt"] for p in m["model_bundle"]["prompts"]] == list(PROMPTS)
+    needles = []
+    for photo in sorted(PHOTOS.iterdir()):
+        raw = photo.read_bytes()
+        needles += [raw[i:i + 48] for i in range(len(raw) // 4, len(raw) - 48, len(raw) // 5)]
+        rgb = np.asarray(Image.open(photo).convert("RGB"))
+        needles += [rgb[r, 8:24].tobytes() for r in range(4, rgb.shape[0], rgb.shape[0] // 4)]
+        needles += [(rgb[r, 8:24].astype(np.float32) / 127.5 - 1).tobytes() for r in range(4, rgb.shape[0], 40)]
+    for rel in m["files"]:
+        blob = (flux_model / rel).read_bytes()
+        assert not any(n in blob for n in needles), rel
+    assert not any(name in (flux_model / "manifest.json").read_text() for name in os.listdir(PHOTOS))
+
+
+def test_training_a_model_bundle_is_refused_with_one_line(flux_model, capsys):
+    from ditskip_edge.runtime.__main__ import main
+    assert main(["train", str(flux_model), "--runtime", "executorch"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "a model bundle" in err and "personalize" in err, err
+
+
+# ---------------------------------------------------------------- device residuals and training = the host's
+
+def test_device_residuals_equal_the_hosts_per_stream_flux(flux_device, flux_host):
+    worst = _check_residuals_match(flux_device, flux_host)
+    assert set(worst) == {"front.img", "front.txt", "back.img"}
+
+
+def test_device_residuals_equal_the_hosts_per_stream_sana(tmp_path):
+    """sana-tiny with the default forward programs: XNNPACK, weights inside the .pte."""
+    from export.executorch_subject import SubjectPrograms
+    from ditskip_edge.runtime.subject import SubjectConfig, personalize
+    model = compile_tiny(tmp_path / "model", "sana-tiny", n_front=2, n_back=1, steps=2, grad_accum=2, images=None,
+                         cache_codec="fp32", programs=_programs(), subject_programs=SubjectPrograms("fp32"))
+    progs = json.loads((model / "manifest.json").read_text())["programs"]
+    assert not any(p["data"] for p in progs) and {p["backend"] for p in progs if p["name"] == "block"} == {"xnnpack"}
+    host = compile_tiny(tmp_path / "host", "sana-tiny", n_front=2, n_back=1, steps=2, grad_accum=2, cache_codec="fp32")
+    personalize(model, PHOTOS, tmp_path / "device", SubjectConfig(progress=False))
+    worst = _check_residuals_match(tmp_path / "device", host)
+    assert set(worst) == {"front.img", "back.img"}
+
+
+def test_a_run_from_the_device_cache_gives_the_host_bundles_losses(flux_device, flux_host, tmp_path):
+    from conftest import train_device
+    dev = train_device(flux_device, "executorch", tmp_path / "dev")
+    host = train_device(flux_host, "executorch", tmp_path / "host")
+    assert len(dev["losses"]) == STEPS
+    assert all(abs(a - b) <= 1e-4 * abs(b) for a, b in zip(dev["losses"], host["losses"])), (dev["losses"],
+                                                                                             host["losses"])
+
+
+def test_cache_free_training_gives_the_stored_caches_losses(flux_model, flux_device, tmp_path):
+    """No residual is stored; each step computes its sample's with the block programs (ExecuTorch, and the host's
+    eager reference reading the same bundle): the losses of the stored cache's run."""
+    from conftest import train_device, train_eager
+    from ditskip_edge.runtime.bundle import read_manifest
+    from ditskip_edge.runtime.subject import SubjectConfig, personalize
+    out = tmp_path / "free"
+    personalize(flux_model, PHOTOS, out, SubjectConfig(cache_mode="cache-free", progress=False))
+    m = read_manifest(out)
+    assert m["subject_stage"]["cache_mode"] == "cache-free" and m["subject_stage"]["cache"] is None
+    assert not (out / "subject/cache").exists()
+    stored = train_device(flux_device, "executorch", tmp_path / "stored")["losses"]
+    free = train_device(out, "executorch", tmp_path / "free_run")["losses"]
+    assert all(abs(a - b) <= 1e-6 * abs(b) for a, b in zip(free, stored)), (free, stored)
+    eager = train_eager(out, None, steps=2)["losses"]
+    assert all(abs(a - b) <= 1e-4 * abs(b) for a, b in zip(eager, stored)), (eager, stored)
+
+
+# ---------------------------------------------------------------- bad input: one line, nothing left behind
+
+def _personalize_cli(model: Path, photos: Path, out: Path, *extra: str) -> tuple[int, str]:
+    from ditskip_edge.runtime.__main__ import main
+    import contextlib
+    import io
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(["personalize", str(model), "--photos", str(photos), "--out", str(out), "--no-train", *extra])
+    return code, err.getvalue()
+
+
+def _copy_bundle(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst, copy_function=os.link, ignore=shutil.ignore_patterns("runs"))
+    return dst
+
+
+def _resign(bundle: Path, edit=None) -> None:
+    from ditskip_edge.runtime.bundle import MANIFEST, read_manifest, sha256_file, write_manifest
+    m = read_manifest(bundle, verify=False)
+    if edit:
+        edit(m)
+    for rel in m["files"]:
+        m["files"][rel] = {"sha256": sha256_file(bundle / rel), "bytes": (bundle / rel).stat().st_size}
+    (bundle / MANIFEST).unlink()           # a hard link to the fixture's: never write through it
+    write_manifest(bundle / MANIFEST, m)
+
+
+def _replace_file(path: Path, data: bytes) -> None:
+    path.unlink()                          # a hard link: never write through it into the fixture
+    path.write_bytes(data)
+
+
+def bad_photo(model, tmp):
+    photos = tmp / "photos"
+    shutil.copytree(PHOTOS, photos)
+    (photos / "toy_9.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"not really a png" * 20)
+    return model, photos, "toy_9.png: cannot be read as an image"
+
+
+def no_photos(model, tmp):
+    (tmp / "empty").mkdir()
+    return model, tmp / "empty", "is empty"
+
+
+def too_few_photos(model, tmp):
+    m = _copy_bundle(model, tmp / "model")
+    _resign(m, lambda d: d["model_bundle"].update(min_photos=5))
+    return m, PHOTOS, "needs at least 5"
+
+
+def subject_bundle_given(model, tmp, host=None):
+    return host, PHOTOS, "is a subject bundle"
+
+
+def program_of_another_model(model, tmp):
+    """A single-stream block program put where a double-stream block's belongs (same model family, other block):
+    the manifest re-signed, so only the program check can tell."""
+    m = _copy_bundle(model, tmp / "model")
+    for ext in (".pte", ".ptd"):
+        _replace_file(m / f"programs/executorch/subject/block_00{ext}",
+                      (m / f"programs/executorch/subject/block_03{ext}").read_bytes())
+
+    def swap_entry(d):
+        progs = {p.get("block"): p for p in d["programs"] if p["name"] == "block"}
+        progs[0]["inputs"], progs[0]["outputs"] = progs[3]["inputs"], progs[3]["outputs"]
+        progs[0]["inputs"] = [dict(s, shape=[1, 99, 32]) if s["name"] == "stream.txt" else s for s in progs[0]["inputs"]]
+    _resign(m, swap_entry)
+    return m, PHOTOS, "another model"
+
+
+def data_file_mismatch(model, tmp):
+    """block_01's .ptd replaced by block_03's (another block's weights), the manifest re-signed."""
+    m = _copy_bundle(model, tmp / "model")
+    _replace_file(m / "programs/executorch/subject/block_01.ptd",
+                  (m / "programs/executorch/subject/block_03.ptd").read_bytes())
+    _resign(m)
+    return m, PHOTOS, "block_01.ptd: does not match its program block_01.pte"
+
+
+def data_file_changed(model, tmp):
+    """A data file changed after compile (not re-signed): the manifest check refuses it."""
+    m = _copy_bundle(model, tmp / "model")
+    data = bytearray((m / "programs/executorch/subject/block_02.ptd").read_bytes())
+    data[len(data) // 2] ^= 1
+    _replace_file(m / "programs/executorch/subject/block_02.ptd", bytes(data))
+    return m, PHOTOS, "SHA-256 does not match the manifest"
+
+
+BAD = {"unreadable_photo": bad_photo, "no_photos": no_photos, "too_few_photos": too_few_photos,
+       "subject_bundle": subject_bundle_given, "program_of_another_model": program_of_another_model,
+       "data_file_mismatch": data_file_mismatch, "data_file_changed": data_file_changed}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_device_input_is_one_line_and_leaves_nothing(flux_model, flux_host, tmp_path, case):
+    if case == "subject_bundle":
+        model, photos, expect = subject_bundle_given(flux_model, tmp_path, flux_host)
+    else:
+        model, photos, expect = BAD[case](flux_model, tmp_path)
+    out = tmp_path / "out" / "subject"
+    code, err = _personalize_cli(model, photos, out)
+    assert code == 2 and expect in err, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert not out.exists() and not (out.parent.exists() and any(out.parent.iterdir())), \
+        list(out.parent.iterdir())                # no bundle, no working folder, no half-written cache
+
+
+# ---------------------------------------------------------------- interruption and resume
+
+def test_an_interrupted_cache_resumes_without_recomputing(flux_model, flux_device, tmp_path):
+    """Stopped after 2 entries, the working folder holds a journalled cache; the next run computes only the other
+    entries and writes the one-shot run's cache byte for byte. A run with other inputs is refused, not mixed in."""
+    from ditskip_edge.runtime.subject import SubjectConfig, personalize, work_dir_for
+    out = tmp_path / "subject"
+    first = personalize(flux_model, PHOTOS, out, SubjectConfig(stop_after=2, progress=False))
+    assert first["interrupted_at_entry"] == 2 and not out.exists() and work_dir_for(out).is_dir()
+    other = tmp_path / "photos3"
+    other.mkdir()
+    for p in sorted(PHOTOS.iterdir())[:3]:
+        shutil.copy(p, other / p.name)
+    code, err = _personalize_cli(flux_model, other, out)
+    assert code == 2 and "interrupted subject stage for other inputs" in err and len(err.strip().splitlines()) == 1
+    assert work_dir_for(out).is_dir()                       # the other run's work is kept
+    second = personalize(flux_model, PHOTOS, out, SubjectConfig(progress=False))
+    assert second["resumed_entries"] == 2 and second["computed_entries"] == STEPS * ACCUM - 2
+    assert not work_dir_for(out).exists()
+    for name in ("shard_00000.bin", "cache_index.json"):
+        a, b = (out / "subject/cache" / name).read_bytes(), (flux_device / "subject/cache" / name).read_bytes()
+        assert a == b, name
+
+
+def test_a_killed_device_run_resumes_under_the_import_guard(flux_model, tmp_path):
+    """The device stand-in (`python -m ditskip_edge.runtime personalize`), under the device import guard, killed
+    (SIGKILL) once its cache journal holds 3 entries, then started again: it continues from the journal and trains."""
+    import time
+    out = tmp_path / "subject"
+    cmd = [sys.executable, "-c", GUARDED, "personalize", str(flux_model), "--photos", str(PHOTOS), "--out", str(out),
+           "--steps", "1", "--json"]
+    env = {"PYTHONPATH": str(ROOT), "DITSKIP_PROGRESS": "0", "OMP_NUM_THREADS": "1"}
+    journal = tmp_path / ".subject.partial/subject/cache/cache_journal.jsonl"
+    proc = subprocess.Popen(cmd, cwd=str(ROOT), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 600
+    while time.time() < deadline and proc.poll() is None:
+        if journal.is_file() and journal.read_text().count('"entry"') >= 3:
+            proc.kill()
+            break
+        time.sleep(0.05)
+    proc.wait()
+    assert not out.exists() and journal.is_file()
+    done = journal.read_text().count('"entry"')
+    run = subprocess.run(cmd, cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = run.stdout.strip().splitlines()
+    guard = json.loads(lines[-1])
+    assert guard["code"] == 0 and guard["host"] == [], guard
+    doc = json.loads("\n".join(lines[:-1]))
+    stage = doc["subject_stage"]
+    assert stage["resumed_entries"] == done >= 3 and stage["computed_entries"] == STEPS * ACCUM - done
+    assert len(doc["train"]["losses"]) == 1 and Path(doc["train"]["lora"]).is_file()
+
+
+GUARDED = """
+import json, sys
+from device_tests.runtime_imports import forbid_host_modules, host_modules_loaded
+forbid_host_modules()
+from ditskip_edge.runtime.__main__ import main
+code = main(sys.argv[1:])
+print(json.dumps({"code": code, "host": host_modules_loaded()}))
+"""
+
+
+# ---------------------------------------------------------------- the contract
+
+def test_model_and_device_bundles_follow_the_contract(flux_model, flux_device):
+    """The device-written subject bundle passes the host bundle's contract checks (manifest fields, schedule, cache
+    layout, hashes); the model bundle has the contract's model_bundle fields and its forward programs the contract's
+    names, input and output order."""
+    from test_bundle_contract import CONTRACT, check_common
+    m = check_common(flux_device)
+    assert m["bundle_kind"] == "subject" and m["subject_stage"]["computed_by"] == "device"
+    mb = json.loads((flux_model / "manifest.json").read_text())
+    b, pc = CONTRACT["bundle"], CONTRACT["programs"]
+    assert mb["bundle_kind"] == b["bundle_kinds"]["model"] and mb["format_version"] == b["format_version"]
+    assert set(b["model_bundle"]["fields"]) <= set(mb["model_bundle"])
+    assert all(set(b["model_bundle"]["prompt_fields"]) <= set(p) for p in mb["model_bundle"]["prompts"])
+    progs = {p["name"]: p for p in mb["programs"] if p["name"] != pc["block_name"]}
+    blocks = [p for p in mb["programs"] if p["name"] == pc["block_name"]]
+    assert [s["name"] for s in progs[pc["encode_name"]]["inputs"]] == pc["subject_programs"]["encode"]["inputs"]
+    emb = progs[pc["embed_name"]]
+    assert [s["name"] for s in emb["inputs"]] == ["x0", "noise", "t"] + sorted(
+        s["name"] for s in emb["inputs"] if s["name"].startswith("cond."))
+    outs = [s["name"] for s in emb["outputs"]]
+    sp, cp = pc["subject_programs"]["stream_prefix"], pc["subject_programs"]["ctx_prefix"]
+    assert outs == sorted(o for o in outs if o.startswith(sp)) + sorted(o for o in outs if o.startswith(cp))
+    assert sorted(p["block"] for p in blocks) == list(range(mb["plan"]["num_blocks"]))
+    for p in blocks:
+        assert [s["name"] for s in p["inputs"]] == outs and [s["name"] for s in p["outputs"]] == \
+            [o for o in outs if o.startswith(sp)]
+        assert p["data"] and all(d in mb["files"] for d in p["data"])       # weights in the mapped .ptd
+
+
+def test_a_subject_bundle_keeps_the_model_bundles_generation_part():
+    """A model bundle compiled with --generation: the subject bundle written on the device keeps the generation
+    section (its files are linked with the rest), so `generate` runs on it after training."""
+    from types import SimpleNamespace
+    from ditskip_edge.runtime.subject import subject_manifest
+    manifest = {"model": {"name": "m"}, "plan": {}, "programs": [], "generation": {"px": 32},
+                "model_bundle": {"prompts": []}, "bundle_kind": "model"}
+    kept = subject_manifest(SimpleNamespace(manifest=manifest))
+    assert kept["generation"] == {"px": 32} and "model_bundle" not in kept and "bundle_kind" not in kept
