@@ -10,7 +10,8 @@
 Memory levers (benchmarks/results/device_footprint_causes.md measures each): `restore_order` undoes the reordering
 XNNPACK lowering does (all dequantized weights were hoisted to the start), `memory_planner="best"` places tensors by
 offset instead of ExecuTorch's greedy slots, `UnsqueezeAsView` stops copying operands around each bmm,
-`xnnpack_ops="matmul"` delegates matmuls only (every tensor in the planned arena, none in XNNPACK's workspace),
+`xnnpack_ops="matmul"` gives XNNPACK one small delegate per matmul / transpose / activation, never merged
+(xnnpack_partition.py: nothing held across a delegate call, no activations in XNNPACK's workspace),
 `remat` recomputes each kept block's forward in backward, `external_weights` puts frozen weights in a .ptd file the
 runtime memory-maps.
 
@@ -56,7 +57,10 @@ class ExportConfig:
     memory_planner: str = "best"                # "greedy" (ExecuTorch's) | "best_fit" | "best" (memory_plan.py)
     restore_order: bool = True                  # schedule.restore_order after lowering
     unsqueeze_as_view: bool = True              # edge_passes.UnsqueezeAsView
-    xnnpack_ops: str = "all"                    # XNNPACK: "all" its partitioner's ops | "matmul": bmm only
+    xnnpack_ops: str = "matmul"                 # XNNPACK: "matmul": one delegate per bmm (+ its operand
+                                                # transposes) and per transpose / gelu / tanh / softmax
+                                                # (xnnpack_partition.py) | "all": XNNPACK's partitioner, large
+                                                # fused partitions
 
     def __post_init__(self):
         if self.backend not in BACKENDS:
@@ -194,8 +198,8 @@ def lower(ep, backend: str | ExportConfig, passes: dict | None = None):
     if cfg.backend == "xnnpack":
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
         if cfg.xnnpack_ops == "matmul":
-            from executorch.backends.xnnpack.partition.config.generic_node_configs import BMMConfig
-            part = XnnpackPartitioner(configs=[BMMConfig])
+            from .xnnpack_partition import MatmulChainPartitioner
+            part = MatmulChainPartitioner()
         else:
             part = XnnpackPartitioner()
         edge = to_edge_transform_and_lower(ep, transform_passes=transforms, partitioner=[part], compile_config=cc)

@@ -52,6 +52,7 @@ ORDERS = {
     "size": lambda it: (-it[0], it[1] - it[2], it[1]),            # largest first, longer-lived first
     "area": lambda it: (-(it[0] * (it[2] - it[1] + 1)), it[1]),
     "start": lambda it: (it[1], -it[0]),
+    "longest": lambda it: (-(it[2] - it[1]), -it[0]),
 }
 
 

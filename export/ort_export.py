@@ -31,7 +31,8 @@ from ditskip_edge.sample_inputs import sample_noise
 from ditskip_edge.training_step import IdentityDecoder, TrainingStep
 
 from .ort_artifacts import ADAMW_VARIANT, ARTIFACT_FILES, generate_training_artifacts
-from .ort_graph import OPSET, OrtStep, StepSignature, export_step_onnx, integer_initializers, step_inputs
+from .ort_graph import (OPSET, RECOMPUTE_SESSION_CONFIG, OrtStep, StepSignature, export_step_onnx,
+                        integer_initializers, recompute_frozen_in_gradient, rematerialize_blocks_onnx, step_inputs)
 
 PROGRAM_DIR = "programs/ort"
 PATCH_SAMPLER = "patch_sampler.onnx"
@@ -42,6 +43,11 @@ LORA_FORMAT = "lora_format.json"
 class OrtExportConfig:
     quant: QuantSpec = field(default_factory=lambda: QuantSpec(bits=8))
     opset: int = OPSET
+    # issue 14: the gradient graph reads recomputed dequantized weights (ort_graph.recompute_frozen_in_gradient);
+    # effective only in a session created with the program's `session_config` (ORT's CSE merges the copies back)
+    recompute_frozen: bool = True
+    remat: str = "none"             # "none" | "blocks" | "every:K": ort_graph.rematerialize_blocks_onnx (see there:
+                                    # ORT's execution order hoists most copies, so it does not lower the peak)
 
 
 def cache_decoder_and_entry(b: OpenBundle, index: int) -> tuple[nn.Module, dict[str, torch.Tensor]]:
@@ -117,6 +123,8 @@ def export_ort_programs(b: OpenBundle, out_dir: Path, cfg: OrtExportConfig = Ort
         int_inits = integer_initializers(graph)
         o = b.optimizer
         generate_training_artifacts(graph, trainable, out_dir, o.betas, o.eps, o.weight_decay)
+        frozen = {i.name for i in graph.graph.initializer} - set(trainable)
+        memory_passes = rewrite_training_model(out_dir / ARTIFACT_FILES[0], frozen, cfg)
     lora_format = lora_file_format(b, transformer, trainable)
     (out_dir / LORA_FORMAT).write_text(json.dumps(lora_format, indent=1))
     photo_hw = tuple(int(v) for v in _photo_hw(b))
@@ -135,6 +143,12 @@ def export_ort_programs(b: OpenBundle, out_dir: Path, cfg: OrtExportConfig = Ort
                   "quantized_layers": n_quant, "quantized_linears": n_lin, "quantized_convs": n_conv,
                   "integer_initializers": len(int_inits),
                   "integer_types": sorted({onnx.TensorProto.DataType.Name(t).lower() for t in int_inits.values()})},
+        "memory_passes": memory_passes,
+        # create the training session with these (onnxruntime.SessionOptions.add_session_config_entry), and with
+        # SessionOptions.enable_cpu_mem_arena = False: ORT's CPU arena keeps its high-water mark (medium FLUX
+        # layout: 57 -> 38 MiB step peak RssAnon without it; benchmarks/results/ort_memory.md)
+        "session_config": dict(RECOMPUTE_SESSION_CONFIG) if memory_passes else {},
+        "session_options": {"enable_cpu_mem_arena": False},
         "cache_codec": b.cache.index.get("codec", "fp32"),
         "cache_decoder": type(decoder).__name__,
         "optimizer": {"kind": "AdamW", "variant": ADAMW_VARIANT, "lr": o.lr, "betas": list(o.betas), "eps": o.eps,
@@ -146,6 +160,23 @@ def export_ort_programs(b: OpenBundle, out_dir: Path, cfg: OrtExportConfig = Ort
                                                             "crop_box [3] float32 (x0_px, y0_px, side_px)"],
                           "output": f"patch [1, 3, {b.schedule.config.s_min_px}, {b.schedule.config.s_min_px}]"},
     }
+
+
+def rewrite_training_model(path: Path, frozen: set[str], cfg: OrtExportConfig) -> dict:
+    """Apply the memory passes of `cfg` to the training model generate_artifacts wrote at `path` (in place).
+    Returns what each pass did ({} when none ran)."""
+    from .remat import RematSpec
+    spec = RematSpec.parse(cfg.remat)
+    if not (cfg.recompute_frozen or spec.enabled):
+        return {}
+    model = onnx.load(str(path))
+    done = {}
+    if spec.enabled:
+        done["remat"] = rematerialize_blocks_onnx(model, frozen, spec.every)
+    if cfg.recompute_frozen:
+        done["recompute_frozen"] = recompute_frozen_in_gradient(model, frozen)
+    onnx.save(model, str(path))
+    return done
 
 
 def _photo_hw(b: OpenBundle) -> tuple[int, int]:
