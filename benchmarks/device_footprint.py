@@ -142,19 +142,26 @@ def export_row(spec, args, remat: str, workdir: Path) -> dict:
                               "external_weights": True, "memory_planner": ecfg.memory_planner}}
 
 
+def short_error(e: BaseException, limit: int = 1500) -> str:
+    """The error's type and its message without the FX graph dumps ExecuTorch's errors embed."""
+    lines = [ln for ln in str(e).splitlines() if ln.strip() and not ln.lstrip().startswith(("%", "graph(", "return"))
+             and "placeholder[" not in ln]
+    return f"{type(e).__name__}: " + " / ".join(lines)[-limit:]
+
+
 def run_et(args, spec, row: str, workdir: Path) -> dict:
     from export.executorch_footprint import measure_program
     remat = "blocks" if row == "et_remat" else "none"
     try:
         rec = export_row(spec, args, remat, workdir)
     except Exception as e:   # noqa: BLE001 - report the gap, keep the other rows
-        return {"row": row, "config": spec.name, "error": f"export: {type(e).__name__}: {e}"[:2000]}
+        return {"row": row, "config": spec.name, "error": "export: " + short_error(e)}
     rec.update(row=row, config=spec.name)
     try:
         rec["runtime"] = measure_program(rec["pte"], rec["inputs"], data=rec["data"], steps=args.steps + 1,
                                          threads=args.threads)
     except Exception as e:   # noqa: BLE001
-        rec["error"] = f"runtime: {e}"[:2000]
+        rec["error"] = "runtime: " + short_error(e)
         return rec
     rt = rec["runtime"]
     rec["footprint_rss_anon_bytes"] = rt["footprint_rss_anon_bytes"]
@@ -204,7 +211,8 @@ def write_report(res: dict, stem: Path) -> None:
     f = lambda v: "" if v is None else f"{v / MIB:.1f}"  # noqa: E731
     for r in recs:
         if "error" in r:
-            lines.append(f"| {r['config']} | {LABELS[r['row']]} | failed: `{r['error'][:160]}` | | | | | | | |")
+            err = r["error"].replace("\n", " ").replace("|", "/")
+            lines.append(f"| {r['config']} | {LABELS[r['row']]} | failed: `{err[:300]}` | | | | | | | |")
             continue
         mem, tr = r.get("memory"), r.get("traced")
         arena = mem["planned_arena_bytes"] if mem else None

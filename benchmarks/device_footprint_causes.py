@@ -115,6 +115,9 @@ def rung(step, joints: dict, fields: dict, bits: int, workdir: Path, tag: str, s
            "xnnpack_delegates": ops["xnnpack_delegates"], "traced": traced_need(step, cfg)}
     try:
         rec["runtime"] = measure_program(pte, inputs, data=data_path, steps=steps, threads=threads)
+        if cfg.external_weights and cfg.remat == "none":     # what the Python loader's default mlock holds
+            rec["runtime_mlock"] = measure_program(pte, inputs, data=data_path, steps=2, threads=threads,
+                                                   keep_mlock=True)
     except Exception as e:   # noqa: BLE001 - keep the export figures
         rec["runtime_error"] = str(e)[-1500:]
     return rec
@@ -173,6 +176,9 @@ def causes(rungs: list[dict]) -> list[dict]:
     add("block remat", "planned arena L5 - L6", arena("L5"), arena("L6"))
     add("block remat", "step RssAnon L5 - L6", anon("L5"), anon("L6"))
     add("total", "step RssAnon L0 - L6", anon("L0"), anon("L6"))
+    if "L5" in by and "runtime_mlock" in by["L5"]:
+        out.append({"cause": "Python loader mlocks the mapped .pte / .ptd (VmLck; avoided by footprint.drop_mlock)",
+                    "measure": "VmLck with the loader's default", "bytes": int(by["L5"]["runtime_mlock"]["locked_bytes"])})
     if "F0" in by and "F1" in by:
         add("F: XNNPACK packed copies of static fp32 weights (+ original kept)", "fp32 (RssAnon - arena) F0 - F1",
             anon("F0") - arena("F0") if anon("F0") is not None else None,

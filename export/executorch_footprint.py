@@ -14,7 +14,8 @@ then runs `forward_backward` `steps` times, each under a PeakSampler. Reported, 
     step_peak_*         per step: the peak during the step (the phone's count is step_peak_rss_anon_bytes)
     footprint_*         the largest step peak (steady state: the arena is fully touched after step 1)
 
-plus seconds per step (median of steps after the first), the loss, and VmLck (0 when nothing is locked).
+plus wall and CPU seconds per step (medians of the steps after the first; CPU time of the whole process, all its
+threads: the steadier figure on a shared machine), the loss, and VmLck (0 when nothing is locked).
 """
 
 from __future__ import annotations
@@ -80,9 +81,9 @@ class Trainer:
         return self._grads
 
 
-def _child(pte: str, inputs: str, data: str | None, steps: int, threads: int) -> dict:
+def _child(pte: str, inputs: str, data: str | None, steps: int, threads: int, keep_mlock: bool = False) -> dict:
     from export.footprint import Footprint, PeakSampler, drop_mlock
-    mlock = drop_mlock()
+    mlock = {"kept": True} if keep_mlock else drop_mlock()
     _load_program, _unsafe_reset_threadpool = _import_runtime()
     import torch
     if threads:
@@ -94,18 +95,19 @@ def _child(pte: str, inputs: str, data: str | None, steps: int, threads: int) ->
     m = Trainer(_load_program(pte, data_path=data) if data else _load_program(pte))
     load_s = time.perf_counter() - t0
     loaded = Footprint.read()
-    peaks, times, loss = [], [], None
+    peaks, times, cpu, loss = [], [], [], None
     for _ in range(steps):
         with PeakSampler() as s:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             loss = float(m.forward_backward(tensors)[0])
             times.append(time.perf_counter() - t0)
+            cpu.append(time.process_time() - c0)
         peaks.append(s.peak)
     end = Footprint.read()
     grads = {k: float(v.norm()) for k, v in m.named_gradients().items()}
     step = [{"rss_anon_bytes": p["rss_anon_bytes"] - base.rss_anon_bytes,
              "rss_file_bytes": p["rss_file_bytes"] - base.rss_file_bytes, "samples": p["samples"]} for p in peaks]
-    later = times[1:] or times
+    later, later_cpu = times[1:] or times, cpu[1:] or cpu
     return {"mlock": mlock, "baseline": base.to_json(), "after_load": loaded.to_json(), "after_steps": end.to_json(),
             "load_rss_anon_bytes": loaded.rss_anon_bytes - base.rss_anon_bytes,
             "load_rss_file_bytes": loaded.rss_file_bytes - base.rss_file_bytes,
@@ -114,15 +116,17 @@ def _child(pte: str, inputs: str, data: str | None, steps: int, threads: int) ->
             "footprint_rss_file_bytes": max(p["rss_file_bytes"] for p in step),
             "locked_bytes": end.locked_bytes, "rss_peak_over_baseline_bytes": end.rss_peak_bytes - base.rss_bytes,
             "seconds_per_step": sorted(later)[len(later) // 2], "step_seconds": times, "load_seconds": load_s,
+            "cpu_seconds_per_step": sorted(later_cpu)[len(later_cpu) // 2], "step_cpu_seconds": cpu,
             "loss": loss, "grad_norms": grads}
 
 
 def measure_program(pte: str | Path, inputs: str | Path, data: str | Path | None = None, steps: int = 3,
-                    threads: int = 0, env: dict | None = None) -> dict:
+                    threads: int = 0, env: dict | None = None, keep_mlock: bool = False) -> dict:
     """Run the child in a fresh interpreter and return its report. `inputs`: a torch.save'd list of the step's
-    input tensors in contract order. `threads`: 0 leaves the runtime's default thread pool."""
+    input tensors in contract order. `threads`: 0 leaves the runtime's default thread pool. `keep_mlock`: let the
+    Python loader lock the mapped files (its default; locked_bytes then shows how much it locked)."""
     cmd = [sys.executable, "-m", "export.executorch_footprint", str(pte), str(inputs), "--steps", str(steps),
-           "--threads", str(threads)]
+           "--threads", str(threads)] + (["--keep-mlock"] if keep_mlock else [])
     if data:
         cmd += ["--data", str(data)]
     e = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]), **(env or {}))
@@ -140,5 +144,6 @@ if __name__ == "__main__":
     ap.add_argument("--data", default=None)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--keep-mlock", action="store_true")
     a = ap.parse_args()
-    print(json.dumps(_child(a.pte, a.inputs, a.data, a.steps, a.threads)))
+    print(json.dumps(_child(a.pte, a.inputs, a.data, a.steps, a.threads, a.keep_mlock)))

@@ -57,6 +57,7 @@ class ExportConfig:
     memory_planner: str = "best"                # "greedy" (ExecuTorch's) | "best_fit" | "best" (memory_plan.py)
     restore_order: bool = True                  # schedule.restore_order after lowering
     unsqueeze_as_view: bool = True              # edge_passes.UnsqueezeAsView
+    trace_need: bool = True                     # memory report: the traced need of the same step (one eager step)
     xnnpack_ops: str = "matmul"                 # XNNPACK: "matmul": one delegate per bmm (+ its operand
                                                 # transposes) and per transpose / gelu / tanh / softmax
                                                 # (xnnpack_partition.py) | "all": XNNPACK's partitioner, large
@@ -240,6 +241,10 @@ def export_training_program(step: StepModule, cfg: ExportConfig) -> TrainingProg
     buf = et.buffer
     data = _data_files(et) if cfg.external_weights else {}
     memory = memory_report(et, step, len(buf), data, cfg)
+    if cfg.trace_need:
+        from .executorch_memory import traced_need
+        memory.update(traced_need(step, cfg))
+        memory["arena_over_traced"] = round(memory["planned_arena_bytes"] / memory["traced_equivalent_bytes"], 3)
     return TrainingProgram(buffer=buf, backend=cfg.backend, quant_bits=cfg.quant.bits,
                            inputs=[s.to_json() for s in input_specs(step.names, step.example)],
                            lora_keys=step.lora_keys, memory=memory, ops=ops, passes=passes, data=data)

@@ -110,7 +110,8 @@ def _origin(n) -> str:
         return "input:" + n.name
     if n.op == "call_function" and "getitem" in str(n.target):
         src = n.args[0]
-        if isinstance(src, object) and "delegate" in str(getattr(src, "target", "")):
+        tgt = getattr(src, "target", None)
+        if "delegate" in str(getattr(tgt, "__name__", tgt)) or "delegate" in getattr(src, "name", ""):
             return "delegate output"
         return "getitem"
     for u in n.users:

@@ -220,3 +220,55 @@ def test_footprint_splits_anonymous_from_file_backed(tmp_path):
         del buf
     assert s.peak["rss_anon_bytes"] - before.rss_anon_bytes >= 48 * 2 ** 20
     assert Footprint.read().rss_anon_bytes - before.rss_anon_bytes < 16 * 2 ** 20
+
+
+@pytest.fixture(scope="module")
+def ort_artifacts(step, tmp_path_factory):
+    """The two-block step as ORT training artifacts (export/ort_graph.py recipe) and its inputs as .npz."""
+    import numpy as np
+
+    from export.ort_artifacts import generate_training_artifacts
+    from export.ort_graph import OrtStep, StepSignature, export_step_onnx, step_inputs
+    d = tmp_path_factory.mktemp("ort")
+    named = dict(zip(step.names, step.example))
+    cond = {k[5:]: v for k, v in named.items() if k.startswith("cond.")}
+    entry = {k[6:]: v for k, v in named.items() if k.startswith("entry.")}
+    sig = StepSignature.of(cond, entry)
+    ostep = OrtStep(step.module.step, sig)
+    inputs = step_inputs(sig, named["x0"], named["noise"], named["t"], cond, entry)
+    view = step.module.step.skip_model.view
+    model = export_step_onnx(ostep, inputs, d / "step.onnx", view)
+    inits = {i.name for i in model.graph.initializer}
+    trainable = [n for n, p in view.named_parameters() if p.requires_grad and n in inits]
+    generate_training_artifacts(model, trainable, d / "art")
+    np.savez(d / "inputs.npz", **{f"i{k:03d}": v.detach().numpy() for k, v in enumerate(inputs)})
+    return d, inits - set(trainable)
+
+
+def test_ort_recompute_keeps_loss_and_gradients_and_needs_cse_off(ort_artifacts):
+    """ORT's training model with the dequantized weights recomputed for the gradient (and with block remat): same
+    loss and LoRA gradient norms as the model generate_artifacts wrote; a default session's CSE merges the copies
+    back (as many Cast nodes as without the pass), RECOMPUTE_SESSION_CONFIG keeps them."""
+    import onnx
+
+    from export.ort_footprint import measure_training_model
+    from export.ort_graph import RECOMPUTE_SESSION_CONFIG, recompute_frozen_in_gradient, rematerialize_blocks_onnx
+    d, frozen = ort_artifacts
+    art = d / "art"
+    base = measure_training_model(art / "training_model.onnx", art / "checkpoint", d / "inputs.npz", steps=1)
+    model = onnx.load(str(art / "training_model.onnx"))
+    remat = rematerialize_blocks_onnx(model, frozen)
+    frozen_stats = recompute_frozen_in_gradient(model, frozen)
+    assert remat["blocks_found"] == 2 and remat["copied_nodes"] > 0 and frozen_stats["copied_nodes"] > 0
+    onnx.save(model, str(art / "training_model_recompute.onnx"))
+    merged = measure_training_model(art / "training_model_recompute.onnx", art / "checkpoint", d / "inputs.npz",
+                                    steps=1)
+    kept = measure_training_model(art / "training_model_recompute.onnx", art / "checkpoint", d / "inputs.npz",
+                                  RECOMPUTE_SESSION_CONFIG, steps=1)
+    for r in (merged, kept):
+        assert abs(r["loss"] - base["loss"]) <= REL * abs(base["loss"])
+        assert set(r["grad_norms"]) == set(base["grad_norms"])
+        for k, v in base["grad_norms"].items():
+            assert abs(r["grad_norms"][k] - v) <= 1e-5 * max(abs(v), 1e-12)
+    assert merged["optimized_ops"].get("Cast", 0) == base["optimized_ops"].get("Cast", 0)
+    assert kept["optimized_ops"].get("Cast", 0) > base["optimized_ops"].get("Cast", 0)
