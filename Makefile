@@ -16,7 +16,7 @@ $(STAMP): requirements.txt pyproject.toml
 	@touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m ditskip_edge.demo
+	$(PY) -m examples.demo
 
 test: $(STAMP)
 	$(PY) -m pytest tests

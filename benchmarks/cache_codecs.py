@@ -36,11 +36,12 @@ sys.path.insert(0, str(ROOT))
 from ditskip_edge.bundle_model import open_bundle  # noqa: E402
 from ditskip_edge.cache import DEFAULT_CODEC  # noqa: E402
 from ditskip_edge.cache.quality import REPORT_CODECS, cache_report  # noqa: E402
-from ditskip_edge.compile import CompileRequest, OptimizerSpec, compile_bundle  # noqa: E402
+from ditskip_edge.compile import CompileRequest, compile_bundle  # noqa: E402
+from ditskip_edge.runtime.bundle import OptimizerSpec  # noqa: E402
 from ditskip_edge.lora import LoraSpec  # noqa: E402
 from ditskip_edge.models.loading import build_transformer, build_vae, resolve_spec, save_pipeline_folder  # noqa: E402
 from ditskip_edge.models.specs import TextSpec, builtin_spec  # noqa: E402
-from ditskip_edge.schedule import ScheduleConfig  # noqa: E402
+from ditskip_edge.runtime.schedule import ScheduleConfig  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 PHOTOS = ROOT / "examples" / "photos"

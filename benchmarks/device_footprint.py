@@ -65,7 +65,7 @@ def eager_child(args) -> None:
     import peft  # noqa: F401
     import torchao.quantization.quant_primitives  # noqa: F401
     from memory_speed import config_specs
-    from ditskip_edge.planner.program import build_step_program
+    from ditskip_edge.memory_estimate.program import build_step_program
     torch.set_num_threads(args.threads)
     spec = config_specs(args.configs)[args.config]
     cfg = step_cfg(spec, args.rank, ckpt=args.row == "eager_ckpt")
@@ -112,10 +112,10 @@ def run_eager(args, name: str, row: str) -> dict:
 # --------------------------------------------------------------------------------------------- ExecuTorch rows
 def export_row(spec, args, remat: str, workdir: Path) -> dict:
     import torch
-    from export.contract import FlatTrainingStep, flatten_step_inputs
+    from export.step_module import FlatTrainingStep, flatten_step_inputs
     from export.executorch_memory import traced_need
     from export.executorch_program import ExportConfig, StepModule, export_training_program
-    from ditskip_edge.planner.program import build_step_program
+    from ditskip_edge.memory_estimate.program import build_step_program
     from ditskip_edge.quantize import QUANT_LAYERS, QuantSpec
     from ditskip_edge.training_step import TrainingStep
     cfg = step_cfg(spec, args.rank, export=True)
@@ -124,8 +124,8 @@ def export_row(spec, args, remat: str, workdir: Path) -> dict:
     flat = FlatTrainingStep(TrainingStep(prog.module), names).eval()
     step = StepModule(flat, names, example, {}, prog.module.view,
                       sum(isinstance(m, QUANT_LAYERS) for m in flat.modules()))
-    ecfg = ExportConfig(quant=QuantSpec(bits=8), backend=args.backend, remat=remat, external_weights=True,
-                        xnnpack_ops=args.xnnpack_ops)
+    ecfg = ExportConfig(quant=QuantSpec("int8"), backend=args.backend, remat=remat, external_weights=True,
+                        xnnpack_ops=args.xnnpack_ops, trace_need=False)
     t0 = time.perf_counter()
     program = export_training_program(step, ecfg)
     export_s = time.perf_counter() - t0

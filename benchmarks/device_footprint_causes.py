@@ -60,18 +60,19 @@ LADDER = [
     ("L6", "+ block remat", dict(restore_order=True, unsqueeze_as_view=True, memory_planner="best",
                                  xnnpack_ops="matmul", external_weights=True, remat="blocks")),
 ]
+PRECISION = {8: "int8", 4: "int4", 32: "fp32"}
 FP32 = [("F0", "fp32, XNNPACK all ops (weights packed)", dict(xnnpack_ops="all", external_weights=True)),
         ("F1", "fp32, XNNPACK matmuls only (not packed)", dict(xnnpack_ops="matmul", external_weights=True))]
 
 
 def build(spec, bits: int, rank: int):
-    from export.contract import FlatTrainingStep, flatten_step_inputs
+    from export.step_module import FlatTrainingStep, flatten_step_inputs
     from export.executorch_program import StepModule
     from memory_speed import step_config
-    from ditskip_edge.planner.program import build_step_program
+    from ditskip_edge.memory_estimate.program import build_step_program
     from ditskip_edge.quantize import QUANT_LAYERS
     from ditskip_edge.training_step import TrainingStep
-    cfg = replace(step_config(spec, "blockskip", rank), bits=bits, recompute_dequant=False)
+    cfg = replace(step_config(spec, "blockskip", rank), precision=PRECISION[bits], recompute_dequant=False)
     prog = build_step_program(cfg, device="cpu", seed=0)
     names, example = flatten_step_inputs(*prog.inputs)
     flat = FlatTrainingStep(TrainingStep(prog.module), names).eval()
@@ -87,7 +88,7 @@ def rung(step, joints: dict, fields: dict, bits: int, workdir: Path, tag: str, s
     from export.executorch_program import (ExportConfig, _data_files, _op_placement, backend_config, export_joint,
                                            lower)
     from ditskip_edge.quantize import QuantSpec
-    cfg = ExportConfig(quant=QuantSpec(bits=bits if bits in (4, 8) else 16), backend="xnnpack", **fields)
+    cfg = ExportConfig(quant=QuantSpec(PRECISION[bits]), backend="xnnpack", **fields)
     t0 = time.perf_counter()
     if cfg.remat not in joints:
         joints[cfg.remat] = export_joint(step, cfg)

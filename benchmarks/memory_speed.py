@@ -78,8 +78,8 @@ def config_specs(which: str):
 
 
 def step_config(spec, variant: str, rank: int, skip_ratio: float = 0.5):
-    from ditskip_edge.planner.program import StepConfig
-    from ditskip_edge.planner.split import split_for_ratio
+    from ditskip_edge.memory_estimate.program import StepConfig
+    from ditskip_edge.memory_estimate.split import split_for_ratio
     c = spec.transformer_config
     nb = int(c["num_layers"]) + int(c.get("num_single_layers", 0))
     plan = split_for_ratio(nb, skip_ratio)
@@ -92,9 +92,9 @@ def step_config(spec, variant: str, rank: int, skip_ratio: float = 0.5):
         "patches": StepConfig(**base, resolution_px=spec.train_px, kind="diffusers"),
         "skip": StepConfig(**base, resolution_px=spec.data_px, **skip),
         "blockskip": StepConfig(**base, resolution_px=spec.train_px, **skip),
-        "blockskip_int8": StepConfig(**base, resolution_px=spec.train_px, bits=8, **skip),
-        "blockskip_int4": StepConfig(**base, resolution_px=spec.train_px, bits=4, **skip),
-        "blockskip_int8_saved": StepConfig(**base, resolution_px=spec.train_px, bits=8, recompute_dequant=False,
+        "blockskip_int8": StepConfig(**base, resolution_px=spec.train_px, precision="int8", **skip),
+        "blockskip_int4": StepConfig(**base, resolution_px=spec.train_px, precision="int4", **skip),
+        "blockskip_int8_saved": StepConfig(**base, resolution_px=spec.train_px, precision="int8", recompute_dequant=False,
                                            **skip),
     }[variant]
 
@@ -110,9 +110,9 @@ def child(args) -> None:
     import diffusers  # noqa: F401
     import peft  # noqa: F401
     import torchao.quantization.quant_primitives  # noqa: F401  (every variant pays the same imports)
-    from ditskip_edge.planner.memory import program_preexisting
-    from ditskip_edge.planner.program import build_step_program
-    from ditskip_edge.planner.tracker import StepMemoryTracker
+    from ditskip_edge.memory_estimate.memory import program_preexisting
+    from ditskip_edge.memory_estimate.program import build_step_program
+    from ditskip_edge.memory_estimate.tracker import StepMemoryTracker
     torch.set_num_threads(args.threads)
     spec = config_specs(args.configs)[args.config]
     cfg = step_config(spec, args.variant, args.rank)
@@ -159,7 +159,7 @@ def child(args) -> None:
         "cpu_seconds_per_step": sorted(cpu_times)[len(cpu_times) // 2], "step_cpu_seconds": cpu_times, "build_seconds": build_s,
         "loss": float(loss), "load_avg_1m": os.getloadavg()[0],
         "step": {"resolution_px": cfg.resolution_px, "text_tokens": cfg.text_tokens, "n_front": cfg.n_front,
-                 "n_back": cfg.n_back, "bits": cfg.bits, "kind": cfg.kind,
+                 "n_back": cfg.n_back, "precision": cfg.precision, "kind": cfg.kind,
                  "gradient_checkpointing": cfg.gradient_checkpointing, "recompute_dequant": cfg.recompute_dequant},
     }))
 
@@ -175,9 +175,9 @@ def machine() -> dict:
 
 
 def predict(spec, variant: str, rank: int) -> dict:
-    from ditskip_edge.planner.memory import MemoryPlan, trace_step
+    from ditskip_edge.memory_estimate.memory import MemoryEstimate, trace_step
     tr = trace_step(step_config(spec, variant, rank), attention="flash")
-    mp = MemoryPlan.from_trace(tr, 0)
+    mp = MemoryEstimate.from_trace(tr, 0)
     return {"predicted_step_bytes": mp.step_bytes, "predicted": mp.to_json(), "predicted_flops": tr.flops}
 
 

@@ -1,16 +1,17 @@
 """ORT programs: bytes on disk and peak resident memory of one training step in a fresh runtime-only process,
 per model and frozen-weight precision. Writes benchmarks/results/ort_programs.{json,md}.
 
-    nice python benchmarks/ort_programs.py [--models flux-tiny,sana-tiny,flux-small,sana-small] [--bits 16,8,4]
+    nice python benchmarks/ort_programs.py [--models flux-tiny,sana-tiny,flux-small,sana-small] [--precisions fp32,int8,int4]
 
 `flux-small` / `sana-small` are wider random-weight configs registered here only (D = 256), so that weights and
 not graph structure dominate the files. Figures:
   kept_fp32_bytes   the bundle's kept weights (model/kept_weights.safetensors payload, fp32)
-  checkpoint_bytes  programs/ort/checkpoint (LoRA fp32 + frozen weights as int8 / packed int4 codes + scales)
-  model_bytes       training + eval + optimizer ONNX graphs (no weights)
-  peak_rss_mib      ru_maxrss of a fresh process (torch made unimportable) after loading and one step + update
-  load_rss_mib      that process's RSS after loading the artifacts and the first sample, before the step
-  step_ms           mean wall time of a training step + optimizer step over the schedule (ORT, this machine)
+  checkpoint_bytes  programs/ort/<precision>/checkpoint (LoRA fp32 + frozen weights as int8 / packed int4 codes + scales)
+  model_bytes       the training model (forward + gradient graph, no weights)
+  baseline_rss_mib  resident memory of the device process (device_tests: runtime package + onnxruntime only, no torch)
+                    after its imports, before the bundle
+  peak_rss_growth_mib  its resident peak above that baseline over the whole run (VmHWM)
+  step_ms           mean wall time of a training step (ORT forward + gradients, numpy AdamW; this machine)
 """
 
 from __future__ import annotations
@@ -26,14 +27,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ditskip_edge.compile import CompileRequest, OptimizerSpec, compile_bundle  # noqa: E402
+from device_tests.runner import run_device  # noqa: E402
+from ditskip_edge.compile import CompileRequest, compile_bundle  # noqa: E402
 from ditskip_edge.lora import LoraSpec  # noqa: E402
 from ditskip_edge.models import specs  # noqa: E402
 from ditskip_edge.models.specs import TextSpec  # noqa: E402
-from ditskip_edge.quantize import QuantSpec  # noqa: E402
-from ditskip_edge.schedule import ScheduleConfig  # noqa: E402
-from export.ort_memory import measure_step_memory  # noqa: E402
-from export.ort_trainer import OrtTrainConfig, train_ort  # noqa: E402
+from ditskip_edge.runtime.bundle import OptimizerSpec  # noqa: E402
+from ditskip_edge.runtime.schedule import ScheduleConfig  # noqa: E402
+from export.ort_stage import OrtPrograms  # noqa: E402
 
 PLANS = {"flux-tiny": (1, 2), "sana-tiny": (1, 2), "flux-small": (2, 4), "sana-small": (2, 2)}
 
@@ -53,25 +54,26 @@ def register_small_specs() -> None:
                                 caption_channels=64))
 
 
-def run_one(model: str, bits: int, work: Path, steps: int) -> dict:
+def run_one(model: str, precision: str, work: Path, steps: int) -> dict:
     spec = specs.BUILTIN_SPECS[model]
-    out = work / f"{model}_{bits}"
+    out = work / f"{model}_{precision}"
     n_front, n_back = PLANS[model]
     sched = ScheduleConfig(steps=steps, s_min_px=spec.train_px, s_max_px=spec.data_px,
                            multiple_px=spec.pixel_multiple, seed=0)
     summary = compile_bundle(CompileRequest(model=model, images=str(ROOT / "examples" / "photos"),
                                             prompt="a photo of sks toy", out=str(out), n_front=n_front,
                                             n_back=n_back, schedule=sched, lora=LoraSpec(rank=4, alpha=4.0),
-                                            optimizer=OptimizerSpec(lr=1e-3), runtimes=["ort"],
-                                            quant=QuantSpec(bits=bits)))
-    mem = measure_step_memory(out)
-    run = train_ort(out, OrtTrainConfig(run_dir=work / f"run_{model}_{bits}"))
-    row = {"model": model, "bits": bits, "kept_blocks": summary["kept_blocks"],
-           "kept_fp32_bytes": summary["kept_weight_bytes"], "checkpoint_bytes": mem["checkpoint_bytes"],
-           "model_bytes": mem["model_bytes"], "peak_rss_mib": round(mem["peak_rss_bytes"] / 2**20, 1),
-           "load_rss_mib": round(mem["rss_after_load_bytes"] / 2**20, 1),
-           "import_rss_mib": round(mem["rss_after_import_bytes"] / 2**20, 1),
-           "step_ms": round(run["seconds_per_step"] * 1e3, 2), "trainable_params": run["trainable_params"]}
+                                            optimizer=OptimizerSpec(lr=1e-3), programs=[OrtPrograms((precision,))]))
+    run = run_device(out, "ort", work / f"run_{model}_{precision}", uncapped=True, use_estimate=False)
+    if run.status != "ok":
+        raise RuntimeError(f"{model} {precision}: {run.message}")
+    prog = json.loads((out / "manifest.json").read_text())["programs"][0]["memory"]
+    row = {"model": model, "precision": precision, "kept_blocks": summary["kept_blocks"],
+           "kept_fp32_bytes": summary["kept_weight_bytes"], "checkpoint_bytes": prog["checkpoint_bytes"],
+           "model_bytes": prog["program_bytes"], "baseline_rss_mib": round(run.baseline_rss_bytes / 2**20, 1),
+           "peak_rss_growth_mib": round((run.peak_rss_bytes - run.baseline_rss_bytes) / 2**20, 1),
+           "step_ms": round(run.summary["seconds_per_step"] * 1e3, 2),
+           "trainable_params": run.summary["trainable_params"]}
     shutil.rmtree(out, ignore_errors=True)
     return row
 
@@ -79,7 +81,7 @@ def run_one(model: str, bits: int, work: Path, steps: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", default="flux-tiny,sana-tiny,flux-small,sana-small")
-    ap.add_argument("--bits", default="16,8,4")
+    ap.add_argument("--precisions", default="fp32,int8,int4")
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "ort_programs"))
     args = ap.parse_args()
@@ -87,8 +89,8 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for model in args.models.split(","):
-            for bits in (int(b) for b in args.bits.split(",")):
-                rows.append(run_one(model, bits, Path(tmp), args.steps))
+            for precision in args.precisions.split(","):
+                rows.append(run_one(model, precision, Path(tmp), args.steps))
                 print(json.dumps(rows[-1]), file=sys.stderr)
     Path(args.out + ".json").write_text(json.dumps(rows, indent=1))
     cols = list(rows[0])

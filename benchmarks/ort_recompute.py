@@ -42,21 +42,20 @@ MIB = 1024 ** 2
 def export(spec, rank: int, out: Path) -> tuple[Path, set[str], Path]:
     import numpy as np
     from export.ort_artifacts import generate_training_artifacts
-    from export.ort_graph import OrtStep, StepSignature, export_step_onnx, step_inputs
+    from export.ort_graph import OPSET, export_step_onnx
+    from export.step_module import FlatTrainingStep, flatten_step_inputs
     from memory_speed import step_config
-    from ditskip_edge.planner.program import build_step_program
+    from ditskip_edge.memory_estimate.program import build_step_program
     from ditskip_edge.training_step import TrainingStep
-    cfg = replace(step_config(spec, "blockskip", rank), bits=8, recompute_dequant=False)
+    cfg = replace(step_config(spec, "blockskip", rank), precision="int8", recompute_dequant=False)
     prog = build_step_program(cfg, device="cpu", seed=0)
-    x0, noise, t, cond, entry = prog.inputs
-    sig = StepSignature.of(cond, entry)
-    step = OrtStep(TrainingStep(prog.module), sig)
-    inputs = step_inputs(sig, x0, noise, t, cond, entry)
-    model = export_step_onnx(step, inputs, out / "step.onnx", prog.module.view)
+    names, example = flatten_step_inputs(*prog.inputs)
+    flat = FlatTrainingStep(TrainingStep(prog.module), names).eval()
+    model = export_step_onnx(flat, example, names, out / "step.onnx", prog.module.view, OPSET)
     inits = {i.name for i in model.graph.initializer}
     trainable = [n for n, p in prog.module.view.named_parameters() if p.requires_grad and n in inits]
     generate_training_artifacts(model, trainable, out / "art")
-    np.savez(out / "inputs.npz", **{f"i{k:03d}": v.detach().numpy() for k, v in enumerate(inputs)})
+    np.savez(out / "inputs.npz", **{f"i{k:03d}": v.detach().numpy() for k, v in enumerate(example)})
     return out / "art", inits - set(trainable), out / "inputs.npz"
 
 

@@ -35,16 +35,16 @@ ROWS = [
 
 def main() -> None:
     from ditskip_edge.models.specs import builtin_spec
-    from ditskip_edge.planner.memory import MemoryPlan, trace_step
-    from ditskip_edge.planner.program import StepConfig
+    from ditskip_edge.memory_estimate.memory import MemoryEstimate, trace_step
+    from ditskip_edge.memory_estimate.program import StepConfig
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     rows = []
     for label, model, kind, px, (front, back), paper in ROWS:
         spec = builtin_spec(model)
         cfg = StepConfig(spec, resolution_px=px, text_tokens=spec.text.seq_len, n_front=front, n_back=back,
-                         rank=16, bits=16, kind=kind.removesuffix("-gc"), gradient_checkpointing=kind.endswith("-gc"))
+                         rank=16, precision="bf16", kind=kind.removesuffix("-gc"), gradient_checkpointing=kind.endswith("-gc"))
         tr = trace_step(cfg, attention="flash")
-        mp = MemoryPlan.from_trace(tr, 0)
+        mp = MemoryEstimate.from_trace(tr, 0)
         rows.append({"label": label, "model": model, "kind": kind, "resolution_px": px, "split": [front, back],
                      "paper_gib": paper, "planned": mp.to_json(), "tflops": tr.flops / 1e12})
         print(f"{label}: planned {mp.peak_bytes / GIB:.2f} GiB vs paper {paper}", file=sys.stderr, flush=True)
@@ -52,9 +52,9 @@ def main() -> None:
     for model, px, split in (("flux-dev", 256, (19, 10)), ("sana-1600m", 512, (6, 4))):
         spec = builtin_spec(model)
         cfg = StepConfig(spec, resolution_px=px, text_tokens=spec.text.seq_len, n_front=split[0], n_back=split[1],
-                         rank=16, bits=8)
+                         rank=16, precision="int8")
         tr = trace_step(cfg, attention="flash")
-        mp = MemoryPlan.from_trace(tr, 0)
+        mp = MemoryEstimate.from_trace(tr, 0)
         rows.append({"label": f"{model} BlockSkip 50% + int8 (fp32 compute), {px} px", "model": model, "kind": "skip",
                      "resolution_px": px, "split": list(split), "paper_gib": None, "planned": mp.to_json(),
                      "tflops": tr.flops / 1e12})

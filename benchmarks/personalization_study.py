@@ -1,4 +1,4 @@
-"""Personalization study on the pretrained testbed model (ditskip_edge/testbed/study.py does the work).
+"""Personalization study on the pretrained testbed model (benchmarks/testbed/study.py does the work).
 
 Personalizes each held-out subject with full LoRA, BlockSkip 30% / 50%, and the paper's ablations (no residual,
 skip first / last 50%, fixed resize), generates the eval prompts x seeds with the LoRA loaded into the full
@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _meta import provenance                                                   # noqa: E402
 
-from ditskip_edge.testbed.study import StudyConfig, check_names, run_study, to_markdown   # noqa: E402
+from benchmarks.testbed.study import StudyConfig, check_names, run_study, to_markdown   # noqa: E402
 
 
 def main() -> int:

@@ -2,8 +2,8 @@
 
     python benchmarks/phone_plan.py        # -> benchmarks/results/phone_plan.{json,md}
 
-Each row is `ditskip-edge plan --model M --skip-ratio R --bits B --json` (math attention: what the ExecuTorch
-program runs; fp32 compute for int8/int4 as the device programs run, bf16 for --bits 16; int8/int4 quantize the
+Each row is `ditskip-edge estimate --model M --skip-ratio R --precision P --json` (math attention: what the ExecuTorch
+program runs; fp32 compute for int8/int4 as the device programs run, bf16 for --precision bf16; int8/int4 quantize the
 frozen linears and convolutions (SANA's GLUMBConv: QuantConv2d) alike; rank 16; the model's
 train resolution and text length unless the row says otherwise; runtime overhead 100 MiB assumed).
 Goals (issue 7): FLUX.1-dev under 6 GiB, SANA-1600M under 2 GiB.
@@ -21,12 +21,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 GOALS_GIB = {"flux-dev": 6.0, "sana-1600m": 2.0}
 
-ROWS = [(m, r, b, None, False) for m in ("flux-dev", "sana-1600m") for r in (0.5, 0.3) for b in (16, 8, 4)]
-ROWS += [("flux-dev", 0.5, 8, 128, False), ("flux-dev", 0.5, 4, 128, False),         # shorter prompts
-         ("sana-1600m", 0.5, 4, 128, False)]
-ROWS += [("flux-dev", 0.5, 8, None, True), ("flux-dev", 0.5, 4, None, True), ("flux-dev", 0.3, 4, None, True),
-         ("sana-1600m", 0.5, 8, None, True), ("sana-1600m", 0.5, 4, None, True),        # what-if: block checkpointing
-         ("sana-1600m", 0.3, 4, None, True)]
+ROWS = [(m, r, p, None, False) for m in ("flux-dev", "sana-1600m") for r in (0.5, 0.3) for p in ("bf16", "int8", "int4")]
+ROWS += [("flux-dev", 0.5, "int8", 128, False), ("flux-dev", 0.5, "int4", 128, False),         # shorter prompts
+         ("sana-1600m", 0.5, "int4", 128, False)]
+ROWS += [("flux-dev", 0.5, "int8", None, True), ("flux-dev", 0.5, "int4", None, True), ("flux-dev", 0.3, "int4", None, True),
+         ("sana-1600m", 0.5, "int8", None, True), ("sana-1600m", 0.5, "int4", None, True),        # what-if: block checkpointing
+         ("sana-1600m", 0.3, "int4", None, True)]
 
 
 def conv_weight_bytes(model: str, n_front: int, n_back: int) -> int:
@@ -41,11 +41,12 @@ def conv_weight_bytes(model: str, n_front: int, n_back: int) -> int:
 
 
 def main() -> None:
-    from ditskip_edge.planner.request import PlanRequest, make_plan
+    from ditskip_edge.memory_estimate.request import EstimateRequest, estimate_memory
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     rows = []
-    for model, ratio, bits, L, ckpt in ROWS:
-        doc = make_plan(PlanRequest(model=model, skip_ratio=ratio, bits=bits, text_tokens=L, checkpoint_blocks=ckpt))
+    for model, ratio, precision, L, ckpt in ROWS:
+        doc = estimate_memory(EstimateRequest(model=model, skip_ratio=ratio, precision=precision, text_tokens=L,
+                                              remat="blocks" if ckpt else "none"))
         p = doc["plan"]
         conv = conv_weight_bytes(model, p["n_front"], p["n_back"])
         doc["conv_weights_fp32_bytes"] = conv
@@ -53,29 +54,29 @@ def main() -> None:
         doc["meets_goal"] = doc["memory"]["peak_gib"] < GOALS_GIB[model]
         rows.append(doc)
         m = doc["memory"]
-        print(f"{model} {ratio} int{bits} L={doc['step']['text_tokens']} ckpt={ckpt}: peak {m['peak_gib']} GiB "
+        print(f"{model} {ratio} {precision} L={doc['step']['text_tokens']} ckpt={ckpt}: peak {m['peak_gib']} GiB "
               f"(weights {m['frozen_weights_gib']}, arena {m['activation_arena_gib']})", file=sys.stderr, flush=True)
     out = ROOT / "benchmarks" / "results" / "phone_plan"
     res = {"command": "python benchmarks/phone_plan.py", "date_utc": started, "nproc": os.cpu_count(), "rows": rows}
     out.with_suffix(".json").write_text(json.dumps(res, indent=1))
     lines = ["# What a phone needs: planner at real scale", "", f"- command: `{res['command']}` (date {started} UTC)",
-             "- each row = `ditskip-edge plan --model M --skip-ratio R --bits B [--text-tokens L] --json`: math "
-             "attention (the ExecuTorch program's), fp32 compute for int8/int4 (bf16 for 16), LoRA rank 16 on the "
+             "- each row = `ditskip-edge estimate --model M --skip-ratio R --precision P [--text-tokens L] --json`: math "
+             "attention (the ExecuTorch program's), fp32 compute for int8/int4 (bf16 for bf16), LoRA rank 16 on the "
              "kept blocks, frozen linears and convolutions (SANA's GLUMBConv) quantized alike at int8/int4, "
              "dequantized weights recomputed in backward, runtime overhead 100 MiB (assumed); no "
              "weights needed (fake-tensor trace of the real architecture)",
              "- 'block ckpt (what-if)': each kept block's activations recomputed in backward (torch.utils.checkpoint "
              "in the planner's trace); no device runtime here does this yet, it shows what it would buy",
-             "- storage: bundle = frozen kept weights at the bits + text conditioning; cache = 2000 samples "
+             "- storage: bundle = frozen kept weights at the precision + text conditioning; cache = 2000 samples "
              "(500 steps x 4) of fp32 residual-cache entries (uncompressed; issue 4 compresses)", "",
-             "| model | skip | split (front, back) | bits | L | px | block ckpt (what-if) | frozen GiB | LoRA+AdamW GiB | arena GiB | peak GiB | "
+             "| model | skip | split (front, back) | precision | L | px | block ckpt (what-if) | frozen GiB | LoRA+AdamW GiB | arena GiB | peak GiB | "
              "goal | kept convs as fp32 GiB | bundle GiB | cache GiB | TFLOP/sample |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for d in rows:
         m, p, s, st = d["memory"], d["plan"], d["storage"], d["step"]
         lines.append(f"| {d['model']} | {int(100 * p['skip_ratio'])}% | ({p['n_front']}, {p['n_back']}) "
-                     f"{p['split_chosen_by']} | {st['bits']} | {st['text_tokens']} | {st['resolution_px']} | "
-                     f"{'yes' if st['checkpoint_blocks_what_if'] else ''} | "
+                     f"{p['split_chosen_by']} | {st['precision']} | {st['text_tokens']} | {st['resolution_px']} | "
+                     f"{'yes' if st['remat'] != 'none' else ''} | "
                      f"{m['frozen_weights_gib']} | {round(m['lora_params_gib'] + m['adamw_states_gib'], 3)} | "
                      f"{m['activation_arena_gib']} | **{m['peak_gib']}** | < {d['goal_gib']}: "
                      f"{'yes' if d['meets_goal'] else 'no'} | {round(d['conv_weights_fp32_bytes'] / 2 ** 30, 3)} | "

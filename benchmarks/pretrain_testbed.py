@@ -1,5 +1,5 @@
 """Pretrain `flux-testbed`: a small FluxTransformer2DModel (ModelSpec in ditskip_edge/models/specs.py) on generated
-captioned scenes (ditskip_edge/testbed/scenes.py), rectified flow in pixel space, MiniLM text conditioning.
+captioned scenes (benchmarks/testbed/scenes.py), rectified flow in pixel space, MiniLM text conditioning.
 
     caption pool (fixed seed, MiniLM-encoded once) -> per sample: render the scene at 64 px with fresh jitter and
     pixel noise, cut a crop (75% the whole image, 25% a random square of 32..64 px, as dynamic patches do) and
@@ -44,7 +44,7 @@ from ditskip_edge.models.specs import builtin_spec                        # noqa
 from ditskip_edge.models.text import MiniLMTextEncoder                    # noqa: E402
 from ditskip_edge.models.views import make_view                           # noqa: E402
 from ditskip_edge.patch_sampling import PatchSampler                      # noqa: E402
-from ditskip_edge.testbed.scenes import SCENE_PX, random_scene, render    # noqa: E402
+from benchmarks.testbed.scenes import SCENE_PX, random_scene, render    # noqa: E402
 
 
 def caption_pool(n: int, seed: int, spec, batch: int = 256):

@@ -93,13 +93,13 @@ def write_report(result: dict, stem: Path) -> None:
         any_r = next(iter(v.values()))
         lines += [f"## {cfg}" + (f" ({params / 1e6:.0f}M parameters)" if params else ""), "",
                   f"baseline RSS after imports {any_r['rss_baseline_bytes'] / MIB:.0f} MiB", "",
-                  "| variant | px | blocks | bits | step RSS MiB | peak RSS MiB | allocator MiB | planner tensors MiB "
+                  "| variant | px | blocks | precision | step RSS MiB | peak RSS MiB | allocator MiB | planner tensors MiB "
                   "(err) | planner + eager overhead MiB (err) | CPU s/step | wall s/step | GFLOP/step |",
                   "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for name, r in v.items():
             s = r["step"]
             nb = "all" if s["kind"] == "diffusers" else f"skip {s['n_front']}+{s['n_back']}"
-            lines.append(f"| {LABELS_OF(name)} | {s['resolution_px']} | {nb} | {s['bits']} | "
+            lines.append(f"| {LABELS_OF(name)} | {s['resolution_px']} | {nb} | {s.get('precision', s.get('bits'))} | "
                          f"{r['step_rss_bytes'] / MIB:.1f} | {r['peak_rss_bytes'] / MIB:.1f} | "
                          f"{r['allocator_peak_bytes'] / MIB:.1f} | {r['predicted_step_bytes'] / MIB:.1f} "
                          f"({100 * r['planner_error_vs_rss']:+.1f}%) | {r['predicted_eager_bytes'] / MIB:.1f} "

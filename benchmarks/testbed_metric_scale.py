@@ -20,8 +20,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _meta import provenance, provenance_md                                      # noqa: E402
 from ditskip_edge.models.loading import resolve_spec                             # noqa: E402
-from ditskip_edge.testbed.metrics import SubjectEmbedder, subject_similarity     # noqa: E402
-from ditskip_edge.testbed.scenes import SUBJECTS, reference_images, unrelated_image   # noqa: E402
+from benchmarks.testbed.metrics import SubjectEmbedder, subject_similarity     # noqa: E402
+from benchmarks.testbed.scenes import SUBJECTS, reference_images, unrelated_image   # noqa: E402
 
 FRESH_SEED = 5          # references use seed 0; these are new photos of the same subject
 

@@ -19,8 +19,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from _meta import provenance, provenance_md                                     # noqa: E402
 from ditskip_edge.images import to_uint8_image                                  # noqa: E402
 from ditskip_edge.models.loading import build_transformer, resolve_spec         # noqa: E402
-from ditskip_edge.testbed.metrics import PALETTE, background_match, colour_agreement   # noqa: E402
-from ditskip_edge.testbed.sampling import generate, grid                       # noqa: E402
+from benchmarks.testbed.metrics import PALETTE, background_match, colour_agreement   # noqa: E402
+from ditskip_edge.generate import generate, grid                       # noqa: E402
 
 PROMPTS = [("white", "circle", "red"), ("blue", "square", "yellow"), ("yellow", "triangle", "purple"),
            ("green", "ring", "black"), ("red", "cross", "white"), ("orange", "bar", "blue"),

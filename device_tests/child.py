@@ -1,14 +1,18 @@
-"""The device stand-in: one process that trains a bundle with a runtime trainer under an address-space cap.
+"""The device stand-in: one process that trains a bundle with the runtime package under a footprint cap.
 
     python -m device_tests.child REQUEST.json          (started by device_tests/runner.py, not by hand)
 
-1. installs the import guard (runtime_imports.forbid_host_modules): the compiler, diffusers, peft, torchao, onnx
-   and the ExecuTorch compiler cannot be imported in this process;
-2. imports the runtime only (ExecuTorch's training bindings or onnxruntime.training.api) and the runtime trainer;
-3. measures its own baseline (VmSize / VmRSS: interpreter + runtime libraries, no bundle yet) and sets
-   RLIMIT_AS = baseline VmSize + the request's budget_bytes (prediction x (1 + margin) + slack, see runner.py);
-4. runs the runtime trainer on the bundle (checkpoint, resume, LoRA, as `ditskip-edge train --runtime R` does);
-5. writes RESULT.json atomically: ok / out_of_memory / error, the message, the summary, peak RSS (VmHWM),
+1. installs the import guard (runtime_imports.forbid_host_modules): nothing but the runtime package and the runtime
+   libraries can be imported in this process;
+2. imports the runtime package's loop and adapters (ExecuTorch's training bindings or onnxruntime.training.api);
+3. measures its own baseline (footprint: RssAnon / RssFile, and VmData: interpreter + runtime libraries, no bundle
+   yet), writes it to BASELINE.json for the parent, and, capped, sets RLIMIT_DATA = baseline VmData + the request's
+   data budget. RLIMIT_DATA counts private writable memory (heap, anonymous mappings) and not read-only file
+   mappings: a memory-mapped weights file does not count, as on a phone. An allocation past it fails cleanly here
+   (exit 3); the parent also watches RssAnon and stops the process when it passes the budget (what a phone does);
+4. trains the bundle with the runtime package's loop (checkpoint, resume, LoRA, as
+   `python -m ditskip_edge.runtime train --runtime R` does);
+5. writes RESULT.json atomically: ok / out_of_memory / error, the message, the summary, the footprint at the end,
    the modules that got in (must be none of FORBIDDEN).
 
 Exit codes: 0 done, 3 out of memory under the cap, 4 other error, 5 a forbidden module was imported.
@@ -26,37 +30,18 @@ from pathlib import Path
 
 EXIT_OK, EXIT_OOM, EXIT_ERROR, EXIT_FORBIDDEN = 0, 3, 4, 5
 
-# The runtime trainers of issues 5 and 6: module, function, config class (same fields as the eager TrainConfig).
-TRAINERS = {
-    "executorch": ("export.executorch_trainer", "train_executorch", "RuntimeTrainConfig"),
-    "ort": ("export.ort_trainer", "train_ort", "OrtTrainConfig"),
-}
-
-OOM_MARKERS = ("failed to map segment", "MemoryError", "can't allocate memory", "Cannot allocate memory", "bad_alloc", "std::bad_alloc",
+OOM_MARKERS = ("failed to map segment", "MemoryError", "can't allocate memory", "Cannot allocate memory", "bad_alloc",
                "MemoryAllocationFailed", "error: 0x21", "Failed to allocate", "out of memory", "alloc failed",
                "Allocation failed", "memory allocation")
-
-
-def proc_status() -> dict[str, int]:
-    """VmSize, VmRSS, VmHWM, VmPeak of this process, bytes (Linux /proc)."""
-    out = {}
-    with open("/proc/self/status") as f:
-        for line in f:
-            key, _, rest = line.partition(":")
-            if key in ("VmSize", "VmRSS", "VmHWM", "VmPeak"):
-                out[key] = int(rest.split()[0]) * 1024
-    return out
-
-
-def _write_json_atomic(path: Path, doc: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=1, default=str))
-    os.replace(tmp, path)
-
-
 # ExecuTorch's Error::AccessFailed (0x22): its data loader could not map or read the program. Under a cap that is
 # the loader's allocation failing; without one it is a real I/O error.
 CAPPED_OOM_MARKERS = ("error: 0x22",)
+
+
+def write_json_atomic(path: Path, doc: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1, default=str))
+    os.replace(tmp, path)
 
 
 def _looks_like_oom(exc: BaseException, capped: bool) -> bool:
@@ -67,6 +52,7 @@ def _looks_like_oom(exc: BaseException, capped: bool) -> bool:
 
 
 def import_runtime(runtime: str):
+    """The guard first, then the runtime package's loop and adapters (which import the runtime bindings alone)."""
     from device_tests import runtime_imports as ri
     ri.forbid_host_modules()
     if runtime == "executorch":
@@ -74,14 +60,13 @@ def import_runtime(runtime: str):
     elif runtime == "ort":
         ri.ort_training_api()
     else:
-        raise ValueError(f"runtime must be one of {sorted(TRAINERS)}, got {runtime!r}")
-    import importlib
-    # Libraries the trainers import lazily are code, not data: load them before the baseline is measured (else the
+        raise ValueError(f"runtime must be executorch or ort, got {runtime!r}")
+    # Libraries the runtime imports lazily are code, not data: load them before the baseline is measured (else the
     # first one loaded under a tight cap fails to map its segments, an ImportError that hides the real cause).
     import safetensors.numpy  # noqa: F401
-    mod_name, fn_name, cfg_name = TRAINERS[runtime]
-    mod = importlib.import_module(mod_name)
-    return getattr(mod, fn_name), getattr(mod, cfg_name), ri
+
+    from ditskip_edge.runtime import executorch, loop, ort, run  # noqa: F401
+    return run.train_bundle, loop.RunConfig, ri
 
 
 def main(request_path: str) -> int:
@@ -91,25 +76,28 @@ def main(request_path: str) -> int:
     t0 = time.perf_counter()
     try:
         train, Config, ri = import_runtime(req["runtime"])
+        from ditskip_edge.runtime.footprint import read_footprint
         doc["runtime_version"] = ri.runtime_version(req["runtime"])
-        base = proc_status()
-        doc["baseline"] = {"vm_size_bytes": base["VmSize"], "rss_bytes": base["VmRSS"],
-                           "what": "interpreter + runtime libraries + runtime trainer imported, no bundle loaded"}
-        cap = req.get("budget_bytes")
+        base = read_footprint()
+        doc["baseline"] = {**base.to_json(),
+                           "what": "interpreter + runtime libraries + runtime package imported, no bundle loaded"}
+        write_json_atomic(Path(req["baseline"]), doc["baseline"])
+        cap = req.get("data_budget_bytes")
         if cap is not None:
-            limit = base["VmSize"] + int(cap)
-            resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
-            doc["rlimit_as_bytes"] = limit
+            limit = base.data_bytes + int(cap)
+            resource.setrlimit(resource.RLIMIT_DATA, (limit, resource.getrlimit(resource.RLIMIT_DATA)[1]))
+            doc["rlimit_data_bytes"] = limit
         doc["import_seconds"] = round(time.perf_counter() - t0, 3)
         cfg = Config(run_dir=Path(req["run_dir"]), steps=req.get("steps"),
-                     checkpoint_every=int(req.get("checkpoint_every", 1)), resume=bool(req.get("resume", True)))
-        summary = train(req["bundle"], cfg)
+                     checkpoint_every=int(req.get("checkpoint_every", 1)), resume=bool(req.get("resume", True)),
+                     progress=False)
+        summary = train(req["bundle"], req["runtime"], cfg, req.get("precision"))
         doc.update(status="ok", summary=summary)
         code = EXIT_OK
     except BaseException as e:  # noqa: BLE001 - the child reports every failure in RESULT.json
         if isinstance(e, KeyboardInterrupt):
             raise
-        oom = _looks_like_oom(e, req.get("budget_bytes") is not None)
+        oom = _looks_like_oom(e, req.get("data_budget_bytes") is not None)
         from device_tests.runtime_imports import ForbiddenImport
         forbidden = isinstance(e, ForbiddenImport) or isinstance(e.__cause__, ForbiddenImport)
         doc["status"] = "out_of_memory" if oom else ("forbidden_import" if forbidden else "error")
@@ -118,20 +106,20 @@ def main(request_path: str) -> int:
         doc["message"] = f"{type(e).__name__}: {e}{where}"
         doc["traceback"] = traceback.format_exc(limit=8)
         code = EXIT_OOM if oom else (EXIT_FORBIDDEN if forbidden else EXIT_ERROR)
-    # Lift the cap so that reporting itself cannot fail for lack of address space.
-    resource.setrlimit(resource.RLIMIT_AS, (resource.getrlimit(resource.RLIMIT_AS)[1],) * 2)
+    # Lift the cap so that reporting itself cannot fail for lack of memory.
+    resource.setrlimit(resource.RLIMIT_DATA, (resource.getrlimit(resource.RLIMIT_DATA)[1],) * 2)
     from device_tests.runtime_imports import host_modules_loaded
+    from ditskip_edge.runtime.footprint import read_footprint
     doc["host_modules_loaded"] = host_modules_loaded()
     doc["torch_loaded"] = "torch" in sys.modules
     doc["modules_loaded"] = len(sys.modules)
-    st = proc_status()
-    doc["peak_rss_bytes"] = st["VmHWM"]          # kernel's high-water mark of resident memory, exact
-    doc["peak_vm_bytes"] = st["VmPeak"]
+    end = read_footprint()
+    doc["end"] = end.to_json() if end is not None else None
     doc["seconds"] = round(time.perf_counter() - t0, 3)
     if doc["host_modules_loaded"] and code == EXIT_OK:
         doc["status"], code = "forbidden_import", EXIT_FORBIDDEN
     doc["exit_code"] = code
-    _write_json_atomic(result_path, doc)
+    write_json_atomic(result_path, doc)
     return code
 
 

@@ -27,13 +27,13 @@ def load_contract() -> dict:
 
 
 def _values(c: dict) -> list[tuple[str, object]]:
-    et, ort = c["runtimes"]["executorch"], c["runtimes"]["ort"]
-    s = c["step_inputs"]
+    pr, s = c["programs"], c["step_inputs"]
     return [
         ("CONTRACT_VERSION", c["contract_version"]),
         ("BUNDLE_FORMAT", c["bundle"]["format"]),
         ("BUNDLE_FORMAT_VERSION", c["bundle"]["format_version"]),
         ("MANIFEST_FILE", c["bundle"]["manifest_file"]),
+        ("MANIFEST_DIGEST_FIELD", c["bundle"]["manifest_digest"]["field"]),
         ("FIXED_INPUTS", s["fixed"]),
         ("COND_PREFIX", s["cond_prefix"]),
         ("ENTRY_PREFIX", s["entry_prefix"]),
@@ -45,22 +45,22 @@ def _values(c: dict) -> list[tuple[str, object]]:
         ("CACHE_PART_DTYPE_BYTES", list(c["cache"]["part_dtypes"].values())),
         ("STEP_INPUT_DTYPE", s["dtype"]),
         ("SAMPLE_FIELDS", c["schedule"]["sample_fields"]),
-        ("PROGRAMS_FIELD", et["programs_field"]),
-        ("ET_RUNTIME", et["runtime_name"]),
-        ("ET_TRAIN_STEP", et["train_step_name"]),
-        ("ET_PREPROCESS", et["preprocess_name"]),
-        ("ET_METHOD", et["method"]),
-        ("ET_PROGRAM_FIELD", et["program_field"]),
-        ("ET_INPUTS_FIELD", et["inputs_field"]),
-        ("ET_TRAINABLE_FIELD", et["trainable_field"]),
-        ("ET_TRAINABLE_SHAPES_FIELD", et["trainable_shapes_field"]),
-        ("LORA_FILE_FIELD", et["lora_file_field"]),
-        ("ORT_SECTION_KEY", ort["section_key"]),
-        ("ORT_PROGRAM_DIR", ort["program_dir"]),
-        ("ORT_ARTIFACTS", ort["artifacts"]),
-        ("ORT_EXTRA_INPUTS", ort["extra_inputs"]),
+        ("PROGRAMS_FIELD", pr["field"]),
+        ("ET_RUNTIME", c["runtimes"]["executorch"]["runtime_name"]),
+        ("ET_TRAIN_STEP", pr["train_step_name"]),
+        ("ET_PREPROCESS", pr["preprocess_name"]),
+        ("ET_METHOD", pr["method"]),
+        ("ET_PROGRAM_FIELD", pr["path_field"]),
+        ("ET_DATA_FIELD", pr["data_field"]),
+        ("ET_INPUTS_FIELD", pr["inputs_field"]),
+        ("ET_TRAINABLE_FIELD", pr["trainable_field"]),
+        ("ET_TRAINABLE_SHAPES_FIELD", pr["trainable_shapes_field"]),
+        ("ET_PRECISION_FIELD", pr["precision_field"]),
+        ("LORA_FILE_FIELD", c["lora_file"]["field"]),
         ("LORA_FILE", c["lora_file"]["name"]),
         ("LORA_KEY_PREFIX", c["lora_file"]["key_prefix"]),
+        ("CHECKPOINT_FILE", c["checkpoint"]["name"]),
+        ("CHECKPOINT_IDENTITY_PREFIX", c["checkpoint"]["identity_prefix"]),
         ("RNG_CHECK_SEED", c["rng"]["check_seed"]),
         ("RNG_CHECK_NORMALS", c["rng"]["check_first_normals"]),
     ]

@@ -2,9 +2,10 @@
 
     python -m device_tests.measure OUT.md BUNDLE:RUNTIME [BUNDLE:RUNTIME ...]
 
-For each bundle and runtime: the prediction (planner, and the exported memory report), one uncapped run (what the
-step really takes: resident and address-space growth over the child's baseline), one run under the derived cap, and
-one under 10% of the prediction (must fail cleanly). Every figure is bytes unless the column says MiB.
+For each bundle and runtime: the prediction (memory estimate, and the program's memory report), one uncapped run (what
+the step really takes: dirty anonymous memory (RssAnon, what a phone counts) above the child's baseline, and the
+file-backed memory (RssFile) apart), one run under the derived cap, and one under 10% of the prediction (must stop
+cleanly). Every figure is bytes unless the column says MiB.
 """
 
 from __future__ import annotations
@@ -30,31 +31,32 @@ def measure(bundle: Path, runtime: str) -> dict:
                              resume=False)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    base = free.result["baseline"]
     return {"bundle": bundle.name, "model": manifest["model"]["name"], "runtime": runtime,
             "plan": f"{manifest['plan']['n_front']}/{manifest['plan']['n_back']} of {manifest['plan']['num_blocks']}",
             "prediction_bytes": pred.bytes, "prediction_source": pred.source,
             "memory_report_bytes": pred.alternatives.get("memory_report", pred.bytes if pred.source == "memory_report" else None),
-            "baseline_rss_bytes": base["rss_bytes"], "baseline_vm_bytes": base["vm_size_bytes"],
-            "rss_growth_bytes": free.peak_rss_bytes - free.baseline_rss_bytes,
-            "vm_growth_bytes": free.result["peak_vm_bytes"] - base["vm_size_bytes"],
+            "baseline_anon_bytes": free.baseline_anon_bytes, "footprint_growth_bytes": free.footprint_above_baseline_bytes,
+            "peak_file_bytes": free.peak_file_bytes,
+            "data_growth_bytes": free.result["end"]["data_bytes"] - free.baseline["data_bytes"],
             "budget_bytes": capped.budget_bytes, "capped_status": capped.status,
-            "capped_rss_within_budget": capped.rss_within_budget,
+            "capped_within_budget": capped.footprint_within_budget,
             "starved_status": starved.status, "starved_message": starved.message[:160],
             "final_loss": free.summary.get("final_loss"), "seconds": free.result.get("seconds"),
             "torch_loaded": free.result.get("torch_loaded"), "host_modules_loaded": free.result.get("host_modules_loaded")}
 
 
 def table(rows: list[dict]) -> str:
-    head = ("| bundle | runtime | plan | prediction (source) MiB | memory report MiB | baseline RSS MiB | "
-            "RSS growth MiB | VmSize growth MiB | budget MiB | capped | 10% cap | torch in child | s |")
+    head = ("| bundle | runtime | plan | prediction (source) MiB | memory report MiB | baseline RssAnon MiB | "
+            "RssAnon growth MiB | peak RssFile MiB | VmData growth MiB | budget MiB | capped | 10% cap | torch in child "
+            "| s |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         f = lambda b: "" if b is None else f"{b / MIB:.2f}"  # noqa: E731
         lines.append(f"| {r['model']} | {r['runtime']} | {r['plan']} | {f(r['prediction_bytes'])} "
-                     f"({r['prediction_source']}) | {f(r['memory_report_bytes'])} | {f(r['baseline_rss_bytes'])} | "
-                     f"{f(r['rss_growth_bytes'])} | {f(r['vm_growth_bytes'])} | {f(r['budget_bytes'])} | "
-                     f"{r['capped_status']} (RSS in budget: {r['capped_rss_within_budget']}) | {r['starved_status']} | "
+                     f"({r['prediction_source']}) | {f(r['memory_report_bytes'])} | {f(r['baseline_anon_bytes'])} | "
+                     f"{f(r['footprint_growth_bytes'])} | {f(r['peak_file_bytes'])} | {f(r['data_growth_bytes'])} | "
+                     f"{f(r['budget_bytes'])} | {r['capped_status']} (in budget: {r['capped_within_budget']}) | "
+                     f"{r['starved_status']} | "
                      f"{r['torch_loaded']} | {r['seconds']} |")
     return "\n".join(lines) + "\n"
 

@@ -1,25 +1,27 @@
-"""Run a bundle's training the way a phone would: a separate runtime-only process under a memory cap.
+"""Run a bundle's training the way a phone would: a separate runtime-only process under a footprint cap.
 
     run = run_device(bundle, "executorch", run_dir, margin=0.5)       # cap from the bundle's prediction
-    run.status, run.peak_rss_bytes, run.timeline, run.summary["lora"]
+    run.status, run.peak_anon_bytes, run.timeline, run.summary["lora"]
 
-The cap. A phone kills an app whose *physical footprint* passes its limit (iOS jetsam, Android lmkd). Here the
-child sets RLIMIT_AS on itself (setrlimit, no root, no cgroup): once the runtime is imported it measures its
-address-space size (baseline: interpreter + runtime libraries) and allows baseline + budget more, where
+What a phone counts is the footprint: dirty anonymous memory (iOS phys_footprint; Android 17's limiter counts
+anonymous memory plus swap); clean file-backed pages (a memory-mapped weights file only read) are not counted. So
+the cap is on anonymous memory, not on the address space, and it is enforced twice:
+
+- the child sets RLIMIT_DATA = its baseline VmData + data budget (RLIMIT_DATA counts private writable memory, not
+  read-only file mappings): an allocation past it fails inside the process, which reports "out of memory" and exits
+  3 with the checkpoint untouched;
+- the parent samples the child's RssAnon and RssFile every `sample_s` from /proc/PID/status and stops it (SIGKILL,
+  as a phone's memory killer does) when RssAnon passes baseline + budget: status "over_budget", exit code 3,
+  one line; checkpoints are written atomically, so the last one is whole.
 
     budget_bytes = prediction_bytes * (1 + margin) + slack_bytes
 
-prediction_bytes comes from predict.py (`ditskip-edge plan`'s traced step peak for the bundle, without its
-assumed runtime overhead; the exported programs' memory report when the planner cannot trace the model) and slack_bytes (default 64 MiB) covers what neither counts and a device has too: thread
-stacks, the allocator's arenas, the runtime's own bookkeeping. Why RLIMIT_AS and not a cgroup: an allocation past
-RLIMIT_AS *fails* (malloc returns NULL -> MemoryError / the runtime's allocation error), so the child reports it and
-exits cleanly, whereas a cgroup (v1 here, shared with the sandbox's own process management) OOM-kills with
-SIGKILL; and RLIMIT_AS needs no privileges. Its cost: it caps virtual, not resident, memory, so it is stricter than a
-phone (mapped-but-untouched pages count). MALLOC_ARENA_MAX=1 keeps glibc from reserving 64 MiB per thread, and threads get 1 MiB stacks
-(RLIMIT_STACK before exec), as on Android, instead of 8 MiB of address space each.
-
-Resident memory over time is sampled by the parent from /proc/PID/status (VmRSS, VmSize) every `sample_s`; the
-child reports the kernel's exact high-water mark (VmHWM) at the end.
+prediction_bytes comes from predict.py (`ditskip-edge estimate` for the bundle, without its assumed runtime
+overhead; the program's memory report when the estimate cannot trace the model) and slack_bytes (default 64 MiB)
+covers what neither counts and a device has too: thread stacks, the allocator's arenas, the runtime's bookkeeping.
+The data budget adds the address space a runtime reserves without touching (RUNTIME_RESERVED_BYTES: counted by
+VmData, not resident). MALLOC_ARENA_MAX=1 keeps glibc from reserving 64 MiB per thread, and threads get 1 MiB
+stacks (RLIMIT_STACK before exec), as on Android.
 """
 
 from __future__ import annotations
@@ -36,36 +38,39 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from ditskip_edge.runtime.footprint import read_footprint
+
 from .predict import Prediction, predict_memory
 
 ROOT = Path(__file__).resolve().parent.parent
 MIB = 1 << 20
 DEFAULT_MARGIN = 0.5
 DEFAULT_SLACK_BYTES = 64 * MIB
-# Address space a runtime reserves but does not touch, measured here on the tiny bundles (peak VmSize minus peak
-# RSS growth over the baseline): onnxruntime-training 1.19.2 grows the brk heap by about 270 MiB while its
-# resident memory grows by about 30 MiB. RLIMIT_AS counts it, a phone's footprint limit would not: it is added to
-# the budget, and the run's resident peak is compared with the prediction separately (DeviceRun.rss_within_budget).
-RUNTIME_RESERVED_BYTES = {"ort": 320 * MIB, "executorch": 16 * MIB}   # executorch: VmSize grew 4.4 MiB here
+# Private address space a runtime reserves but does not touch, measured here on the tiny bundles (VmData growth
+# minus RssAnon growth): onnxruntime-training 1.19.2 grows the brk heap by about 270 MiB while its anonymous
+# resident memory grows by about 30 MiB. RLIMIT_DATA counts it, a phone's footprint limit would not.
+RUNTIME_RESERVED_BYTES = {"ort": 320 * MIB, "executorch": 16 * MIB}
+EXIT_CODES = {"ok": 0, "out_of_memory": 3, "over_budget": 3}
 
 
 @dataclass
 class MemorySample:
     t_s: float
-    rss_bytes: int
-    vm_bytes: int
+    anon_bytes: int
+    file_bytes: int
 
 
 @dataclass
 class DeviceRun:
-    status: str                          # ok | out_of_memory | error | forbidden_import | killed
+    status: str                          # ok | out_of_memory | over_budget | error | forbidden_import | killed
     returncode: int
     message: str
     runtime: str
     run_dir: str
-    budget_bytes: int | None
+    budget_bytes: int | None             # footprint (RssAnon) budget above the baseline
     prediction: dict | None
-    result: dict                          # the child's RESULT.json ({} if it was killed before writing it)
+    result: dict                         # the child's RESULT.json ({} if it was killed before writing it)
+    baseline: dict = field(default_factory=dict)
     timeline: list[MemorySample] = field(default_factory=list)
 
     @property
@@ -73,43 +78,41 @@ class DeviceRun:
         return self.result.get("summary", {})
 
     @property
-    def peak_rss_bytes(self) -> int:
-        sampled = max((s.rss_bytes for s in self.timeline), default=0)
-        return max(sampled, int(self.result.get("peak_rss_bytes", 0)))
+    def exit_code(self) -> int:
+        return EXIT_CODES.get(self.status, 1)
 
     @property
-    def rss_within_budget(self) -> bool | None:
-        """The resident peak above the baseline fits the (resident) budget: what a phone's limit would check."""
-        if self.budget_bytes is None or not self.result:
+    def baseline_anon_bytes(self) -> int:
+        return int(self.baseline.get("anon_bytes", 0))
+
+    @property
+    def peak_anon_bytes(self) -> int:
+        """The highest sampled RssAnon (what a phone counts)."""
+        ends = [int(self.result.get("end", {}).get("anon_bytes", 0))] if self.result.get("end") else []
+        return max([s.anon_bytes for s in self.timeline] + ends, default=0)
+
+    @property
+    def peak_file_bytes(self) -> int:
+        return max((s.file_bytes for s in self.timeline), default=0)
+
+    @property
+    def footprint_above_baseline_bytes(self) -> int | None:
+        return self.peak_anon_bytes - self.baseline_anon_bytes if self.baseline else None
+
+    @property
+    def footprint_within_budget(self) -> bool | None:
+        if self.budget_bytes is None or not self.baseline:
             return None
-        return self.peak_rss_bytes - self.baseline_rss_bytes <= self.budget_bytes
-
-    @property
-    def baseline_rss_bytes(self) -> int:
-        return int(self.result.get("baseline", {}).get("rss_bytes", 0))
+        return self.footprint_above_baseline_bytes <= self.budget_bytes
 
     def to_json(self) -> dict:
         d = asdict(self)
-        d["peak_rss_bytes"] = self.peak_rss_bytes
-        d["peak_rss_above_baseline_bytes"] = self.peak_rss_bytes - self.baseline_rss_bytes if self.result else None
-        d["rss_within_budget"] = self.rss_within_budget
-        d["timeline"] = [[round(s.t_s, 3), s.rss_bytes, s.vm_bytes] for s in self.timeline]
-        d["timeline_fields"] = ["t_s", "rss_bytes", "vm_bytes"]
+        d.update(exit_code=self.exit_code, peak_anon_bytes=self.peak_anon_bytes, peak_file_bytes=self.peak_file_bytes,
+                 footprint_above_baseline_bytes=self.footprint_above_baseline_bytes,
+                 footprint_within_budget=self.footprint_within_budget)
+        d["timeline"] = [[round(s.t_s, 3), s.anon_bytes, s.file_bytes] for s in self.timeline]
+        d["timeline_fields"] = ["t_s", "anon_bytes", "file_bytes"]
         return d
-
-
-def _read_status(pid: int) -> tuple[int, int] | None:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            rss = vm = 0
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    rss = int(line.split()[1]) * 1024
-                elif line.startswith("VmSize:"):
-                    vm = int(line.split()[1]) * 1024
-            return rss, vm
-    except (FileNotFoundError, ProcessLookupError, ValueError):
-        return None
 
 
 THREAD_STACK_BYTES = int(os.environ.get("DEVICE_THREAD_STACK_BYTES", 1 * MIB))
@@ -123,38 +126,38 @@ def _phone_like_limits() -> None:
 
 
 def budget_from(prediction: Prediction, margin: float, slack_bytes: int) -> int:
-    """Resident budget above the baseline: the prediction plus margin plus slack."""
+    """Footprint budget above the baseline: the prediction plus margin plus slack."""
     return int(prediction.bytes * (1.0 + margin)) + int(slack_bytes)
 
 
 def run_device(bundle: str | Path, runtime: str, run_dir: str | Path, *, margin: float = DEFAULT_MARGIN,
                slack_bytes: int = DEFAULT_SLACK_BYTES, budget_bytes: int | None = None, uncapped: bool = False,
                steps: int | None = None, checkpoint_every: int = 1, resume: bool = True, sample_s: float = 0.005,
-               kill_when: Callable[[Path], bool] | None = None, reserve: bool = True, use_planner: bool = True,
-               timeout_s: float = 600) -> DeviceRun:
+               kill_when: Callable[[Path], bool] | None = None, reserve: bool = True, use_estimate: bool = True,
+               precision: str | None = None, extra_data_bytes: int = 0, timeout_s: float = 600) -> DeviceRun:
     """Train `bundle` with `runtime` in a child process. budget_bytes overrides the prediction-derived budget;
     uncapped=True runs without a cap (to measure). kill_when(run_dir) -> True makes the parent SIGKILL the child
-    (an interrupted run, as when a phone kills the app). reserve=False leaves out RUNTIME_RESERVED_BYTES."""
+    (an interrupted run, as when a phone kills the app). reserve=False leaves RUNTIME_RESERVED_BYTES out of the
+    data budget; extra_data_bytes widens it (to test the footprint watch alone)."""
     bundle, run_dir = Path(bundle).resolve(), Path(run_dir).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     prediction = None
     if not uncapped and budget_bytes is None:
-        prediction = predict_memory(bundle, runtime, use_planner)
+        prediction = predict_memory(bundle, runtime, use_estimate, precision)
         budget_bytes = budget_from(prediction, margin, slack_bytes)
     if uncapped:
         budget_bytes = None
-    as_budget = None if budget_bytes is None else budget_bytes + (RUNTIME_RESERVED_BYTES.get(runtime, 0)
-                                                                 if reserve else 0)
-    fd, result_path = tempfile.mkstemp(prefix="device-result-", suffix=".json", dir=run_dir)
-    os.close(fd)
-    os.unlink(result_path)
-    request = {"bundle": str(bundle), "runtime": runtime, "run_dir": str(run_dir), "result": result_path,
-               "budget_bytes": as_budget, "steps": steps, "checkpoint_every": checkpoint_every,
-               "resume": resume}
+    data_budget = None if budget_bytes is None else (budget_bytes + extra_data_bytes
+                                                     + (RUNTIME_RESERVED_BYTES.get(runtime, 0) if reserve else 0))
+    tmp = Path(tempfile.mkdtemp(prefix="device-", dir=run_dir))
+    result_path, baseline_path = tmp / "result.json", tmp / "baseline.json"
+    request = {"bundle": str(bundle), "runtime": runtime, "precision": precision, "run_dir": str(run_dir),
+               "result": str(result_path), "baseline": str(baseline_path), "data_budget_bytes": data_budget,
+               "steps": steps, "checkpoint_every": checkpoint_every, "resume": resume}
     req_path = run_dir / "device_request.json"
     req_path.write_text(json.dumps(request, indent=1))
-    env = dict(os.environ, MALLOC_ARENA_MAX=os.environ.get("DEVICE_MALLOC_ARENA_MAX", "1"), PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               PYTHONDONTWRITEBYTECODE="1")
+    env = dict(os.environ, MALLOC_ARENA_MAX=os.environ.get("DEVICE_MALLOC_ARENA_MAX", "1"),
+               PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), PYTHONDONTWRITEBYTECODE="1")
     t0 = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "device_tests.child", str(req_path)], cwd=str(ROOT), env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=_phone_like_limits)
@@ -163,49 +166,67 @@ def run_device(bundle: str | Path, runtime: str, run_dir: str | Path, *, margin:
     reader = threading.Thread(target=lambda: log_chunks.extend(iter(lambda: proc.stdout.read(4096), b"")),
                               daemon=True)
     reader.start()
-    killed = False
+    killed_by, baseline = None, {}
     while proc.poll() is None:
-        st = _read_status(proc.pid)
-        if st is not None:
-            timeline.append(MemorySample(time.perf_counter() - t0, *st))
-        if kill_when is not None and not killed and kill_when(run_dir):
+        fp = read_footprint(proc.pid)
+        if fp is not None:
+            timeline.append(MemorySample(time.perf_counter() - t0, fp.anon_bytes, fp.file_bytes))
+        if not baseline and baseline_path.is_file():
+            baseline = json.loads(baseline_path.read_text())
+        if (budget_bytes is not None and baseline and fp is not None and killed_by is None
+                and fp.anon_bytes - baseline["anon_bytes"] > budget_bytes):
             proc.send_signal(signal.SIGKILL)
-            killed = True
-        if time.perf_counter() - t0 > timeout_s:
+            killed_by = "budget"
+        if kill_when is not None and killed_by is None and kill_when(run_dir):
+            proc.send_signal(signal.SIGKILL)
+            killed_by = "request"
+        if time.perf_counter() - t0 > timeout_s and killed_by is None:
             proc.kill()
-            killed = True
+            killed_by = "timeout"
         time.sleep(sample_s)
     proc.wait()
     reader.join(timeout=5)
     log_text = b"".join(log_chunks).decode(errors="replace")
     (run_dir / "device_log.txt").write_text(log_text)
-    result = {}
-    if Path(result_path).is_file():
-        result = json.loads(Path(result_path).read_text())
+    result = json.loads(result_path.read_text()) if result_path.is_file() else {}
+    if result_path.is_file():
         os.replace(result_path, run_dir / "device_result.json")
-    if killed and not result:
-        status, message = "killed", f"child {proc.pid} killed (SIGKILL) by the runner"
-    elif not result and budget_bytes is not None and proc.returncode < 0 and _allocation_abort(log_text):
-        # Some native libraries abort instead of failing the allocation (safetensors' Rust allocator: "memory
-        # allocation of N bytes failed", SIGABRT). Under a cap that is an out-of-memory, reported as such.
-        status = "out_of_memory"
-        message = (f"out of memory under the cap: the device process aborted (signal {-proc.returncode}) when an "
-                   f"allocation failed under RLIMIT_AS = baseline + {as_budget / MIB:.1f} MiB: "
-                   f"{_allocation_abort(log_text)}")
-    elif result:
-        status = result["status"]
-        message = result.get("message", "")
-        if status == "out_of_memory":
-            message = (f"out of memory under the cap: the device process could not allocate within baseline "
-                       f"{result['baseline']['vm_size_bytes'] / MIB:.1f} MiB + budget {as_budget / MIB:.1f} MiB "
-                       f"(RLIMIT_AS {result.get('rlimit_as_bytes', 0) / MIB:.1f} MiB): {message}")
-    else:
-        status = "error"
-        message = f"child exited with code {proc.returncode} and wrote no result; log: {log_text[-2000:]}"
+    if not baseline and baseline_path.is_file():
+        baseline = json.loads(baseline_path.read_text())
+    for p in tmp.iterdir():
+        p.unlink()
+    tmp.rmdir()
+    status, message = _outcome(proc.returncode, killed_by, result, log_text, budget_bytes, data_budget, timeline,
+                               baseline)
     run = DeviceRun(status, proc.returncode, message, runtime, str(run_dir), budget_bytes,
-                    asdict(prediction) if prediction else None, result, timeline)
+                    asdict(prediction) if prediction else None, result, baseline, timeline)
     (run_dir / "device_run.json").write_text(json.dumps(run.to_json(), indent=1, default=str))
     return run
+
+
+def _outcome(returncode: int, killed_by: str | None, result: dict, log_text: str, budget: int | None,
+             data_budget: int | None, timeline: list[MemorySample], baseline: dict) -> tuple[str, str]:
+    if killed_by == "budget":
+        peak = max(s.anon_bytes for s in timeline) - baseline["anon_bytes"]
+        return "over_budget", (f"over budget: the device process's dirty anonymous memory (RssAnon) reached "
+                               f"{peak / MIB:.1f} MiB above its baseline, past the {budget / MIB:.1f} MiB budget; "
+                               f"stopped as a phone would stop it (the last checkpoint is whole)")
+    if killed_by in ("request", "timeout"):
+        return "killed", f"child killed (SIGKILL) by the runner ({killed_by})"
+    if not result and data_budget is not None and returncode < 0 and _allocation_abort(log_text):
+        # Some native libraries abort instead of failing the allocation (safetensors' Rust allocator: "memory
+        # allocation of N bytes failed", SIGABRT). Under a cap that is an out-of-memory, reported as such.
+        return "out_of_memory", (f"out of memory under the cap: the device process aborted (signal {-returncode}) "
+                                 f"when an allocation failed under RLIMIT_DATA = baseline + "
+                                 f"{data_budget / MIB:.1f} MiB: {_allocation_abort(log_text)}")
+    if result:
+        status, message = result["status"], result.get("message", "")
+        if status == "out_of_memory":
+            message = (f"out of memory under the cap: the device process could not allocate within its baseline "
+                       f"+ {data_budget / MIB:.1f} MiB of private memory (RLIMIT_DATA "
+                       f"{result.get('rlimit_data_bytes', 0) / MIB:.1f} MiB): {message}")
+        return status, message
+    return "error", f"child exited with code {returncode} and wrote no result; log: {log_text[-2000:]}"
 
 
 def _allocation_abort(log_text: str) -> str:

@@ -1,4 +1,5 @@
-"""Open a bundle for the eager runtime: the kept blocks with LoRA as a SkipModel, the schedule, text, cache.
+"""Open a bundle for the host: the runtime's Bundle plus the model it was compiled for (spec, skip plan, LoRA spec),
+the kept blocks with LoRA as a SkipModel, and the text conditioning as torch tensors.
 
 The transformer is built on the meta device from its config and only the bundle's kept weights are loaded into it
 (`assign=True`), so skipped blocks never take memory; LoRA is injected into the full-model object so its names are
@@ -14,23 +15,21 @@ import torch
 import torch.nn as nn
 from safetensors.torch import load_file
 
-from .bundle import read_manifest
-from .compile import CACHE_DIR, MODEL_WEIGHTS, SCHEDULE_FILE, TEXT_FILE, OptimizerSpec, cache_identity
-from .errors import BundleError
 from .lora import LoraSpec, add_lora
 from .models.loading import transformer_class
 from .models.specs import ModelSpec
 from .models.views import make_view
 from .plan import SkipPlan
-from .residual_cache import CacheReader
-from .schedule import Schedule
+from .runtime.bundle import MODEL_WEIGHTS, Bundle, OptimizerSpec
+from .runtime.cache import CacheReader
+from .runtime.errors import BundleError
+from .runtime.schedule import Schedule
 from .skip_model import SkipModel
 
 
 @dataclass
 class OpenBundle:
-    root: Path
-    manifest: dict
+    bundle: Bundle
     spec: ModelSpec
     plan: SkipPlan
     lora: LoraSpec
@@ -40,26 +39,27 @@ class OpenBundle:
     cache: CacheReader
     kept_block_names: list[str]
 
+    @property
+    def root(self) -> Path:
+        return self.bundle.root
 
-def open_bundle(bundle_dir: str | Path, verify: bool = True, manifest: dict | None = None) -> OpenBundle:
-    """`manifest`: use this one instead of reading BUNDLE/manifest.json (a bundle still being written)."""
-    root = Path(bundle_dir)
-    if manifest is None:
-        manifest = read_manifest(root, verify=verify)
+    @property
+    def manifest(self) -> dict:
+        return self.bundle.manifest
+
+
+def open_bundle(bundle: str | Path | Bundle, verify: bool = True) -> OpenBundle:
+    """A bundle folder (its manifest and files verified), or a Bundle already open (e.g. one being written)."""
+    b = bundle if isinstance(bundle, Bundle) else Bundle.open(bundle, verify=verify)
     try:
-        spec = ModelSpec.from_json(manifest["model"])
-        plan = SkipPlan.from_json(manifest["plan"])
-        lora = LoraSpec(**manifest["lora"])
-        opt = manifest["optimizer"]
-        optimizer = OptimizerSpec(lr=opt["lr"], betas=tuple(opt["betas"]), eps=opt["eps"],
-                                  weight_decay=opt["weight_decay"])
-        kept_names = manifest["model_stage"]["kept_block_names"]
-    except (KeyError, TypeError) as e:
-        raise BundleError(f"{root / 'manifest.json'}: missing or malformed field {e}") from e
-    schedule = Schedule.load(root / SCHEDULE_FILE)
-    cond = load_file(str(root / TEXT_FILE))
-    cache = CacheReader(root / CACHE_DIR, cache_identity(spec, plan, schedule))
-    return OpenBundle(root, manifest, spec, plan, lora, optimizer, schedule, cond, cache, kept_names)
+        spec = ModelSpec.from_json(b.field("model"))
+        plan = SkipPlan.from_json(b.field("plan"))
+        lora = LoraSpec(**b.field("lora"))
+        kept_names = list(b.field("model_stage", "kept_block_names"))
+    except (KeyError, TypeError, ValueError) as e:
+        raise BundleError(f"{b.root / 'manifest.json'}: malformed field ({type(e).__name__}: {e})") from e
+    cond = {k: torch.from_numpy(v) for k, v in b.text_conditioning().items()}
+    return OpenBundle(b, spec, plan, lora, b.optimizer, b.schedule, cond, b.cache(), kept_names)
 
 
 def load_kept_transformer(b: OpenBundle) -> nn.Module:

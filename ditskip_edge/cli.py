@@ -1,40 +1,52 @@
 """The `ditskip-edge` console script.
 
-Each subcommand lives in `ditskip_edge/commands/<name>.py` with `register(subparsers)` (which sets `func`) and
-returns a JSON-able dict. With --json that dict is the one document printed on stdout; otherwise a short human
-summary is. Logs and progress bars go to stderr. A UserError is one line on stderr and exit code 2.
+Each subcommand lives in `ditskip_edge/commands/<name>.py` with `register(subparsers, add_json_flag)` (which sets
+`func`) and returns a JSON-able dict. With --json that dict is the one document printed on stdout; otherwise a
+short human summary is. Logs and progress bars go to stderr; third-party libraries' warnings are shown only with
+-v. A UserError is one line on stderr and exit code 2.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import logging
+import os
 import sys
+import warnings
 
-from .errors import UserError
+from .runtime.errors import UserError
 
-COMMANDS = ["compile", "train", "select", "cache_report", "plan", "export"]
+THIRD_PARTY_LOGGERS = ("diffusers", "transformers", "torch", "torchao", "peft", "executorch", "onnxruntime", "httpx",
+                       "urllib3", "sentence_transformers", "root")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ditskip-edge", description="DiT-BlockSkip fine-tuning compiled for phones")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
-    sub = parser.add_subparsers(dest="command", required=True)
-    for name in COMMANDS:
-        try:
-            mod = importlib.import_module(f".commands.{name}", __package__)
-        except ModuleNotFoundError as e:
-            if e.name and e.name.endswith(f"commands.{name}"):
-                continue      # subcommand not built yet
-            raise
-        mod.register(sub)
-    return parser
+def quiet_third_parties(verbose: bool) -> None:
+    """Before the libraries are imported: their warnings (torchao, transformers, ...) only with -v."""
+    if verbose:
+        return
+    warnings.filterwarnings("ignore")
+    os.environ.setdefault("DIFFUSERS_VERBOSITY", "error")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")          # transformers' "Loading weights" bars
+    import torch  # noqa: F401  (torch configures its loggers when imported: set their level after that)
+    for name in THIRD_PARTY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
 
 
 def add_json_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .commands import cache_report, compile, estimate, select, train
+    parser = argparse.ArgumentParser(prog="ditskip-edge", description="DiT-BlockSkip fine-tuning compiled for phones")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging and third-party warnings")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for module in (compile, train, select, cache_report, estimate):
+        module.register(sub, add_json_flag)
+    return parser
 
 
 def _print_human(result: dict) -> None:
@@ -45,12 +57,14 @@ def _print_human(result: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, stream=sys.stderr,
+    argv = sys.argv[1:] if argv is None else list(argv)
+    verbose = "-v" in argv or "--verbose" in argv
+    quiet_third_parties(verbose)
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")
-    for noisy in ("diffusers", "torch", "torchao", "peft", "httpx", "urllib3"):
-        logging.getLogger(noisy).setLevel(logging.ERROR)
+    for ours in ("ditskip_edge", "export"):
+        logging.getLogger(ours).setLevel(logging.DEBUG if verbose else logging.INFO)
+    args = build_parser().parse_args(argv)
     try:
         result = args.func(args)
     except UserError as e:

@@ -1,18 +1,20 @@
 """The host compiler: photos + prompt + model -> bundle, as a chain of stages with plain artifacts.
 
-Model-level stage (once per model and plan): `compile_model_stage` writes the kept blocks' frozen weights (plus
-the embedders and the head) and the transformer config under `model/`. Skipped blocks' weights are not written.
+    check_request            every input checked before any work (ranges, photos, codec, program configs)
+    compile_model_stage      model/: the kept blocks' frozen weights (plus embedders and head), the transformer
+                             config, the skip plan, the LoRA spec and its file format; skipped blocks are not written
+    compile_subject_stage    subject/: normalised photos, text conditioning, the schedule, the residual cache
+                             (clean latents + residuals per sample); the frozen full model runs one sample at a time
+    program stages           programs/<runtime>/: add_executorch_programs(writer, ExecutorchPrograms(...)),
+                             add_ort_programs(writer, OrtPrograms(...)) (export/)
 
-Subject-level stage (once per user's photos): `compile_subject_stage` writes under `subject/` the normalised
-photos, the text conditioning, the schedule, and the residual cache (clean latents + residuals per sample).
-It runs the frozen full model one sample at a time: memory is bounded by one sample's activations.
-
-`compile_bundle` runs both into one atomically written bundle.
+`compile_bundle` runs them into one atomically written bundle (runtime/bundle.py: nothing is left behind on error).
 """
 
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -22,11 +24,14 @@ import torch.nn as nn
 from safetensors.torch import save_file
 from tqdm import tqdm
 
+from export.executorch_stage import ExecutorchPrograms, add_executorch_programs
+from export.ort_stage import OrtPrograms, add_ort_programs
+
 from . import __version__
-from .bundle import BundleWriter
-from .errors import UserError
+from .cache import DEFAULT_CODEC
+from .cache.store import ResidualCacheWriter
 from .images import Photo, load_photos, to_uint8_image
-from .lora import LoraSpec
+from .lora import LoraSpec, lora_file_record
 from .models.latents import LatentEncoder
 from .models.loading import build_transformer, build_vae, resolve_spec
 from .models.specs import ModelSpec
@@ -34,29 +39,20 @@ from .models.text import encode_prompt
 from .models.views import block_names_of, make_view
 from .patch_sampling import PatchSampler
 from .plan import SkipPlan
-from .quantize import QuantSpec
-from .residual_cache import DEFAULT_CODEC, CacheCodec, CacheWriter
+from .runtime.bundle import (CACHE_DIR, MODEL_WEIGHTS, PHOTOS_DIR, SCHEDULE_FILE, TEXT_FILE, BundleWriter,
+                             OptimizerSpec, cache_identity)
+from .runtime.cache_format import CacheCodec, entry_layout
+from .runtime.errors import UserError
+from .runtime.schedule import ScheduleConfig, check_photo_sizes, make_schedule
 from .sample_inputs import clean_latents, sample_noise
-from .schedule import Schedule, ScheduleConfig, make_schedule
 from .skip_model import compute_residuals
 
 log = logging.getLogger(__name__)
 
-MODEL_WEIGHTS = "model/kept_weights.safetensors"
-SCHEDULE_FILE = "subject/schedule.json"
-TEXT_FILE = "subject/text_conditioning.safetensors"
-CACHE_DIR = "subject/cache"
-PHOTOS_DIR = "subject/photos"
 CACHE_WARN_REL_ERROR = 0.05     # compile warns when a residual's coding error exceeds this (||d_hat - d|| / ||d||)
-
-
-@dataclass(frozen=True)
-class OptimizerSpec:
-    """AdamW, as torch.optim.AdamW computes it (the reference for every runtime's own implementation)."""
-    lr: float = 1e-4
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = 1e-8
-    weight_decay: float = 1e-4
+MAX_PROMPT_CHARS = 2000
+MAX_LR = 1.0
+PROGRAM_STAGES = {ExecutorchPrograms: add_executorch_programs, OrtPrograms: add_ort_programs}
 
 
 @dataclass
@@ -71,37 +67,38 @@ class CompileRequest:
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
     lora: LoraSpec = field(default_factory=LoraSpec)
     optimizer: OptimizerSpec = field(default_factory=OptimizerSpec)
-    cache_codec: str = DEFAULT_CODEC      # residual-cache codec spec (ditskip_edge/cache/codecs.py)
+    cache_codec: str = DEFAULT_CODEC      # residual-cache codec spec (runtime/cache_format.py)
     overwrite: bool = False
-    runtimes: list[str] = field(default_factory=list)           # device runtimes to compile programs for
-    quant: QuantSpec = field(default_factory=QuantSpec)         # ort: frozen weights in the device programs
-    runtime_options: dict = field(default_factory=dict)         # runtime name -> options for its stage (executorch)
+    programs: list = field(default_factory=list)   # device program stages: ExecutorchPrograms / OrtPrograms
 
 
-# Device-runtime stages, run after the subject stage: name -> "module:function". The ExecuTorch stage takes
-# (writer, options), the ORT stage (writer, request) (merged from issue5-executorch and issue6-ort).
-RUNTIME_STAGES = {"executorch": "export.executorch_stage:add_to_bundle", "ort": "export.ort_stage:add_to_bundle"}
-
-
-def check_runtimes(names: list[str]) -> None:
-    for name in names:
-        if name not in RUNTIME_STAGES:
-            raise UserError(f"unknown runtime {name!r}: expected one of {', '.join(RUNTIME_STAGES)}")
-    if "executorch" in names and "ort" in names:
-        # The two stages write incompatible manifest layouts: executorch a list of ProgramEntry under `programs`,
-        # ort a dict {"ort": section} under `programs` (docs/bundle_contract.md, "Known gaps").
-        raise UserError("--runtime executorch and --runtime ort cannot share one bundle yet (their manifest "
-                        "`programs` layouts differ): compile one bundle per runtime")
-
-
-def run_runtime_stage(name: str, writer: BundleWriter, req: "CompileRequest") -> dict:
-    import importlib
-    check_runtimes([name])
-    module, func = RUNTIME_STAGES[name].split(":")
-    fn = getattr(importlib.import_module(module), func)
-    if name == "ort":
-        return fn(writer, req)
-    return fn(writer, req.runtime_options.get(name, {}))
+def check_request(req: CompileRequest, spec: ModelSpec) -> ScheduleConfig:
+    """Refuse a bad request with one line before any work. Returns the schedule config for this model."""
+    if not req.prompt or not req.prompt.strip():
+        raise UserError("prompt is empty: describe the subject, e.g. 'a photo of sks cat'")
+    if len(req.prompt) > MAX_PROMPT_CHARS:
+        raise UserError(f"prompt has {len(req.prompt)} characters: at most {MAX_PROMPT_CHARS}")
+    sched = req.schedule
+    if sched.multiple_px != spec.pixel_multiple:
+        sched = ScheduleConfig(**{**asdict(sched), "multiple_px": spec.pixel_multiple})
+    sched.validate()
+    req.lora.validate()
+    o = req.optimizer
+    if not 0.0 < o.lr <= MAX_LR:
+        raise UserError(f"lr must be in (0, {MAX_LR}], got {o.lr!r}")
+    CacheCodec.parse(req.cache_codec)
+    if req.n_front is not None or req.n_back is not None:
+        if req.skip_ratio is not None:
+            raise UserError("give either --skip-front/--skip-back or --skip-ratio, not both")
+    elif req.skip_ratio is None:
+        raise UserError("give a skip plan: --skip-front N --skip-back M, or --skip-ratio R")
+    elif not 0.0 < req.skip_ratio < 1.0:
+        raise UserError(f"skip ratio must be in (0, 1), got {req.skip_ratio}")
+    for stage in req.programs:
+        if type(stage) not in PROGRAM_STAGES:
+            raise UserError(f"unknown program stage {stage!r}")
+        stage.validate()
+    return sched
 
 
 def kept_state_dict(transformer: nn.Module, plan: SkipPlan) -> dict[str, torch.Tensor]:
@@ -116,11 +113,22 @@ def compile_model_stage(writer: BundleWriter, spec: ModelSpec, transformer: nn.M
     sd = kept_state_dict(transformer, plan)
     save_file(sd, str(writer.path(MODEL_WEIGHTS)))
     names = block_names_of(transformer)
-    stage = {"weights": MODEL_WEIGHTS, "kept_block_names": [names[i] for i in plan.kept],
+    kept = [names[i] for i in plan.kept]
+    stage = {"weights": MODEL_WEIGHTS, "kept_block_names": kept,
              "kept_weight_bytes": sum(v.numel() * v.element_size() for v in sd.values())}
     writer.manifest.update(model=spec.to_json(), plan=plan.to_json(), lora=lora.to_json(),
-                           optimizer=asdict(optimizer), model_stage=stage)
+                           optimizer=optimizer.to_json(), model_stage=stage,
+                           lora_file=lora_file_record(spec.arch, spec.transformer_config, kept, lora))
     return stage
+
+
+def _check_disk(out_dir: Path, entry_bytes: int, num_samples: int) -> None:
+    need = entry_bytes * num_samples
+    free = shutil.disk_usage(out_dir).free
+    if need > free:
+        raise UserError(f"the residual cache needs {need / 2**30:.2f} GiB ({num_samples} samples x {entry_bytes} "
+                        f"bytes) and {out_dir} has {free / 2**30:.2f} GiB free: fewer --steps / --grad-accum or a "
+                        f"smaller --cache-codec")
 
 
 def compile_subject_stage(writer: BundleWriter, spec: ModelSpec, transformer: nn.Module, vae: nn.Module,
@@ -136,15 +144,22 @@ def compile_subject_stage(writer: BundleWriter, spec: ModelSpec, transformer: nn
     full_view = make_view(spec.arch, transformer)
     sampler = PatchSampler(schedule_cfg.s_min_px)
     encoder = LatentEncoder(spec.arch, vae)
-    identity = cache_identity(spec, plan, schedule)
-    cache = CacheWriter(writer.path(CACHE_DIR), identity, cache_codec)
+    identity = cache_identity(writer.manifest["model"], writer.manifest["plan"], schedule)
+    cache = ResidualCacheWriter(writer.path(CACHE_DIR), identity, cache_codec)
     t0 = time.perf_counter()
-    for s in tqdm(schedule.samples, desc="residual cache", unit="sample", leave=False):
+
+    def entry(s) -> dict[str, torch.Tensor]:
         x0 = clean_latents(photos[s.photo].pixels, s, sampler, encoder)
-        noise = sample_noise(s, tuple(x0.shape))
-        t = torch.tensor([s.t])
-        residuals = compute_residuals(full_view, plan, x0, noise, t, cond)
-        cache.add(s.index, {"x0": x0, **residuals})
+        residuals = compute_residuals(full_view, plan, x0, sample_noise(s, tuple(x0.shape)), torch.tensor([s.t]), cond)
+        return {"x0": x0, **residuals}
+
+    first = entry(schedule.samples[0])            # its size says whether the whole cache fits on the disk
+    _, entry_bytes = entry_layout(cache.codec, {k: tuple(v.shape) for k, v in first.items()})
+    _check_disk(writer.root, entry_bytes, schedule.num_samples)
+    cache.add(0, first)
+    for s in tqdm(schedule.samples[1:], desc="residual cache", unit="sample", leave=False, initial=1,
+                  total=schedule.num_samples):
+        cache.add(s.index, entry(s))
     index = cache.finish()
     for name, err in index["rel_error"].items():
         if err["max"] > CACHE_WARN_REL_ERROR:
@@ -160,19 +175,10 @@ def compile_subject_stage(writer: BundleWriter, spec: ModelSpec, transformer: nn
     return stage
 
 
-def cache_identity(spec: ModelSpec, plan: SkipPlan, schedule: Schedule) -> dict:
-    return {"model": spec.name, "transformer_config": spec.transformer_config, "plan": [plan.num_blocks,
-            plan.n_front, plan.n_back], "schedule": schedule.to_json()}
-
-
 def resolve_plan(req: CompileRequest, spec: ModelSpec, num_blocks: int, transformer=None, vae=None,
                  photos=None) -> SkipPlan:
     if req.n_front is not None or req.n_back is not None:
-        if req.skip_ratio is not None:
-            raise UserError("give either --skip-front/--skip-back or --skip-ratio, not both")
         return SkipPlan(num_blocks, req.n_front or 0, req.n_back or 0, "explicit")
-    if req.skip_ratio is None:
-        raise UserError("give a skip plan: --skip-front N --skip-back M, or --skip-ratio R")
     from .selection import select_plan   # block selection by cross-attention masking (PAPER.md section 3)
     return select_plan(spec, transformer, vae, photos, req.prompt, req.skip_ratio, seed=req.schedule.seed)
 
@@ -182,27 +188,26 @@ def compile_bundle(req: CompileRequest) -> dict:
     if not spec.has_weights:
         raise UserError(f"model '{spec.name}' has no weights here: compile needs a built-in tiny model or a local "
                         f"diffusers folder")
-    if not req.prompt or not req.prompt.strip():
-        raise UserError("prompt is empty: describe the subject, e.g. 'a photo of sks cat'")
-    sched = req.schedule
-    if sched.multiple_px != spec.pixel_multiple:
-        sched = ScheduleConfig(**{**asdict(sched), "multiple_px": spec.pixel_multiple})
-    sched.validate()
-    codec = CacheCodec.parse(req.cache_codec).spec      # a bad codec spec fails before any work
+    sched = check_request(req, spec)
     photos = load_photos(req.images, sched.s_max_px)
+    check_photo_sizes(sched, [p.original_hw for p in photos], [p.name for p in photos])
+    num_blocks = int(spec.transformer_config["num_layers"]) + int(spec.transformer_config.get("num_single_layers", 0))
+    if req.n_front is not None or req.n_back is not None:
+        SkipPlan(num_blocks, req.n_front or 0, req.n_back or 0)          # a bad split fails before the model loads
     writer = BundleWriter(req.out, overwrite=req.overwrite)
     log.info("loading %s", spec.name)
     transformer = build_transformer(spec)
     vae = build_vae(spec)
     plan = resolve_plan(req, spec, len(block_names_of(transformer)), transformer, vae, photos)
-    check_runtimes(req.runtimes)
     with writer:
         writer.manifest["created_by"] = f"ditskip-edge {__version__}"
         model_stage = compile_model_stage(writer, spec, transformer, plan, req.lora, req.optimizer)
-        subject_stage = compile_subject_stage(writer, spec, transformer, vae, photos, req.prompt, sched, plan, codec)
-        runtime_stages = {r: run_runtime_stage(r, writer, req) for r in req.runtimes}
+        subject_stage = compile_subject_stage(writer, spec, transformer, vae, photos, req.prompt, sched, plan,
+                                              req.cache_codec)
+        del transformer, vae
+        programs = [PROGRAM_STAGES[type(stage)](writer, stage) for stage in req.programs]
     return {"bundle": str(Path(req.out).resolve()), "model": spec.name, "plan": plan.to_json(),
             "kept_blocks": len(plan.kept), "num_samples": subject_stage["num_samples"],
             "clamped_crops": subject_stage["clamped_crops"], "kept_weight_bytes": model_stage["kept_weight_bytes"],
-            "cache_codec": codec, "cache_entry_bytes": subject_stage["cache_entry_bytes"],
-            **({"runtimes": runtime_stages} if runtime_stages else {})}
+            "cache_codec": subject_stage["cache_codec"], "cache_entry_bytes": subject_stage["cache_entry_bytes"],
+            **({"programs": [p for stage in programs for p in stage]} if programs else {})}

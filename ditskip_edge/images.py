@@ -15,16 +15,19 @@ import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 
-from .errors import UserError
+from .runtime.errors import UserError
 
 log = logging.getLogger(__name__)
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".bmp"}
+MAX_PHOTOS = 200                  # photos of one subject (DreamBooth uses 3-6)
+MAX_PHOTO_PIXELS = 64_000_000     # a larger file is refused before it is decoded (decompression bombs)
 
 
 @dataclass
 class Photo:
     name: str
     pixels: torch.Tensor          # [3, H, W] float32 in [-1, 1]
+    original_hw: tuple[int, int]  # the file's size, before normalisation
 
     @property
     def short_side_px(self) -> int:
@@ -40,16 +43,21 @@ def load_photos(folder: str | Path, data_px: int) -> list[Photo]:
     files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
     if not files:
         raise UserError(f"images folder {folder} is empty: expected photos ({', '.join(sorted(IMAGE_SUFFIXES))})")
+    if len(files) > MAX_PHOTOS:
+        raise UserError(f"images folder {folder} has {len(files)} files: at most {MAX_PHOTOS} photos")
     photos = []
     for f in files:
         if f.suffix.lower() not in IMAGE_SUFFIXES:
             raise UserError(f"{f}: not an image file (expected one of {', '.join(sorted(IMAGE_SUFFIXES))})")
         try:
             with Image.open(f) as im:
+                w, h = im.size
+                if w * h > MAX_PHOTO_PIXELS:
+                    raise UserError(f"{f}: {w}x{h} px is beyond {MAX_PHOTO_PIXELS // 1_000_000} megapixels")
                 im = im.convert("RGB")
-        except (UnidentifiedImageError, OSError) as e:
+        except (UnidentifiedImageError, OSError, Image.DecompressionBombError) as e:
             raise UserError(f"{f}: cannot be read as an image ({e})") from e
-        photos.append(Photo(f.name, normalise(im, data_px)))
+        photos.append(Photo(f.name, normalise(im, data_px), (h, w)))
     return photos
 
 

@@ -7,7 +7,9 @@ diffusers transformer object whose skipped blocks are never materialised. So the
 
 from __future__ import annotations
 
+import math
 import re
+import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -15,6 +17,7 @@ import torch
 import torch.nn as nn
 
 from .models.specs import FLUX_ARCH
+from .runtime.errors import UserError
 
 LORA_FILE = "pytorch_lora_weights.safetensors"
 
@@ -25,11 +28,23 @@ DEFAULT_TARGETS = {
 }
 
 
+MAX_RANK = 1024
+
+
 @dataclass(frozen=True)
 class LoraSpec:
     rank: int = 4
     alpha: float = 4.0
     targets: list[str] = field(default_factory=list)   # module-name suffixes inside a block; [] = arch default
+
+    def validate(self) -> None:
+        if isinstance(self.rank, bool) or not isinstance(self.rank, int) or not 1 <= self.rank <= MAX_RANK:
+            raise UserError(f"rank must be an integer in [1, {MAX_RANK}], got {self.rank!r}")
+        if not (math.isfinite(self.alpha) and self.alpha > 0):
+            raise UserError(f"alpha must be a positive number, got {self.alpha!r}")
+        bad = [t for t in self.targets if not re.fullmatch(r"[A-Za-z0-9_.]+", t)]
+        if bad:
+            raise UserError(f"lora targets {bad}: expected module-name suffixes such as attn.to_q")
 
     def targets_for(self, arch: str) -> list[str]:
         return list(self.targets) or DEFAULT_TARGETS[arch]
@@ -82,3 +97,25 @@ def save_lora(arch: str, state_dict: dict[str, torch.Tensor], out_dir: Path, spe
     cls.save_lora_weights(out_dir, transformer_lora_layers=state_dict, weight_name=LORA_FILE,
                           transformer_lora_adapter_metadata=cfg)
     return out_dir / LORA_FILE
+
+
+def lora_file_record(arch: str, transformer_config: dict, kept_block_names: list[str], spec: LoraSpec) -> dict:
+    """The manifest's `lora_file`: the name, keys and safetensors metadata of the file diffusers' save_lora_weights
+    writes for this LoRA, taken from a dry run on zero tensors of the LoRA's shapes (no weights needed), so that
+    every runtime writes the identical format (runtime/lora_file.py)."""
+    from safetensors import safe_open
+
+    from .models.loading import transformer_class
+    with torch.device("meta"):
+        transformer = transformer_class(arch).from_config(transformer_config)
+    add_lora(transformer, arch, kept_block_names, spec)
+    zeros = {k: torch.zeros(v.shape) for k, v in lora_state_dict_meta(transformer).items()}
+    with tempfile.TemporaryDirectory() as d:
+        path = save_lora(arch, zeros, Path(d), spec, kept_block_names)
+        with safe_open(str(path), "np") as f:
+            return {"name": path.name, "keys": sorted(f.keys()), "metadata": dict(f.metadata() or {})}
+
+
+def lora_state_dict_meta(transformer: nn.Module) -> dict[str, torch.Tensor]:
+    from peft.utils import get_peft_model_state_dict
+    return dict(get_peft_model_state_dict(transformer))

@@ -4,37 +4,17 @@ Crop side for diffusion time t in [0, 1]:  s(t) = s_min + t * (s_max - s_min), r
 multiple and clamped to [s_min, short side of the photo]. Placement: uniform over the integer positions that keep
 the crop inside the photo. The crop is resized to s_min x s_min.
 
-`crop_side_px` and `place_crop` decide the crop box on the host when the schedule is made; `PatchSampler` cuts
-and resizes it. PatchSampler is a torch module with a static output shape whose crop box is tensor data, so it
+`runtime/schedule.py` (`crop_side_px`, `place_crop`) decides the crop box when the schedule is made; `PatchSampler`
+cuts and resizes it. PatchSampler is a torch module with a static output shape whose crop box is tensor data, so it
 exports to the device runtimes: it builds a sampling grid from the box and calls grid_sample (bilinear). The grid
 is built from tensors only (no affine_grid, which ONNX only has from opset 20).
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-
-
-def crop_side_px(t: float, s_min_px: int, s_max_px: int, multiple_px: int, short_side_px: int) -> tuple[int, bool]:
-    """Crop side in pixels for time t, and whether the photo's short side clamped it."""
-    raw = s_min_px + float(t) * (s_max_px - s_min_px)
-    side = int(round(raw / multiple_px)) * multiple_px
-    side = max(s_min_px, min(side, s_max_px))
-    limit = max(multiple_px, (short_side_px // multiple_px) * multiple_px)
-    if side > limit:
-        return limit, True
-    return side, False
-
-
-def place_crop(side_px: int, height_px: int, width_px: int, u_x: float, u_y: float) -> tuple[int, int]:
-    """Top-left corner (x0, y0) from two uniforms in [0, 1): uniform over the valid integer positions."""
-    x0 = min(int(math.floor(u_x * (width_px - side_px + 1))), max(width_px - side_px, 0))
-    y0 = min(int(math.floor(u_y * (height_px - side_px + 1))), max(height_px - side_px, 0))
-    return max(x0, 0), max(y0, 0)
 
 
 class PatchSampler(nn.Module):

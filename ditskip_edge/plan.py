@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .errors import UserError
+from .runtime.errors import UserError
 
 
 @dataclass(frozen=True)

@@ -26,10 +26,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .runtime.contract import PROGRAM_PRECISIONS
+
 
 @dataclass(frozen=True)
 class QuantSpec:
-    bits: int = 8                 # 8 | 4 | 16 (16 = keep float: no quantization)
+    precision: str = "int8"       # frozen weights: "int8" | "int4" | "fp32" (fp32: no quantization)
     group_size: int = 32          # int4 only: input features per scale
     # eager only: recompute the dequantized weight in backward instead of letting autograd save it (F.linear saves
     # its weight for the input gradient: without this every kept linear keeps an fp32 copy of its weight until
@@ -37,8 +39,13 @@ class QuantSpec:
     recompute_in_backward: bool = False
 
     def __post_init__(self):
-        if self.bits not in (4, 8, 16):
-            raise ValueError(f"bits must be 4, 8 or 16, got {self.bits}")
+        if self.precision not in PROGRAM_PRECISIONS:
+            raise ValueError(f"precision must be one of {PROGRAM_PRECISIONS}, got {self.precision!r}")
+
+    @property
+    def bits(self) -> int | None:
+        """Integer storage bits (8 or 4), None for fp32."""
+        return {"int8": 8, "int4": 4}.get(self.precision)
 
 
 def _symmetric_codes(w: torch.Tensor, block: tuple[int, int], bits: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -206,8 +213,8 @@ QUANT_LAYERS = (QuantLinear, QuantConv2d)
 def quantize_frozen_layers(module: nn.Module, spec: QuantSpec, convs: bool = True) -> int:
     """Replace every frozen nn.Linear (QuantLinear) and, with `convs`, every frozen nn.Conv2d (QuantConv2d) under
     `module`: not LoRA's own layers; a peft-wrapped layer's base_layer is replaced inside the wrapper. Returns the
-    number replaced. bits=16 leaves the module as it is."""
-    if spec.bits == 16:
+    number replaced. Precision fp32 leaves the module as it is."""
+    if spec.bits is None:
         return 0
     kinds = {nn.Linear: QuantLinear, **({nn.Conv2d: QuantConv2d} if convs else {})}
     n = 0
@@ -221,8 +228,3 @@ def quantize_frozen_layers(module: nn.Module, spec: QuantSpec, convs: bool = Tru
             setattr(parent, child_name, cls(child, spec))
             n += 1
     return n
-
-
-def quantize_frozen_linears(module: nn.Module, spec: QuantSpec) -> int:
-    """The historical name: quantizes frozen linears and convolutions alike (quantize_frozen_layers)."""
-    return quantize_frozen_layers(module, spec)

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import torch
 
-from . import rng
+from .runtime import rng
 from .models.latents import LatentEncoder
 from .patch_sampling import PatchSampler
-from .schedule import Sample
+from .runtime.schedule import Sample
 
 
 def sample_noise(sample: Sample, latent_shape: tuple[int, ...]) -> torch.Tensor:

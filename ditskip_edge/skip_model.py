@@ -43,8 +43,7 @@ class SkipModel(nn.Module):
         streams, ctx = view.embed(view.pack(x_t), t, cond)
         if self.n_front:
             streams = {k: v + residuals[f"front.{k}"] for k, v in streams.items()}
-        for block in view.blocks:
-            streams = view.run_block(block, streams, ctx)
+        streams = view.run_blocks(view.blocks, streams, ctx)
         if self.n_back:
             streams = dict(streams, img=streams["img"] + residuals["back.img"])
         return view.head(streams, ctx), view.pack(target)

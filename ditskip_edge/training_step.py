@@ -15,18 +15,11 @@ import torch.nn as nn
 from .skip_model import SkipModel
 
 
-class IdentityDecoder(nn.Module):
-    """fp32 cache entries: stored tensors are the residuals."""
-
-    def forward(self, entry: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        return {k: v for k, v in entry.items() if k != "x0"}
-
-
 class TrainingStep(nn.Module):
-    def __init__(self, skip_model: SkipModel, decoder: nn.Module | None = None):
+    def __init__(self, skip_model: SkipModel, decoder: nn.Module):
         super().__init__()
         self.skip_model = skip_model
-        self.decoder = decoder if decoder is not None else IdentityDecoder()
+        self.decoder = decoder
 
     def forward(self, x0, noise, t, cond, entry) -> torch.Tensor:
         return self.skip_model(x0, noise, t, cond, self.decoder(entry))

@@ -153,7 +153,7 @@ def traced_need(step, cfg=None) -> dict:
     holds that the trace counts as pre-existing."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from ditskip_edge.planner.tracker import StepMemoryTracker, storage_keys
+    from ditskip_edge.memory_estimate.tracker import StepMemoryTracker, storage_keys
 
     from .remat import RematSpec
     every = RematSpec.parse(cfg.remat).every if cfg is not None else 0

@@ -26,18 +26,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn as nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from ditskip_edge.bundle_model import OpenBundle, build_skip_model
-from ditskip_edge.quantize import QuantSpec, quantize_frozen_linears
-from ditskip_edge.sample_inputs import sample_noise
-from ditskip_edge.training_step import TrainingStep
+from ditskip_edge.quantize import QuantSpec
 
 from . import graph_passes
-from .contract import FlatTrainingStep, flatten_step_inputs, input_specs, program_lora_keys
 from .memory_plan import PLANNERS
 from .remat import RematSpec
+from .step_module import StepModule, build_step, input_specs  # noqa: F401  (build_step: the exporters' entry)
 
 log = logging.getLogger(__name__)
 BACKENDS = ("portable", "xnnpack")
@@ -47,7 +43,7 @@ EXTERNAL_DATA = "_default_external_constant.ptd"     # the .ptd file name ExecuT
 
 @dataclass(frozen=True)
 class ExportConfig:
-    quant: QuantSpec = field(default_factory=lambda: QuantSpec(bits=16))
+    quant: QuantSpec = field(default_factory=lambda: QuantSpec("fp32"))
     backend: str = "portable"                   # "portable" | "xnnpack"
     recompute_frozen: bool = True               # graph_passes.recompute_frozen_in_backward
     mm_rewrite: bool = True                     # graph_passes.addmm_to_mm_add
@@ -74,41 +70,10 @@ class ExportConfig:
 
 
 @dataclass
-class StepModule:
-    module: FlatTrainingStep
-    names: list[str]
-    example: list[torch.Tensor]
-    lora_keys: dict[str, str]                   # program parameter name -> LoRA file key
-    transformer: nn.Module
-    n_quantized: int
-
-
-def example_step_inputs(b: OpenBundle, sample_index: int = 0):
-    s = b.schedule.samples[sample_index]
-    entry = dict(b.cache.read_encoded(s.index))     # as stored: the program decodes in-graph (issue 4 codecs)
-    x0 = entry.pop("x0")
-    noise = sample_noise(s, tuple(x0.shape))
-    return flatten_step_inputs(x0, noise, torch.tensor([s.t], dtype=torch.float32), b.cond, entry)
-
-
-def build_step(b: OpenBundle, quant: QuantSpec, decoder: nn.Module | None = None) -> StepModule:
-    """The exportable step: the eager SkipModel (bundle_model.build_skip_model, LoRA with full-model names) with
-    every frozen nn.Linear / nn.Conv2d of the kept span, embedders and head replaced by an int8/int4 QuantLinear /
-    QuantConv2d."""
-    skip_model, transformer, _ = build_skip_model(b)
-    n_q = quantize_frozen_linears(skip_model.view, quant)
-    names, example = example_step_inputs(b)
-    if decoder is None:
-        decoder = b.cache.decoder()                 # the bundle's cache codec, decoded inside the step
-    flat = FlatTrainingStep(TrainingStep(skip_model, decoder), names).eval()
-    return StepModule(flat, names, example, program_lora_keys(flat, transformer), transformer, n_q)
-
-
-@dataclass
 class TrainingProgram:
     buffer: bytes                               # the .pte
     backend: str
-    quant_bits: int
+    precision: str
     inputs: list[dict]
     lora_keys: dict[str, str]
     memory: dict                                # executorch_memory.memory_report
@@ -116,15 +81,28 @@ class TrainingProgram:
     passes: dict                                # pass name -> what it changed
     data: dict[str, bytes] = field(default_factory=dict)    # external data files (name -> bytes), e.g. the .ptd
 
+    remat: str = "none"                         # ditskip_edge/remat.py setting the program was exported with
+
+    def data_file_names(self, pte_name: str) -> dict[str, str]:
+        """ExecuTorch's data file name -> the file name written beside `pte_name`: `<stem>.ptd` for the one data
+        file (two programs in one folder then keep theirs apart; the .pte finds its constants by key, not by file
+        name), `<stem>.<name>` when there are several."""
+        from pathlib import PurePath
+        stem = PurePath(pte_name).stem
+        if len(self.data) == 1:
+            return {next(iter(self.data)): f"{stem}.ptd"}
+        return {name: f"{stem}.{name}" for name in self.data}
+
     def write(self, pte_path) -> list:
-        """Write the .pte and its data files (same folder, ExecuTorch's file names). Returns the paths written."""
+        """Write the .pte and its data files (same folder, names from data_file_names). Returns the paths
+        written, the .pte first."""
         from pathlib import Path
         pte_path = Path(pte_path)
         pte_path.write_bytes(self.buffer)
         paths = [pte_path]
-        for name, blob in self.data.items():
-            p = pte_path.parent / (name if name.endswith(".ptd") else name + ".ptd")
-            p.write_bytes(blob)
+        for name, file_name in self.data_file_names(pte_path.name).items():
+            p = pte_path.parent / file_name
+            p.write_bytes(self.data[name])
             paths.append(p)
         return paths
 
@@ -245,6 +223,6 @@ def export_training_program(step: StepModule, cfg: ExportConfig) -> TrainingProg
         from .executorch_memory import traced_need
         memory.update(traced_need(step, cfg))
         memory["arena_over_traced"] = round(memory["planned_arena_bytes"] / memory["traced_equivalent_bytes"], 3)
-    return TrainingProgram(buffer=buf, backend=cfg.backend, quant_bits=cfg.quant.bits,
-                           inputs=[s.to_json() for s in input_specs(step.names, step.example)],
+    return TrainingProgram(buffer=buf, backend=cfg.backend, precision=cfg.quant.precision,
+                           inputs=input_specs(step.names, step.example), remat=str(RematSpec.parse(cfg.remat)),
                            lora_keys=step.lora_keys, memory=memory, ops=ops, passes=passes, data=data)

@@ -1,17 +1,10 @@
-"""The training step as an ONNX graph for ONNX Runtime Training 1.19.2 (torch side of the ORT exporter).
+"""The training step as an ONNX graph for ONNX Runtime Training 1.19.2.
 
-    OrtStep(x0, noise, t, cond.*, entry.*, loss_weight) = loss_weight * TrainingStep(x0, noise, t, cond, entry)
-
-The loss is *in the graph*: the exported module is the project's TrainingStep (x_t = (1 - t) x0 + t noise,
-target = noise - x0, the cache entry decoded in-graph, mse), so `generate_artifacts` gets `loss=None` (its
-PassThrough block) and builds the gradient graph from the scalar output 0. ORT's own MSELoss block would need the
-target as a runtime input and the prediction as output, i.e. the rectified-flow arithmetic done outside the graph
-on the device; keeping it inside means every runtime runs the very module the eager trainer runs.
-`loss_weight` [1] is 1/grad_accum (ORT accumulates gradients across calls until `lazy_reset_grad`).
-
-Inputs are flat and named (ONNX has no dicts), in the bundle's program-contract order (the same as the ExecuTorch
-program's): `x0` [1, C, h, w], `noise` (same), `t` [1], `cond.<key>` (text conditioning), `entry.<key>` (the
-encoded cache entry without "x0"), keys sorted; then ORT's one extra input `loss_weight` [1].
+The exported module is the exporters' FlatTrainingStep (export/step_module.py): the project's TrainingStep with
+flat inputs in the program contract's order (ditskip_edge/runtime/contract.py), the loss *in the graph*
+(x_t = (1 - t) x0 + t noise, target = noise - x0, the cache entry decoded in-graph, mse). So `generate_artifacts`
+gets `loss=None` (its PassThrough block) and builds the gradient graph from the scalar output 0, and every runtime
+runs the very module the eager trainer runs. ORT computes loss and gradients only; the runtime's loop runs AdamW.
 Initializers are renamed to the transformer's own (full-model) names, so LoRA parameters are called
 `transformer_blocks.3.attn.to_q.lora_A.default.weight` in the checkpoint as in the eager model.
 
@@ -23,7 +16,6 @@ builder), RMSNorm written out in plain ops while exporting.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
 from pathlib import Path
 
 import onnx
@@ -31,11 +23,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ditskip_edge.training_step import TrainingStep
 
 OPSET = 16
-FIXED_INPUTS = ("x0", "noise", "t")
-LOSS_WEIGHT = "loss_weight"
 
 
 def _rms_norm_plain(input, normalized_shape, weight=None, eps=None):
@@ -63,47 +52,6 @@ def onnx_exportable_ops():
         yield
     finally:
         F.rms_norm, torch.rsqrt = original, original_rsqrt
-
-
-@dataclass(frozen=True)
-class StepSignature:
-    """The ordered graph inputs of the ORT training step."""
-    cond_keys: tuple[str, ...]
-    entry_keys: tuple[str, ...]
-
-    @property
-    def input_names(self) -> list[str]:
-        return [*FIXED_INPUTS, *(f"cond.{k}" for k in self.cond_keys), *(f"entry.{k}" for k in self.entry_keys),
-                LOSS_WEIGHT]
-
-    @staticmethod
-    def of(cond: dict, entry: dict) -> "StepSignature":
-        return StepSignature(tuple(sorted(cond)), tuple(sorted(k for k in entry if k != "x0")))
-
-    def to_json(self) -> dict:
-        return {"inputs": self.input_names, "cond_keys": list(self.cond_keys), "entry_keys": list(self.entry_keys)}
-
-
-class OrtStep(nn.Module):
-    """TrainingStep with flat positional inputs (the ONNX graph's signature) and a loss weight."""
-
-    def __init__(self, step: TrainingStep, signature: StepSignature):
-        super().__init__()
-        self.step = step
-        self.signature = signature
-
-    def forward(self, x0, noise, t, *named):
-        nc, ne = len(self.signature.cond_keys), len(self.signature.entry_keys)
-        cond = dict(zip(self.signature.cond_keys, named[:nc]))
-        entry = dict(zip(self.signature.entry_keys, named[nc:nc + ne]))
-        loss_weight = named[nc + ne]
-        return self.step(x0, noise, t, cond, entry) * loss_weight[0]
-
-
-def step_inputs(signature: StepSignature, x0, noise, t, cond, entry, loss_weight: float = 1.0) -> tuple:
-    """Positional inputs for OrtStep / the ONNX graph, from the eager trainer's arguments."""
-    lw = torch.tensor([loss_weight], dtype=torch.float32)
-    return (x0, noise, t, *(cond[k] for k in signature.cond_keys), *(entry[k] for k in signature.entry_keys), lw)
 
 
 def full_model_names(module: nn.Module, transformer: nn.Module) -> dict[str, str]:
@@ -138,13 +86,14 @@ def rename_initializers(model: onnx.ModelProto, mapping: dict[str, str]) -> None
                 node.input[i] = mapping[name]
 
 
-def export_step_onnx(step: OrtStep, inputs: tuple, path: Path, transformer: nn.Module,
+def export_step_onnx(step: nn.Module, inputs: tuple, names: list[str], path: Path, transformer: nn.Module,
                      opset: int = OPSET) -> onnx.ModelProto:
-    """Export the training step to ONNX (training mode) and give initializers their full-model names."""
+    """Export the training step (inputs named `names`, contract order) to ONNX in training mode and give
+    initializers their full-model names."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with onnx_exportable_ops():
-        torch.onnx.export(step, inputs, str(path), input_names=step.signature.input_names, output_names=["loss"],
+        torch.onnx.export(step, tuple(inputs), str(path), input_names=list(names), output_names=["loss"],
                           dynamo=False, export_params=True, do_constant_folding=False, opset_version=opset,
                           training=torch.onnx.TrainingMode.TRAINING)
     model = onnx.load(str(path))

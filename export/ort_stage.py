@@ -1,23 +1,45 @@
-"""Compile hook: `ditskip-edge compile --runtime ort` adds the ONNX Runtime programs to the bundle being written.
+"""Compiler stage: the ONNX Runtime Training programs of a bundle being written.
 
-compile.py calls `add_to_bundle(writer, req)` inside its BundleWriter, after the model and subject stages: the files
-go under programs/ort/, the manifest gets `programs.ort`, and the bundle is still committed all-or-nothing.
+    add_ort_programs(writer, OrtPrograms(precisions=("int8",)))
+
+writes `programs/ort/<precision>/training_model.onnx` and `.../checkpoint` per precision and adds one
+`runtime/contract.py` ProgramEntry each to the manifest's `programs` list.
 """
 
 from __future__ import annotations
 
-from ditskip_edge.bundle import BundleWriter
+import logging
+from dataclasses import dataclass
+
 from ditskip_edge.bundle_model import open_bundle
 from ditskip_edge.quantize import QuantSpec
+from ditskip_edge.runtime.bundle import PROGRAMS_DIR, BundleWriter
+from ditskip_edge.runtime.contract import check_precisions
 
-from .ort_export import PROGRAM_DIR, OrtExportConfig, export_ort_programs
-from .ort_memory import disk_report
+log = logging.getLogger(__name__)
+PROGRAM_DIR = f"{PROGRAMS_DIR}/ort"
 
 
-def add_to_bundle(writer: BundleWriter, req) -> dict:
-    b = open_bundle(writer.root, verify=False, manifest=writer.manifest)
-    quant = getattr(req, "quant", None) or QuantSpec(bits=8)
-    section = export_ort_programs(b, writer.path(PROGRAM_DIR), OrtExportConfig(quant=quant))
-    section["memory"] = disk_report(writer.path(PROGRAM_DIR), section["artifacts"])
-    writer.manifest.setdefault("programs", {})["ort"] = section
-    return section
+@dataclass(frozen=True)
+class OrtPrograms:
+    precisions: tuple[str, ...] = ("int8",)
+    group_size: int = 32                        # int4: input features per scale
+
+    def validate(self) -> None:
+        check_precisions(self.precisions)
+
+
+def add_ort_programs(writer: BundleWriter, config: OrtPrograms) -> list[str]:
+    """Export the programs into the bundle being written; returns their paths."""
+    from .ort_export import export_ort_train_step
+    config.validate()
+    b = open_bundle(writer.view())
+    entries = []
+    for precision in config.precisions:
+        rel = f"{PROGRAM_DIR}/{precision}"
+        log.info("exporting %s (onnxruntime-training)", rel)
+        entries.append(export_ort_train_step(b, QuantSpec(precision, group_size=config.group_size),
+                                             writer.path(rel + "/x").parent, rel).to_json())
+    writer.manifest["programs"] = [p for p in writer.manifest.get("programs", [])
+                                   if p["runtime"] != "ort"] + entries
+    return [e["path"] for e in entries]

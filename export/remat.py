@@ -33,11 +33,12 @@ would also have to carry every block's boundary tensors between calls. One metho
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
 
 import torch
 from torch.export import ExportedProgram
 from torch.fx import Node
+
+from ditskip_edge.remat import RematSpec  # noqa: F401  (the one parse of the setting; re-exported)
 
 from . import graph_passes
 
@@ -55,31 +56,6 @@ def _block_mark_fake(x, block):
 
 block_mark.register_autograd(lambda ctx, grad: (grad, None))
 MARK = torch.ops.ditskip.block_mark.default
-
-
-@dataclass(frozen=True)
-class RematSpec:
-    every: int = 0                  # 0: no remat; K: one checkpoint every K kept blocks
-
-    @staticmethod
-    def parse(text: str) -> "RematSpec":
-        """'none' | 'blocks' (every block) | 'every:K'."""
-        if text in ("none", "", None):
-            return RematSpec(0)
-        if text == "blocks":
-            return RematSpec(1)
-        if text.startswith("every:"):
-            try:
-                k = int(text.split(":", 1)[1])
-            except ValueError:
-                k = 0
-            if k >= 1:
-                return RematSpec(k)
-        raise ValueError(f"remat {text!r}: expected 'none', 'blocks' or 'every:K' with K >= 1")
-
-    @property
-    def enabled(self) -> bool:
-        return self.every > 0
 
 
 def _views(module: torch.nn.Module):

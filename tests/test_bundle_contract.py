@@ -2,12 +2,13 @@
 
 Properties protected:
 - the apps' generated contract constants (BundleContract.kt / .swift) are those of the JSON file;
-- real bundles (ExecuTorch and ORT programs, compiled here) have every manifest field, schedule field, cache format,
-  program method, input order, shape and dtype the contract names;
+- a real bundle (ExecuTorch and ORT programs in one `programs` list, compiled here) has every manifest field, schedule
+  field, cache format, program field, method, input order, shape and dtype the contract names; its manifest digest,
+  checkpoint and checkpoint identity follow the contract's rules;
 - every JSON field the Kotlin and Swift sources read by name exists in a real bundle, the sources take the input
   names, prefixes and method from the contract constants (no hard-coded copies), and handle exactly the contract's
   fixed inputs;
-- the Kotlin and Swift RNG constants are ditskip_edge/rng.py's, and the contract's check values are rng.normal's;
+- the Kotlin and Swift RNG constants are ditskip_edge/runtime/rng.py's, and the contract's check values are rng.normal's;
 - the Kotlin and Swift AdamW loops, transliterated to numpy, compute torch.optim.AdamW's update.
 The apps cannot be built here (no Android SDK, no Xcode): these textual checks are what keeps them from drifting.
 """
@@ -20,8 +21,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from device_fixtures import available, bundle_for
 
 ROOT = Path(__file__).resolve().parent.parent
 CONTRACT = json.loads((ROOT / "docs" / "bundle_contract.json").read_text())
@@ -87,7 +86,7 @@ def check_cache(root: Path, manifest: dict) -> dict:
     """The sharded cache against the contract's `cache` section: index fields, layout, shards, entry hashes, and
     every residual's stored parts (names, dtypes) as the contract's codec table gives them."""
     import hashlib
-    from ditskip_edge.cache.codecs import CacheCodec
+    from ditskip_edge.runtime.cache_format import CacheCodec
     c = CONTRACT["cache"]
     cdir = root / manifest["subject_stage"]["cache"]
     index = _cache_index(root, manifest)
@@ -125,8 +124,13 @@ def check_cache(root: Path, manifest: dict) -> dict:
 
 
 def check_common(root: Path) -> dict:
+    import hashlib
     b = CONTRACT["bundle"]
-    manifest = json.loads((root / b["manifest_file"]).read_text())
+    raw = (root / b["manifest_file"]).read_bytes()
+    m = re.match(b["manifest_digest"]["first_line_regex"].encode(), raw)           # the apps' check, as written
+    assert m and hashlib.sha256(raw[m.end():]).hexdigest() == m.group(1).decode()
+    manifest = json.loads(raw)
+    assert manifest.pop(b["manifest_digest"]["field"]) == m.group(1).decode()
     assert manifest["format"] == b["format"] and manifest["format_version"] == b["format_version"]
     missing = [f for f in b["manifest_fields"] if f not in manifest]
     assert not missing, f"{root}/manifest.json lacks contract fields {missing}"
@@ -144,60 +148,58 @@ def check_common(root: Path) -> dict:
     return manifest
 
 
-@pytest.mark.skipif(not available("executorch"), reason="ExecuTorch exporter not on this branch")
-def test_executorch_bundle_matches_the_contract(tmp_path_factory):
-    root = bundle_for("executorch", tmp_path_factory)
+def test_every_program_of_a_real_bundle_matches_the_contract(device_bundle):
+    root = device_bundle
     manifest = check_common(root)
-    et = CONTRACT["runtimes"]["executorch"]
-    programs = manifest[et["programs_field"]]
+    pc = CONTRACT["programs"]
+    programs = manifest[pc["field"]]
     assert isinstance(programs, list), "programs layout changed"
-    train = [p for p in programs if p["name"] == et["train_step_name"] and p["runtime"] == et["runtime_name"]]
-    assert train, "no executorch train_step program"
+    train = [p for p in programs if p["name"] == pc["train_step_name"]]
+    assert {p["runtime"] for p in train} == set(pc["runtimes"]), "one list holds every runtime's programs"
+    lf = manifest[CONTRACT["lora_file"]["field"]]
+    assert set(CONTRACT["lora_file"]["fields"]) <= set(lf) and lf["name"] == CONTRACT["lora_file"]["name"]
     for p in train:
-        assert set(et["entry_fields"]) <= set(p)
-        assert p[et["method_field"]] == et["method"]
-        assert p[et["program_field"]] in manifest["files"] and (root / p[et["program_field"]]).is_file()
-        got = [(s["name"], list(s["shape"]), s["dtype"]) for s in p[et["inputs_field"]]]
+        assert set(pc["entry_fields"]) <= set(p), p["path"]
+        assert p["method"] == pc["method"] and p[pc["precision_field"]] in pc["precisions"]
+        for rel in [p[pc["path_field"]], *p[pc["data_field"]]]:
+            assert rel in manifest["files"] and (root / rel).is_file(), rel
+        got = [(s["name"], list(s["shape"]), s["dtype"]) for s in p[pc["inputs_field"]]]
         assert got == expected_inputs(root, manifest), "program inputs differ from the contract order/shapes/dtypes"
-        assert {s["dtype"] for s in p[et["inputs_field"]]} <= set(et["input_spec_dtypes"])
-        assert all(set(et["input_spec_fields"]) <= set(s) for s in p[et["inputs_field"]])
-        keys = p[et["trainable_field"]]
-        assert set(p[et["trainable_shapes_field"]]) == set(keys)
-        lf = manifest[et["lora_file_field"]]
-        assert set(et["lora_file_fields"]) <= set(lf) and lf["name"] == CONTRACT["lora_file"]["name"]
+        assert {s["dtype"] for s in p[pc["inputs_field"]]} <= set(pc["input_spec_dtypes"])
+        assert all(set(pc["input_spec_fields"]) <= set(s) for s in p[pc["inputs_field"]])
+        keys = p[pc["trainable_field"]]
+        assert set(p[pc["trainable_shapes_field"]]) == set(keys)
         assert set(keys.values()) == set(lf["keys"])
         assert all(k.startswith(CONTRACT["lora_file"]["key_prefix"]) and ".lora_" in k for k in keys.values())
 
 
-@pytest.mark.skipif(not available("ort"), reason="ORT exporter not on this branch")
-def test_ort_bundle_matches_the_contract(tmp_path_factory):
-    root = bundle_for("ort", tmp_path_factory)
-    manifest = check_common(root)
-    ort = CONTRACT["runtimes"]["ort"]
-    section = manifest[ort["programs_field"]][ort["section_key"]]
-    names = section["inputs"]["inputs"]
-    expected = expected_inputs(root, manifest)
-    assert names == [n for n, _, _ in expected] + ort["extra_inputs"]
-    dtypes = section[ort["input_dtypes_field"]]
-    assert dtypes == {**{n: d for n, _, d in expected}, **{n: ort["extra_input_dtype"] for n in ort["extra_inputs"]}}
-    for art in ort["artifacts"]:
-        assert (root / ort["program_dir"] / section["artifacts"][art]).exists(), art
+def test_the_checkpoint_and_its_identity_follow_the_contract(device_bundle, tmp_path):
+    """A checkpoint the runtime writes has the contract's tensors and metadata, and its identity is the contract's
+    rule computed from the manifest alone (what the apps compute)."""
+    import hashlib
 
-
-def test_one_bundle_cannot_mix_the_two_programs_layouts_yet(tmp_path):
-    """Known gap: executorch writes `programs` as a list, ort as a dict; compile refuses both at once, cleanly."""
-    from conftest import compile_tiny
-    from ditskip_edge.errors import UserError
-    with pytest.raises(UserError, match="cannot share one bundle"):
-        compile_tiny(tmp_path / "both", "flux-tiny", runtimes=["executorch", "ort"])
-    assert not (tmp_path / "both").exists() and not list(tmp_path.glob(".both*"))
+    from conftest import train_device
+    from ditskip_edge.runtime.safetensors_io import read_safetensors
+    c = CONTRACT["checkpoint"]
+    train_device(device_bundle, "executorch", tmp_path, steps=1)
+    tensors, meta = read_safetensors(tmp_path / c["name"])
+    assert set(meta) == set(c["metadata"])
+    names = {k.split("/", 1)[0] + "/<name>" for k in tensors}
+    assert names == set(c["tensors"]) and all(str(v.dtype) == c["tensor_dtype"] for v in tensors.values())
+    raw = (device_bundle / CONTRACT["bundle"]["manifest_file"]).read_bytes()
+    digest = re.match(CONTRACT["bundle"]["manifest_digest"]["first_line_regex"].encode(), raw).group(1).decode()
+    manifest = json.loads(raw)
+    prog = next(p for p in manifest["programs"] if p["runtime"] == "executorch" and p["name"] == "train_step")
+    program = "+".join(manifest["files"][f]["sha256"] for f in [prog["path"], *prog["data"]])
+    text = f"{c['identity_prefix']}\nexecutorch\n{program}\n{digest}"
+    assert meta["identity"] == hashlib.sha256(text.encode()).hexdigest()
 
 
 # ---------------------------------------------------------------- the app sources against the contract
 
 KT_JSON_READ = re.compile(r'\b(?:get|opt)(?:JSONObject|JSONArray|String|Int|Long|Double|Boolean)\("([^"]+)"\)')
 SWIFT_JSON_READ = re.compile(r'\[\s*"([^"]+)"\s*\](?!\s*=[^=])')          # reads, not report writes
-APP_OWN_FIELDS = {"step", "losses", "bundle_schedule_sha256",                     # the apps' checkpoint metadata
+APP_OWN_FIELDS = {"step", "losses", "identity", "optimizer_steps",                  # the apps' checkpoint metadata
                   "dtype", "shape", "data_offsets", "__metadata__"}              # safetensors header
 
 
@@ -212,9 +214,8 @@ def _json_keys(obj, out: set[str]) -> set[str]:
     return out
 
 
-@pytest.mark.skipif(not available("executorch"), reason="ExecuTorch exporter not on this branch")
-def test_every_field_the_apps_read_exists_in_a_real_bundle(tmp_path_factory):
-    root = bundle_for("executorch", tmp_path_factory)
+def test_every_field_the_apps_read_exists_in_a_real_bundle(device_bundle):
+    root = device_bundle
     manifest = json.loads((root / "manifest.json").read_text())
     stage = manifest["subject_stage"]
     keys = _json_keys(manifest, set())
@@ -241,16 +242,18 @@ def test_apps_take_names_from_the_contract(lang):
     c = "BundleContract."
     need = (["FIXED_INPUTS", "COND_PREFIX", "ENTRY_PREFIX", "ET_METHOD", "X0_KEY", "PROGRAMS_FIELD", "ET_TRAIN_STEP",
              "ET_INPUTS_FIELD", "ET_TRAINABLE_FIELD", "LORA_FILE", "RNG_CHECK_NORMALS", "CACHE_INDEX_FILE",
-             "CACHE_FORMAT", "CACHE_FORMAT_VERSION", "CACHE_PART_DTYPES", "CACHE_PART_DTYPE_BYTES", "STEP_INPUT_DTYPE"]
+             "CACHE_FORMAT", "CACHE_FORMAT_VERSION", "CACHE_PART_DTYPES", "CACHE_PART_DTYPE_BYTES", "STEP_INPUT_DTYPE",
+             "MANIFEST_DIGEST_FIELD", "CHECKPOINT_FILE", "CHECKPOINT_IDENTITY_PREFIX", "ET_DATA_FIELD"]
             if lang == "kotlin" else
             ["fixedInputs", "condPrefix", "entryPrefix", "etMethod", "x0Key", "programsField", "etTrainStep",
              "etInputsField", "etTrainableField", "loraFile", "rngCheckNormals", "cacheIndexFile", "cacheFormat",
-             "cacheFormatVersion", "cachePartDtypes", "cachePartDtypeBytes", "stepInputDtype"])
+             "cacheFormatVersion", "cachePartDtypes", "cachePartDtypeBytes", "stepInputDtype", "manifestDigestField",
+             "checkpointFile", "checkpointIdentityPrefix", "etDataField"])
     missing = [n for n in need if c + n not in text]
     assert not missing, f"{lang} sources do not use the contract constants {missing}"
-    et = CONTRACT["runtimes"]["executorch"]
+    pc = CONTRACT["programs"]
     s = CONTRACT["step_inputs"]
-    for literal in (s["cond_prefix"], s["entry_prefix"], et["train_step_name"], et["method"]):
+    for literal in (s["cond_prefix"], s["entry_prefix"], pc["train_step_name"], pc["method"]):
         assert f'"{literal}"' not in text, f"{lang} sources hard-code {literal!r}: use BundleContract"
     # The input dispatch handles exactly the contract's fixed inputs by name, everything else by prefix.
     handled = set(re.findall(r'(?:spec\.name ==|case) "(\w+)"', text))
@@ -266,7 +269,7 @@ def _u64(text: str) -> int:
 
 
 def test_kotlin_and_swift_rng_constants_are_rng_py():
-    from ditskip_edge import rng
+    from ditskip_edge.runtime import rng
     want = {"GOLDEN": int(rng._GOLDEN), "MIX1": int(rng._M1), "MIX2": int(rng._M2)}
     assert want["GOLDEN"] == int(CONTRACT["rng"]["golden_gamma"], 16)
     assert want["MIX1"] == int(CONTRACT["rng"]["mix1"], 16) and want["MIX2"] == int(CONTRACT["rng"]["mix2"], 16)
@@ -289,7 +292,7 @@ def test_kotlin_and_swift_rng_constants_are_rng_py():
 
 def test_rng_py_reimplemented_from_the_parsed_constants_matches():
     """What the app sources compute (word, uniform, Box-Muller with their constants), in Python, equals rng.normal."""
-    from ditskip_edge import rng
+    from ditskip_edge.runtime import rng
     m = (1 << 64) - 1
     consts = {n: _u64(re.search(rf"const val {n}: Long = (-?0x[0-9a-fA-F]+L)", KOTLIN["PortableRng.kt"]).group(1))
               for n in ("GOLDEN", "MIX1", "MIX2")}
@@ -390,7 +393,7 @@ def test_kotlin_sources_compile_and_match_python_on_the_jvm(tmp_path):
     AdamW, run on the JVM, give rng.py's noise exactly and torch.optim.AdamW's update."""
     import subprocess
     import torch
-    from ditskip_edge import rng
+    from ditskip_edge.runtime import rng
     stubs = sorted((ROOT / "android_demo/hostcheck").glob("*.kt"))
     app = [KT_DIR / n for n in ("PortableRng.kt", "AdamW.kt", "BundleContract.kt", "Safetensors.kt", "ResidualCache.kt",
                                 "TrainingBundle.kt", "EtTrainer.kt", "MemoryProbe.kt")]
@@ -415,7 +418,7 @@ def test_kotlin_sources_compile_and_match_python_on_the_jvm(tmp_path):
 def test_cache_of_every_codec_kind_matches_the_contract(tmp_path, codec):
     """Every codec kind's stored parts (names, dtypes, alignment, hashes) are what the contract's table says."""
     from conftest import compile_tiny
-    from ditskip_edge.cache.codecs import CacheCodec
+    from ditskip_edge.runtime.cache_format import CacheCodec
     root = compile_tiny(tmp_path / "b", "flux-tiny", cache_codec=codec)          # host stages only: no programs
     manifest = json.loads((root / CONTRACT["bundle"]["manifest_file"]).read_text())
     index = check_cache(root, manifest)

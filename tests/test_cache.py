@@ -10,9 +10,12 @@ import shutil
 import pytest
 import torch
 
-from ditskip_edge.cache import CacheCodec, CacheReader, CacheWriter, TensorCodec, decoder_for
-from ditskip_edge.cache import store
-from ditskip_edge.errors import BundleError, UserError
+from ditskip_edge.cache.codecs import decode_tensor, decoder_for, encode_tensor
+from ditskip_edge.cache.store import ResidualCacheWriter, decoded_entry, reader_decoder, torch_entry
+from ditskip_edge.runtime import cache as runtime_cache
+from ditskip_edge.runtime.cache import DEFAULT_SHARD_BYTES, CacheReader
+from ditskip_edge.runtime.cache_format import CacheCodec, TensorCodec
+from ditskip_edge.runtime.errors import BundleError, UserError
 
 CODECS = ["fp32", "fp16", "int8-token", "int8-channel", "int4-g32", "int4-g8", "int4-t16", "lowrank-r4",
           "int8-channel,front.txt=lowrank-r2"]
@@ -30,8 +33,8 @@ def fake_entry(seed: int = 0) -> dict[str, torch.Tensor]:
             "back.img": torch.randn(1, 64, 32, generator=g) * 0.1}
 
 
-def write_cache(path, codec="int8-channel", n=4, identity=ID_A, shard_bytes=store.DEFAULT_SHARD_BYTES):
-    w = CacheWriter(path, identity, codec, shard_bytes=shard_bytes)
+def write_cache(path, codec="int8-channel", n=4, identity=ID_A, shard_bytes=DEFAULT_SHARD_BYTES):
+    w = ResidualCacheWriter(path, identity, codec, shard_bytes=shard_bytes)
     entries = [fake_entry(i) for i in range(n)]
     for i, e in enumerate(entries):
         w.add(i, e)
@@ -40,8 +43,7 @@ def write_cache(path, codec="int8-channel", n=4, identity=ID_A, shard_bytes=stor
 
 def group_scales(codec: TensorCodec, parts, shape) -> torch.Tensor:
     """Each element's quantization step (its group's scale), broadcast to [B, N, D]."""
-    from ditskip_edge.cache.codecs import _group_shape
-    gs = _group_shape(codec, shape)
+    gs = codec.group_shape(shape)
     return (torch.ones(gs) * parts["scale"].float()).reshape(shape)
 
 
@@ -51,8 +53,8 @@ def test_every_codec_round_trips_within_its_stated_bound(spec):
     """fp32 exact; fp16 within half an fp16 ulp; int8/int4 within half a quantization step of each element."""
     c = TensorCodec.parse(spec)
     d = fake_entry()["front.img"]
-    parts = c.encode(d)
-    d_hat = c.decode(parts, tuple(d.shape))
+    parts = encode_tensor(c, d)
+    d_hat = decode_tensor(c, parts, tuple(d.shape))
     err = (d_hat - d).abs()
     if spec == "fp32":
         assert torch.equal(d_hat, d)
@@ -72,10 +74,10 @@ def test_lowrank_codec_is_near_exact_on_low_rank_residuals_and_stores_fewer_byte
     """lowrank-rR recovers a rank-R residual up to int8 rounding of its factors."""
     d = fake_entry()["front.txt"]                                    # rank 1
     c = TensorCodec.parse("lowrank-r2")
-    d_hat = c.decode(c.encode(d), tuple(d.shape))
+    d_hat = decode_tensor(c, encode_tensor(c, d), tuple(d.shape))
     assert float((d_hat - d).norm() / d.norm()) < 0.01
-    full = sum(v.numel() * v.element_size() for v in TensorCodec("fp32").encode(d).values())
-    assert sum(v.numel() * v.element_size() for v in c.encode(d).values()) < full / 4
+    full = sum(v.numel() * v.element_size() for v in encode_tensor(TensorCodec("fp32"), d).values())
+    assert sum(v.numel() * v.element_size() for v in encode_tensor(c, d).values()) < full / 4
 
 
 def test_int4_packing_is_exact_for_values_on_the_grid():
@@ -87,21 +89,21 @@ def test_int4_packing_is_exact_for_values_on_the_grid():
     s = 2.0 ** torch.randint(-6, 3, (1, 16, 2, 1), generator=g).float()
     d = (k.reshape(1, 16, 2, 32) * s).reshape(1, 16, 64)
     c = TensorCodec.parse("int4-g32")
-    parts = c.encode(d)
+    parts = encode_tensor(c, d)
     assert parts["codes"].dtype == torch.uint8 and tuple(parts["codes"].shape) == (1, 16, 32)   # two values a byte
-    assert torch.equal(c.decode(parts, (1, 16, 64)), d)
+    assert torch.equal(decode_tensor(c, parts, (1, 16, 64)), d)
 
 
 @pytest.mark.parametrize("spec", CODECS)
 def test_decoder_module_output_equals_reader_read(tmp_path, spec):
-    """decoder_for(index codec, shapes) on read_encoded gives exactly CacheReader.read's residuals."""
+    """decoder_for(index codec, shapes) on the stored parts gives the residuals the host decodes."""
     index, entries = write_cache(tmp_path / "c", spec, n=3, shard_bytes=20000)
     r = CacheReader(tmp_path / "c", ID_A)
     dec = decoder_for(index["codec"], index["shapes"])
     errs = []
     for i in range(len(r)):
-        enc = r.read_encoded(i)
-        decoded = r.read(i)
+        enc = torch_entry(r, i)
+        decoded = decoded_entry(r, i)
         assert torch.equal(enc["x0"], entries[i]["x0"]) and torch.equal(decoded["x0"], entries[i]["x0"])
         out = dec(enc)
         assert set(out) == {"front.img", "front.txt", "back.img"}
@@ -115,11 +117,11 @@ def test_decoder_module_output_equals_reader_read(tmp_path, spec):
 
 def test_decoder_exports_with_plain_ops_and_no_bitwise_ops(tmp_path):
     """The decoder exports with torch.export (what ExecuTorch lowers) and its graph has no bitwise ops."""
-    index, _ = write_cache(tmp_path / "c", "int4-g8,front.txt=lowrank-r2", n=1)
+    index, _ = write_cache(tmp_path / "c", "int4-g8,front.txt=lowrank-r2,back.img=fp16", n=1)
     r = CacheReader(tmp_path / "c", ID_A)
-    enc = r.read_encoded(0)
+    enc = torch_entry(r, 0)
     enc.pop("x0")
-    dec = r.decoder()
+    dec = reader_decoder(r)
     ep = torch.export.export(dec, (enc,), strict=False)
     ops = {str(n.target) for n in ep.graph.nodes if n.op == "call_function"}
     assert not [o for o in ops if "bitwise" in o or "shift" in o], ops
@@ -142,7 +144,7 @@ def test_reading_one_sample_touches_only_that_samples_bytes(tmp_path, monkeypatc
         def read(self, *a):                                 # pragma: no cover - must not be used
             raise AssertionError("whole-map read")
 
-    monkeypatch.setattr(store.mmap, "mmap", RecordingMap)
+    monkeypatch.setattr(runtime_cache.mmap, "mmap", RecordingMap)
     r = CacheReader(tmp_path / "c", ID_A)
     r.read_encoded(4)
     e = index["entries"][4]
@@ -158,9 +160,9 @@ def test_a_flipped_byte_is_detected_naming_the_shard(tmp_path):
     raw[e["offset"] + 100] ^= 0x01
     shard.write_bytes(bytes(raw))
     r = CacheReader(tmp_path / "c", ID_A)
-    r.read(0)                                                # other samples still read
+    r.read_encoded(0)                                        # other samples still read
     with pytest.raises(BundleError, match=rf"{e['shard']}.*entry 1.*SHA-256"):
-        r.read(1)
+        r.read_encoded(1)
     with pytest.raises(BundleError, match=rf"{e['shard']}.*SHA-256"):
         r.verify()
 
@@ -195,13 +197,34 @@ def test_a_cache_made_for_another_plan_is_refused_naming_the_index(tmp_path):
 
 def test_an_unfinished_cache_does_not_open(tmp_path):
     """Writing is atomic: until finish() there is no index and the open shard has a temporary name."""
-    w = CacheWriter(tmp_path / "c", ID_A, "int8-channel")
+    w = ResidualCacheWriter(tmp_path / "c", ID_A, "int8-channel")
     w.add(0, fake_entry())
     assert not (tmp_path / "c" / "shard_00000.bin").exists()
     with pytest.raises(BundleError, match="index missing"):
         CacheReader(tmp_path / "c", ID_A)
     w.finish()
     assert len(CacheReader(tmp_path / "c", ID_A)) == 1
+
+
+@pytest.mark.parametrize("spec", CODECS + ["int8-t16", "int4-t16", "int8-g32"])
+def test_no_codec_stores_a_part_an_app_cannot_pass(spec):
+    """Every stored part is float32, int8 or uint8: ExecuTorch's Android Java API has no float16 tensor."""
+    layout = CacheCodec.parse(spec).parts({"x0": (1, 16, 8, 8), "front.img": (1, 64, 32), "front.txt": (1, 8, 32),
+                                           "back.img": (1, 64, 32)})
+    assert {dtype for dtype, _ in layout.values()} <= {"float32", "int8", "uint8"}, layout
+
+
+def test_fp16_values_travel_as_bytes_and_decode_exactly():
+    """Every finite IEEE binary16 bit pattern, stored as its two bytes, decodes in the graph to its exact value."""
+    c = TensorCodec.parse("fp16")
+    u = torch.arange(65536, dtype=torch.int32)
+    half = u.to(torch.int16).view(torch.float16)
+    finite = torch.isfinite(half)
+    stored = torch.stack([u % 256, u // 256], -1).reshape(1, 1, -1).to(torch.uint8)
+    got = decode_tensor(c, {"values": stored}, (1, 1, 65536))[0, 0]
+    assert torch.equal(got[finite], half[finite].float())
+    d = fake_entry()["front.img"]
+    assert torch.equal(decode_tensor(c, encode_tensor(c, d), tuple(d.shape)), d.half().float())
 
 
 def test_bad_codec_specs_are_user_errors():
@@ -223,26 +246,26 @@ def test_bundle_with_a_cache_from_another_plan_is_refused(flux_bundle, tmp_path)
     with pytest.raises(BundleError, match=r"subject/cache/cache_index\.json"):
         open_bundle(bad)                                      # the manifest's per-file SHA-256 names it
     with pytest.raises(BundleError, match=r"cache_index\.json.*another model, plan or schedule"):
-        open_bundle(bad, verify=False)
+        open_bundle(bad, verify=False)                        # the cache reader's identity check names it
 
 
 def test_eager_trainer_trains_from_a_compressed_bundle(tmp_path, monkeypatch):
-    """An int4 bundle trains with the decode inside the TrainingStep (CacheReader.read is never called) and its
-    losses follow the fp32 bundle's."""
-    from conftest import compile_tiny
-    from ditskip_edge.trainer import TrainConfig, train_eager
+    """An int4 bundle trains with the decode inside the TrainingStep (no host-side decode) and its losses follow the
+    fp32 bundle's."""
+    import ditskip_edge.cache.store as store
+    from conftest import compile_tiny, train_eager
     fp32 = compile_tiny(tmp_path / "fp32", "flux-tiny", steps=3, cache_codec="fp32")
     int4 = compile_tiny(tmp_path / "int4", "flux-tiny", steps=3, cache_codec="int4-g32")
     m32 = json.loads((fp32 / "manifest.json").read_text())["subject_stage"]
     m4 = json.loads((int4 / "manifest.json").read_text())["subject_stage"]
     assert m4["cache_codec"] == "int4-g32" and m4["cache_entry_bytes"] < m32["cache_entry_bytes"]
 
-    ref = train_eager(fp32, TrainConfig(run_dir=tmp_path / "r32", resume=False))
+    ref = train_eager(fp32, tmp_path / "r32", resume=False)
 
-    def no_host_decode(self, index):
+    def no_host_decode(reader, index):
         raise AssertionError("the trainer must read encoded entries")
-    monkeypatch.setattr(CacheReader, "read", no_host_decode)
-    got = train_eager(int4, TrainConfig(run_dir=tmp_path / "r4", resume=False))
+    monkeypatch.setattr(store, "decoded_entry", no_host_decode)
+    got = train_eager(int4, tmp_path / "r4", resume=False)
     assert got["cache_codec"] == "int4-g32" and len(got["losses"]) == 3
     for a, b in zip(got["losses"], ref["losses"]):
         assert abs(a - b) / abs(b) < 0.02

@@ -9,13 +9,13 @@ import pytest
 import torch
 from PIL import Image
 
-from conftest import PHOTOS, compile_tiny
-from ditskip_edge.bundle import read_manifest
+from conftest import PHOTOS, compile_tiny, train_eager
 from ditskip_edge.cli import main
-from ditskip_edge.errors import BundleError
 from ditskip_edge.models.loading import build_transformer, build_vae, resolve_spec, save_pipeline_folder
 from ditskip_edge.models.text import encode_prompt
-from ditskip_edge.models.views import full_model_forward, make_view
+from ditskip_edge.models.views import full_model_forward
+from ditskip_edge.runtime.bundle import read_manifest
+from ditskip_edge.runtime.errors import BundleError
 
 
 def _run(capsys, *argv) -> tuple[int, str, str]:
@@ -43,7 +43,6 @@ def _lora_output(spec, lora_dir: Path | None):
         sd = FluxPipeline.lora_state_dict(str(lora_dir))
         sd = sd[0] if isinstance(sd, tuple) else sd
         transformer.load_lora_adapter(sd, prefix="transformer")
-    view = make_view(spec.arch, transformer)
     g = torch.Generator().manual_seed(0)
     x = torch.randn(1, 64, 64, generator=g)
     with torch.no_grad():
@@ -53,11 +52,6 @@ def _lora_output(spec, lora_dir: Path | None):
 def test_trained_lora_loads_into_the_full_diffusers_model_and_changes_its_output(flux_bundle, tmp_path, capsys):
     spec = resolve_spec("flux-tiny")
     base = _lora_output(spec, None)
-    code, stdout, _ = _run(capsys, "train", str(flux_bundle), "--run-dir", str(tmp_path / "zero"), "--steps", "0",
-                           "--json")
-    assert code == 0
-    zero = _lora_output(spec, tmp_path / "zero" / "lora")
-    assert torch.equal(zero, base), "a LoRA trained for zero steps must leave the model unchanged"
     code, stdout, _ = _run(capsys, "train", str(flux_bundle), "--run-dir", str(tmp_path / "run"), "--json")
     assert code == 0
     summary = json.loads(stdout)
@@ -66,23 +60,32 @@ def test_trained_lora_loads_into_the_full_diffusers_model_and_changes_its_output
     assert (trained - base).abs().max() > 1e-6
 
 
+def test_the_lora_file_is_deterministic_and_holds_the_manifests_keys_and_metadata(flux_bundle, tmp_path):
+    """Two runs of the same bundle write byte-identical LoRA files (the runtime's writer orders the safetensors
+    header), with exactly the keys and metadata the compiler recorded from diffusers' save_lora_weights."""
+    from safetensors import safe_open
+    a = train_eager(flux_bundle, tmp_path / "a", steps=2)
+    b = train_eager(flux_bundle, tmp_path / "b", steps=2)
+    assert Path(a["lora"]).read_bytes() == Path(b["lora"]).read_bytes()
+    record = read_manifest(flux_bundle)["lora_file"]
+    with safe_open(a["lora"], "np") as f:
+        assert sorted(f.keys()) == record["keys"] and f.metadata() == record["metadata"]
+
+
 def test_interrupted_training_resumes_to_the_same_lora(flux_bundle, tmp_path):
-    from safetensors.torch import load_file
-    from ditskip_edge.trainer import TrainConfig, train_eager
-    train_eager(flux_bundle, TrainConfig(run_dir=tmp_path / "full", checkpoint_every=2))
-    partial = train_eager(flux_bundle, TrainConfig(run_dir=tmp_path / "cut", checkpoint_every=2, stop_after=3))
+    """Eager resume restores torch.optim.AdamW's state from the one checkpoint format: bit-identical LoRA."""
+    train_eager(flux_bundle, tmp_path / "full", checkpoint_every=2)
+    partial = train_eager(flux_bundle, tmp_path / "cut", checkpoint_every=2, stop_after=3)
     assert partial["interrupted_at_step"] == 3
-    resumed = train_eager(flux_bundle, TrainConfig(run_dir=tmp_path / "cut", checkpoint_every=2))
+    resumed = train_eager(flux_bundle, tmp_path / "cut", checkpoint_every=2)
     assert resumed["resumed_from_step"] == 3
-    a = load_file(str(tmp_path / "full" / "lora" / "pytorch_lora_weights.safetensors"))
-    b = load_file(str(tmp_path / "cut" / "lora" / "pytorch_lora_weights.safetensors"))
-    assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], atol=1e-7) for k in a)
+    a = (tmp_path / "full" / "lora" / "pytorch_lora_weights.safetensors").read_bytes()
+    assert (tmp_path / "cut" / "lora" / "pytorch_lora_weights.safetensors").read_bytes() == a
 
 
 def test_sana_bundle_trains_and_its_lora_has_full_model_names(sana_bundle, tmp_path):
     from safetensors.torch import load_file
-    from ditskip_edge.trainer import TrainConfig, train_eager
-    s = train_eager(sana_bundle, TrainConfig(run_dir=tmp_path / "r"))
+    s = train_eager(sana_bundle, tmp_path / "r")
     keys = load_file(s["lora"]).keys()
     # kept blocks are 1..3 of 6: LoRA names say so, in the full model's numbering
     blocks = {k.split(".")[2] for k in keys}

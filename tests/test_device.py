@@ -1,13 +1,14 @@
-"""Device tests: a bundle trained in a separate runtime-only process under a memory cap (device_tests/runner.py).
+"""Device tests: a bundle trained in a separate runtime-only process under a footprint cap (device_tests/runner.py).
 
 Properties protected:
-- a tiny bundle trains under the cap derived from its own memory prediction, the child imports no compiler /
-  diffusers / peft / torchao / onnx module, its resident peak fits the budget, and it writes a LoRA;
-- under a cap well below the prediction the run fails cleanly (exit 3, "out of memory under the cap", no traceback
-  needed to understand it) and leaves the previous checkpoint byte-identical and usable;
+- a tiny bundle trains under the cap derived from its own memory prediction, the child imports nothing but the
+  runtime package and its runtime, its dirty anonymous memory (RssAnon) stays within the budget, and it writes a LoRA;
+- under a cap well below the prediction the run stops cleanly (exit code 3, one line naming the cap: the child's
+  RLIMIT_DATA allocation failure, or the parent's footprint watch) and leaves the previous checkpoint byte-identical
+  and usable;
 - a run killed (SIGKILL) mid-schedule resumes from its checkpoint and ends with the same LoRA, bit for bit, as an
   uninterrupted run.
-Runtimes whose trainer is not on this branch are skipped by name.
+Both runtimes train the same bundle (conftest.device_bundle), under the runtime package's one loop.
 """
 
 from __future__ import annotations
@@ -20,20 +21,14 @@ import numpy as np
 import pytest
 
 from device_tests.runner import file_appeared, run_device
+from ditskip_edge.runtime.checkpoint import CHECKPOINT
 
-from device_fixtures import TRAINER_MODULES, available, bundle_for
-
-# Each runtime's run-folder checkpoint, written atomically by its trainer (tmp + rename).
-CHECKPOINTS = {"ort": "ort_checkpoint", "executorch": "checkpoint_executorch.npz"}
-
-RUNTIMES = [pytest.param(r, marks=pytest.mark.skipif(not available(r), reason=f"{TRAINER_MODULES[r]} not on this "
-                                                                               f"branch"))
-            for r in ("executorch", "ort")]
+RUNTIMES = ["executorch", "ort"]
 
 
 @pytest.fixture
-def bundles(tmp_path_factory):
-    return lambda runtime: bundle_for(runtime, tmp_path_factory)
+def bundles(device_bundle):
+    return lambda runtime: device_bundle
 
 
 def _lora(run) -> dict[str, np.ndarray]:
@@ -52,10 +47,11 @@ def test_tiny_bundle_trains_under_its_predicted_cap(bundles, tmp_path, runtime):
     assert run.result["host_modules_loaded"] == []
     if runtime == "ort":
         assert run.result["torch_loaded"] is False
-    assert run.result["rlimit_as_bytes"] > run.result["baseline"]["vm_size_bytes"]
-    assert run.rss_within_budget, (run.peak_rss_bytes, run.baseline_rss_bytes, run.budget_bytes)
-    assert run.prediction["bytes"] > 0 and run.prediction["source"] in ("planner", "memory_report")
-    assert len(run.timeline) >= 2 and run.peak_rss_bytes >= run.baseline_rss_bytes
+    assert run.result["rlimit_data_bytes"] > run.baseline["data_bytes"]
+    assert run.footprint_within_budget, (run.peak_anon_bytes, run.baseline_anon_bytes, run.budget_bytes)
+    assert run.prediction["bytes"] > 0 and run.prediction["source"] in ("estimate", "memory_report")
+    assert len(run.timeline) >= 2 and run.peak_anon_bytes >= run.baseline_anon_bytes > 0
+    assert run.peak_file_bytes > 0                 # mapped libraries and programs: reported apart, not counted
     losses = run.summary["losses"]
     assert len(losses) == 6 and all(math.isfinite(x) for x in losses)
     lora = _lora(run)
@@ -69,14 +65,14 @@ def test_cap_far_below_prediction_fails_cleanly_and_keeps_the_checkpoint(bundles
     run_dir = tmp_path / "run"
     first = run_device(device_bundle, runtime, run_dir, steps=2)
     assert first.status == "ok", first.message
-    ckpt = run_dir / CHECKPOINTS[runtime]
+    ckpt = run_dir / CHECKPOINT
     before = _sha(ckpt)
 
     starved = run_device(device_bundle, runtime, run_dir, budget_bytes=int(first.prediction["bytes"] * 0.1),
                          reserve=False)
-    assert starved.status == "out_of_memory", starved.message
-    assert starved.returncode == 3
-    assert "out of memory under the cap" in starved.message and "RLIMIT_AS" in starved.message
+    assert starved.status in ("out_of_memory", "over_budget"), starved.message
+    assert starved.exit_code == 3 and "\n" not in starved.message
+    assert "RLIMIT_DATA" in starved.message or "over budget" in starved.message
     assert _sha(ckpt) == before, "the failed run changed the checkpoint"
     assert not list(run_dir.glob("*.tmp")), "the failed run left a half-written file"
 
@@ -86,13 +82,27 @@ def test_cap_far_below_prediction_fails_cleanly_and_keeps_the_checkpoint(bundles
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
+def test_the_footprint_watch_stops_a_run_over_budget_and_keeps_the_checkpoint(bundles, tmp_path, runtime):
+    """With RLIMIT_DATA out of the way, the parent's RssAnon watch alone stops a run that passes its budget, as a
+    phone's memory killer would: exit code 3, one line, the checkpoint whole."""
+    device_bundle = bundles(runtime)
+    run_dir = tmp_path / "run"
+    assert run_device(device_bundle, runtime, run_dir, steps=1, uncapped=True).status == "ok"
+    before = _sha(run_dir / CHECKPOINT)
+    over = run_device(device_bundle, runtime, run_dir, budget_bytes=1 << 20, extra_data_bytes=1 << 40)
+    assert over.status == "over_budget" and over.exit_code == 3, over.message
+    assert "RssAnon" in over.message and "\n" not in over.message
+    assert _sha(run_dir / CHECKPOINT) == before
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
 def test_killed_run_resumes_to_the_same_lora(bundles, tmp_path, runtime):
     device_bundle = bundles(runtime)
     whole = run_device(device_bundle, runtime, tmp_path / "whole")
     assert whole.status == "ok", whole.message
 
     run_dir = tmp_path / "killed"
-    killed = run_device(device_bundle, runtime, run_dir, kill_when=file_appeared(CHECKPOINTS[runtime]))
+    killed = run_device(device_bundle, runtime, run_dir, kill_when=file_appeared(CHECKPOINT))
     assert killed.status == "killed" and killed.returncode == -9, (killed.status, killed.message)
     assert not (run_dir / "lora").exists()
 

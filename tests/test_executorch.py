@@ -1,9 +1,10 @@
-"""ExecuTorch export and runtime trainer (issue 5). Exports are slow on 2 cores: programs are shared by fixtures.
+"""ExecuTorch export and its step adapter under the runtime's loop. Exports are slow on 2 cores: programs are shared
+by fixtures.
 
 Properties protected:
 - the exported joint program's loss and LoRA gradients equal eager PyTorch's (fp32 FLUX, int4 SANA, int8 FLUX)
-- twenty runtime-trainer steps track the eager trainer's losses; interrupt + resume gives the same run
-- the runtime trainer's LoRA file has the eager trainer's keys and metadata and loads into diffusers
+- twenty ExecuTorch steps track the eager step's losses; interrupt + resume gives the same run
+- the LoRA file trained by ExecuTorch has the eager run's keys and metadata and loads into diffusers
 - the patch-sampling program equals the eager module; device-computed x0 is the host's to float rounding
 - quantized programs are >= 3.5x (int8) / 6x (int4) smaller than fp32, and the recompute pass keeps dequantized
   weights out of the arena between forward and backward
@@ -20,7 +21,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import compile_tiny
+from conftest import compile_tiny, train_device, train_eager
 
 pytest.importorskip("executorch")
 
@@ -81,21 +82,19 @@ def et_bundle(tmp_path_factory) -> Path:
     with Image.open(PHOTOS / "toy_1.png") as im:
         im.convert("RGB").save(photos / "a.png")
         ImageOps.mirror(im.convert("RGB")).save(photos / "b.png")
+    from export.executorch_stage import ExecutorchPrograms
     return compile_tiny(tmp_path_factory.mktemp("et") / "bundle", "flux-tiny", steps=20, images=photos,
-                        runtimes=["executorch"], runtime_options={"executorch": {"quant_bits": [16]}})
+                        programs=[ExecutorchPrograms(("fp32",))])
 
 
 @pytest.fixture(scope="module")
 def eager_run(et_bundle, tmp_path_factory) -> dict:
-    from ditskip_edge.trainer import TrainConfig, train_eager
-    return train_eager(et_bundle, TrainConfig(run_dir=tmp_path_factory.mktemp("eager"), resume=False))
+    return train_eager(et_bundle, tmp_path_factory.mktemp("eager"), resume=False)
 
 
 @pytest.fixture(scope="module")
 def et_run(et_bundle, tmp_path_factory) -> dict:
-    from export.executorch_trainer import RuntimeTrainConfig, train_executorch
-    return train_executorch(et_bundle, RuntimeTrainConfig(run_dir=tmp_path_factory.mktemp("etrun"), resume=False,
-                                                           progress=False))
+    return train_device(et_bundle, "executorch", tmp_path_factory.mktemp("etrun"), resume=False)
 
 
 def test_manifest_lists_programs_with_memory_report(et_bundle):
@@ -116,7 +115,7 @@ def test_flux_fp32_program_matches_eager(et_bundle):
     from ditskip_edge.bundle_model import open_bundle
     from ditskip_edge.quantize import QuantSpec
     from export.executorch_program import build_step
-    step = build_step(open_bundle(et_bundle), QuantSpec(bits=16))
+    step = build_step(open_bundle(et_bundle), QuantSpec("fp32"))
     _randomize_lora_b(step.module)
     buffer = (et_bundle / "programs/executorch/train_step_fp32.pte").read_bytes()
     _check_program_matches_eager(buffer, step.module, step.example, set_params=True)
@@ -127,11 +126,11 @@ def test_sana_int4_program_matches_eager(sana_bundle):
     from ditskip_edge.quantize import QuantSpec
     from export.executorch_program import ExportConfig, build_step, export_training_program
     from ditskip_edge.quantize import QuantConv2d
-    step = build_step(open_bundle(sana_bundle), QuantSpec(bits=4))
+    step = build_step(open_bundle(sana_bundle), QuantSpec("int4"))
     assert step.n_quantized > 0
     assert any(isinstance(m, QuantConv2d) for m in step.module.modules())     # GLUMBConv's convs are int4 too
     _randomize_lora_b(step.module)
-    prog = export_training_program(step, ExportConfig(quant=QuantSpec(bits=4)))
+    prog = export_training_program(step, ExportConfig(quant=QuantSpec("int4")))
     assert prog.passes["empty_permuted"] > 0 and prog.passes["negative_pad"] > 0   # the SANA graph fixes ran
     _check_program_matches_eager(prog.buffer, step.module, step.example)
 
@@ -145,12 +144,9 @@ def test_runtime_trainer_tracks_eager_trainer(eager_run, et_run):
 
 
 def test_runtime_trainer_resume_equals_uninterrupted(et_bundle, et_run, tmp_path):
-    from export.executorch_trainer import RuntimeTrainConfig, train_executorch
-    cfg = RuntimeTrainConfig(run_dir=tmp_path, stop_after=7, checkpoint_every=5, progress=False)
-    first = train_executorch(et_bundle, cfg)
+    first = train_device(et_bundle, "executorch", tmp_path, stop_after=7, checkpoint_every=5)
     assert first["interrupted_at_step"] == 7
-    cfg.stop_after = None
-    rest = train_executorch(et_bundle, cfg)
+    rest = train_device(et_bundle, "executorch", tmp_path, checkpoint_every=5)
     assert rest["resumed_from_step"] == 7
     np.testing.assert_allclose(rest["losses"], et_run["losses"], rtol=1e-6)
 
@@ -181,17 +177,18 @@ def test_runtime_lora_file_is_the_eager_format_and_loads_in_diffusers(et_bundle,
 def test_device_preprocessing_matches_host(et_bundle, et_run, tmp_path):
     """x0 computed by the preprocessing program from the bundle's photo is within 1% (relative L2) of the host's
     cached x0, and training on it gives the same losses to 1e-4 (the residuals were computed from the host's x0)."""
-    from export.executorch_trainer import BundleData, Preprocessor, RuntimeTrainConfig, train_executorch
-    from ditskip_edge.bundle import read_manifest
-    m = read_manifest(et_bundle)
-    data = BundleData(et_bundle, m)
-    pre = Preprocessor(et_bundle, m, data)
-    for s in data.samples[:4]:
-        host = data.entry(s[0])["x0"]
+    from ditskip_edge.runtime.bundle import Bundle
+    from ditskip_edge.runtime.executorch import Preprocessor
+    from ditskip_edge.runtime.loop import RunConfig
+    from ditskip_edge.runtime.run import train_bundle
+    b = Bundle.open(et_bundle)
+    pre, cache = Preprocessor(b), b.cache()
+    for s in b.schedule.samples[:4]:
+        host = cache.read_encoded(s.index)["x0"]
         dev = pre(s)
         assert np.linalg.norm(dev - host) <= 1e-2 * np.linalg.norm(host)
-    run = train_executorch(et_bundle, RuntimeTrainConfig(run_dir=tmp_path, steps=5, device_preprocess=True,
-                                                         resume=False, progress=False))
+    run = train_bundle(et_bundle, "executorch", RunConfig(run_dir=tmp_path, steps=5, resume=False, progress=False),
+                       device_preprocess=True)
     rel = np.abs(np.array(run["losses"]) - np.array(et_run["losses"][:5])) / np.abs(run["losses"])
     assert rel.max() <= 1e-4
 
@@ -199,7 +196,8 @@ def test_device_preprocessing_matches_host(et_bundle, et_run, tmp_path):
 def test_patch_sampling_program_matches_eager():
     from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
 
-    from ditskip_edge.patch_sampling import PatchSampler, crop_side_px, place_crop
+    from ditskip_edge.patch_sampling import PatchSampler
+    from ditskip_edge.runtime.schedule import crop_side_px, place_crop
     from export.executorch_preprocess import export_module
     h, w, out = 96, 80, 32
     sampler = PatchSampler(out)
@@ -217,8 +215,7 @@ def test_patch_sampling_program_matches_eager():
 
 
 def test_bundle_that_does_not_match_its_manifest_is_refused(et_bundle, tmp_path):
-    from ditskip_edge.errors import BundleError
-    from export.executorch_trainer import RuntimeTrainConfig, train_executorch
+    from ditskip_edge.runtime.errors import BundleError
     for victim in ("programs/executorch/train_step_fp32.pte", "subject/cache/shard_00000.bin"):
         copy = tmp_path / victim.replace("/", "_")
         shutil.copytree(et_bundle, copy, ignore=shutil.ignore_patterns("runs"))
@@ -226,23 +223,23 @@ def test_bundle_that_does_not_match_its_manifest_is_refused(et_bundle, tmp_path)
         data[len(data) // 2] ^= 0xFF
         (copy / victim).write_bytes(bytes(data))
         with pytest.raises(BundleError, match="SHA-256"):
-            train_executorch(copy, RuntimeTrainConfig(run_dir=tmp_path / "run", progress=False))
+            train_device(copy, "executorch", tmp_path / "run")
 
 
 # ------------------------------------------------------------------ quantized storage, wider config
 
-def _wide_flux_step(bits: int):
+def _wide_flux_step(precision: str):
     """One FLUX double block at width 512 (8 heads x 64), no skip: enough weight mass for the size ratios."""
     from diffusers import FluxTransformer2DModel
 
     from ditskip_edge.lora import LoraSpec, add_lora
     from ditskip_edge.plan import SkipPlan
-    from ditskip_edge.quantize import QuantSpec, quantize_frozen_linears
+    from ditskip_edge.cache.codecs import decoder_for
+    from ditskip_edge.quantize import QuantSpec, quantize_frozen_layers
     from ditskip_edge.models.views import make_view
     from ditskip_edge.skip_model import SkipModel
     from ditskip_edge.training_step import TrainingStep
-    from export.contract import FlatTrainingStep, flatten_step_inputs, program_lora_keys
-    from export.executorch_program import StepModule
+    from export.step_module import FlatTrainingStep, StepModule, flatten_step_inputs, program_lora_keys
     torch.manual_seed(0)
     tr = FluxTransformer2DModel(patch_size=1, in_channels=16, num_layers=1, num_single_layers=0,
                                 attention_head_dim=64, num_attention_heads=8, joint_attention_dim=32,
@@ -254,12 +251,12 @@ def _wide_flux_step(bits: int):
     add_lora(tr, "flux", ["transformer_blocks.0"], LoraSpec(rank=4, alpha=4.0))
     _randomize_lora_b(tr)
     skip = SkipModel(make_view("flux", tr, [0]), SkipPlan(1, 0, 0))
-    n_q = quantize_frozen_linears(skip.view, QuantSpec(bits=bits))
+    n_q = quantize_frozen_layers(skip.view, QuantSpec(precision))
     g = torch.Generator().manual_seed(1)
     x0, noise = torch.randn(1, 4, 8, 8, generator=g), torch.randn(1, 4, 8, 8, generator=g)
     cond = {"txt": torch.randn(1, 4, 32, generator=g), "pooled": torch.randn(1, 32, generator=g)}
     names, example = flatten_step_inputs(x0, noise, torch.tensor([0.6]), cond, {})
-    flat = FlatTrainingStep(TrainingStep(skip), names)
+    flat = FlatTrainingStep(TrainingStep(skip, decoder_for("fp32", {})), names)
     return StepModule(flat, names, example, program_lora_keys(flat, tr), tr, n_q)
 
 
@@ -268,22 +265,22 @@ def wide_programs():
     from ditskip_edge.quantize import QuantSpec
     from export.executorch_program import ExportConfig, export_training_program
     out = {}
-    for bits in (16, 8, 4):
-        step = _wide_flux_step(bits)
-        out[bits] = (step, export_training_program(step, ExportConfig(quant=QuantSpec(bits=bits))))
+    for precision in ("fp32", "int8", "int4"):
+        step = _wide_flux_step(precision)
+        out[precision] = (step, export_training_program(step, ExportConfig(quant=QuantSpec(precision))))
     return out
 
 
 def test_quantized_programs_are_smaller_and_close(wide_programs):
-    size = {b: len(p.buffer) for b, (_, p) in wide_programs.items()}
-    assert size[16] / size[8] >= 3.5, size
-    assert size[16] / size[4] >= 6.0, size
+    size = {p: len(prog.buffer) for p, (_, prog) in wide_programs.items()}
+    assert size["fp32"] / size["int8"] >= 3.5, size
+    assert size["fp32"] / size["int4"] >= 6.0, size
     loss = {}
-    for bits, (step, prog) in wide_programs.items():
-        loss[bits], _ = _check_program_matches_eager(prog.buffer, step.module, step.example)
+    for precision, (step, prog) in wide_programs.items():
+        loss[precision], _ = _check_program_matches_eager(prog.buffer, step.module, step.example)
     # stated error of the quantized model vs fp32 (same inputs, same LoRA): loss within 1% (int8), 5% (int4)
-    assert abs(loss[8] - loss[16]) <= 0.01 * loss[16], loss
-    assert abs(loss[4] - loss[16]) <= 0.05 * loss[16], loss
+    assert abs(loss["int8"] - loss["fp32"]) <= 0.01 * loss["fp32"], loss
+    assert abs(loss["int4"] - loss["fp32"]) <= 0.05 * loss["fp32"], loss
 
 
 def test_arena_keeps_no_dequantized_weights_between_forward_and_backward(wide_programs):
@@ -291,8 +288,8 @@ def test_arena_keeps_no_dequantized_weights_between_forward_and_backward(wide_pr
     to backward; with it the arena shrinks by at least half of those weights' fp32 bytes."""
     from ditskip_edge.quantize import QuantSpec
     from export.executorch_program import ExportConfig, export_training_program
-    step, prog = wide_programs[8]
-    without = export_training_program(step, ExportConfig(quant=QuantSpec(bits=8, group_size=64),
+    step, prog = wide_programs["int8"]
+    without = export_training_program(step, ExportConfig(quant=QuantSpec("int8", group_size=64),
                                                          recompute_frozen=False))
     saved = without.memory["planned_arena_bytes"] - prog.memory["planned_arena_bytes"]
     assert prog.passes["recompute_frozen"] > 0

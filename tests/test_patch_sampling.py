@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from ditskip_edge import rng
-from ditskip_edge.errors import UserError
-from ditskip_edge.patch_sampling import PatchSampler, crop_side_px, place_crop
-from ditskip_edge.schedule import ScheduleConfig, make_schedule
+from ditskip_edge.runtime import rng
+from ditskip_edge.runtime.errors import UserError
+from ditskip_edge.patch_sampling import PatchSampler
+from ditskip_edge.runtime.schedule import ScheduleConfig, crop_side_px, make_schedule, place_crop
 
 
 def test_crop_side_is_monotone_in_t_and_a_multiple_of_the_pixel_multiple():
@@ -48,7 +48,7 @@ def test_same_seed_same_schedule_other_seed_other_schedule():
 def test_schedule_round_trips_through_json():
     cfg = ScheduleConfig(steps=5, s_min_px=128, s_max_px=256, multiple_px=16)
     a = make_schedule(cfg, [(300, 400)], ["p.png"])
-    from ditskip_edge.schedule import Schedule
+    from ditskip_edge.runtime.schedule import Schedule
     assert Schedule.from_json(a.to_json()) == a
 
 

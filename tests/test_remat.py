@@ -36,11 +36,10 @@ def _two_block_flux_step():
     from ditskip_edge.lora import LoraSpec, add_lora
     from ditskip_edge.models.views import make_view
     from ditskip_edge.plan import SkipPlan
-    from ditskip_edge.quantize import QuantSpec, quantize_frozen_linears
+    from ditskip_edge.quantize import QuantSpec, quantize_frozen_layers
     from ditskip_edge.skip_model import SkipModel
     from ditskip_edge.training_step import TrainingStep
-    from export.contract import FlatTrainingStep, flatten_step_inputs, program_lora_keys
-    from export.executorch_program import StepModule
+    from export.step_module import FlatTrainingStep, StepModule, flatten_step_inputs, program_lora_keys
     torch.manual_seed(0)
     tr = FluxTransformer2DModel(patch_size=1, in_channels=16, num_layers=1, num_single_layers=1,
                                 attention_head_dim=16, num_attention_heads=2, joint_attention_dim=32,
@@ -56,7 +55,7 @@ def _two_block_flux_step():
             if "lora_B" in n:
                 p.copy_(torch.randn(p.shape, generator=g) * 0.05)
     skip = SkipModel(make_view("flux", tr, [0, 1]), SkipPlan(2, 0, 0))
-    n_q = quantize_frozen_linears(skip.view, QuantSpec(bits=8))
+    n_q = quantize_frozen_layers(skip.view, QuantSpec("int8"))
     g = torch.Generator().manual_seed(1)
     x0, noise = torch.randn(1, 4, 8, 8, generator=g), torch.randn(1, 4, 8, 8, generator=g)
     cond = {"txt": torch.randn(1, 4, 32, generator=g), "pooled": torch.randn(1, 32, generator=g)}
@@ -88,7 +87,7 @@ def portable_programs(step):
     """The step exported for the portable backend with external weights, without and with block remat."""
     from ditskip_edge.quantize import QuantSpec
     from export.executorch_program import ExportConfig, export_training_program
-    return {r: export_training_program(step, ExportConfig(quant=QuantSpec(bits=8), remat=r, external_weights=True))
+    return {r: export_training_program(step, ExportConfig(quant=QuantSpec("int8"), remat=r, external_weights=True))
             for r in ("none", "blocks")}
 
 
@@ -140,7 +139,7 @@ def test_xnnpack_remat_matches_eager_and_its_arena_follows_the_traced_need(step)
     from ditskip_edge.quantize import QuantSpec
     from export.executorch_memory import traced_need
     from export.executorch_program import ExportConfig, export_training_program
-    cfg = ExportConfig(quant=QuantSpec(bits=8), backend="xnnpack", remat="blocks")
+    cfg = ExportConfig(quant=QuantSpec("int8"), backend="xnnpack", remat="blocks")
     prog = export_training_program(step, cfg)
     assert prog.ops["xnnpack_delegates"] > 0
     loss, grads = _run(prog, step.example)
@@ -224,24 +223,18 @@ def test_footprint_splits_anonymous_from_file_backed(tmp_path):
 
 @pytest.fixture(scope="module")
 def ort_artifacts(step, tmp_path_factory):
-    """The two-block step as ORT training artifacts (export/ort_graph.py recipe) and its inputs as .npz."""
+    """The two-block step as ORT training artifacts (export/ort_export.py recipe) and its inputs as .npz."""
     import numpy as np
 
     from export.ort_artifacts import generate_training_artifacts
-    from export.ort_graph import OrtStep, StepSignature, export_step_onnx, step_inputs
+    from export.ort_graph import OPSET, export_step_onnx, full_model_names
     d = tmp_path_factory.mktemp("ort")
-    named = dict(zip(step.names, step.example))
-    cond = {k[5:]: v for k, v in named.items() if k.startswith("cond.")}
-    entry = {k[6:]: v for k, v in named.items() if k.startswith("entry.")}
-    sig = StepSignature.of(cond, entry)
-    ostep = OrtStep(step.module.step, sig)
-    inputs = step_inputs(sig, named["x0"], named["noise"], named["t"], cond, entry)
-    view = step.module.step.skip_model.view
-    model = export_step_onnx(ostep, inputs, d / "step.onnx", view)
+    model = export_step_onnx(step.module, step.example, step.names, d / "step.onnx", step.transformer, OPSET)
+    onnx_names = full_model_names(step.module, step.transformer)
+    trainable = [onnx_names[n] for n in step.lora_keys]
     inits = {i.name for i in model.graph.initializer}
-    trainable = [n for n, p in view.named_parameters() if p.requires_grad and n in inits]
     generate_training_artifacts(model, trainable, d / "art")
-    np.savez(d / "inputs.npz", **{f"i{k:03d}": v.detach().numpy() for k, v in enumerate(inputs)})
+    np.savez(d / "inputs.npz", **{f"i{k:03d}": v.detach().numpy() for k, v in enumerate(step.example)})
     return d, inits - set(trainable)
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from conftest import PHOTOS, compile_tiny
-from ditskip_edge.errors import UserError
+from ditskip_edge.runtime.errors import UserError
 from ditskip_edge.images import load_photos
 from ditskip_edge.models.latents import LatentEncoder
 from ditskip_edge.models.loading import build_transformer, build_vae, resolve_spec
@@ -194,6 +194,15 @@ def test_cli_select_json_prints_one_document(tmp_path, capsys):
         assert len(r["splits"]) == r["budget"] + 1
         assert sum(r["chosen"]) == r["budget"]
     assert plot.is_file() and plot.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_cli_select_writes_no_file_unless_asked(tmp_path, capsys, monkeypatch):
+    from ditskip_edge.cli import main
+    monkeypatch.chdir(tmp_path)
+    assert main(["select", "--model", "sana-tiny", "--prompt", PROMPT, "--budget", "2", "--steps", "2",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["plot"] is None
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_cli_select_bad_budget_exits_2(capsys):

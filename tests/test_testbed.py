@@ -9,9 +9,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ditskip_edge.testbed.metrics import (SubjectEmbedder, background_match, colour_agreement, reference_mask,
+from benchmarks.testbed.metrics import (SubjectEmbedder, background_match, colour_agreement, reference_mask,
                                           shape_iou, subject_similarity)
-from ditskip_edge.testbed.scenes import PALETTE, SUBJECTS, reference_images, unrelated_image
+from benchmarks.testbed.scenes import PALETTE, SUBJECTS, reference_images, unrelated_image
 
 
 @pytest.fixture(autouse=True)
@@ -55,7 +55,7 @@ def testbed_model():
 
 
 def test_committed_weights_load_and_the_model_follows_a_prompts_background_colour(testbed_model):
-    from ditskip_edge.testbed.sampling import generate
+    from ditskip_edge.generate import generate
     spec, model = testbed_model
     prompts = [f"a small white circle in the center, on a {c} background" for c in ("red", "blue")]
     images = generate(spec, model, prompts, [0, 0], steps=8, guidance=3.0)
@@ -68,7 +68,7 @@ def test_committed_weights_load_and_the_model_follows_a_prompts_background_colou
 
 
 def test_the_study_runs_end_to_end_on_a_reduced_setting(tmp_path):
-    from ditskip_edge.testbed.study import StudyConfig, run_study, to_markdown
+    from benchmarks.testbed.study import StudyConfig, run_study, to_markdown
     methods = ["full_lora", "blockskip_50", "no_residual_50", "blockskip_50_default_codec", "blockskip_50_executorch",
                "blockskip_50_ort"]
     cfg = StudyConfig(out=tmp_path, subjects=["teal_star"], methods=methods, steps=3, seeds=[0], prompts=2,
@@ -98,7 +98,7 @@ def test_the_study_runs_end_to_end_on_a_reduced_setting(tmp_path):
 
 
 def test_a_rerun_reuses_a_finished_subject_and_a_changed_config_recomputes_it(tmp_path, monkeypatch):
-    from ditskip_edge.testbed import study
+    from benchmarks.testbed import study
     cfg = study.StudyConfig(out=tmp_path, subjects=["teal_star"], methods=["full_lora"], steps=2, seeds=[0], prompts=1,
                             sample_steps=2, n_references=3, fixed_plans=True)
     first = study.study_subject("teal_star", cfg)
@@ -112,7 +112,7 @@ def test_a_rerun_reuses_a_finished_subject_and_a_changed_config_recomputes_it(tm
 
 
 def test_unknown_subjects_or_methods_are_refused_before_any_work(tmp_path):
-    from ditskip_edge.testbed.study import StudyConfig, run_study
+    from benchmarks.testbed.study import StudyConfig, run_study
     with pytest.raises(ValueError, match="unknown method.*blockskip_99"):
         run_study(StudyConfig(out=tmp_path, methods=["full_lora", "blockskip_99"]))
     with pytest.raises(ValueError, match="unknown subject.*pink_elephant"):

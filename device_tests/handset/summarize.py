@@ -1,11 +1,11 @@
 """Summarise a handset run pulled by android_run.sh / ios_pull_readout.sh against the bundle's prediction.
 
     python3 device_tests/handset/summarize.py OUT_DIR BUNDLE_DIR      (plain python3 + the repo: no torch needed
-                                                                        unless the planner is asked, see --planner)
+                                                                        unless the memory estimate is asked, see --estimate)
 
 Prints one JSON document: the app's status and losses, its peak memory (Android: VmHWM and dumpsys TOTAL PSS;
 iOS: peak phys_footprint, lowest os_proc_available_memory), and the bundle's prediction (the exported memory
-report; with --planner, `ditskip-edge plan`'s figure too). It writes the same to OUT_DIR/summary.json.
+report; with --estimate, `ditskip-edge estimate`'s figure too). It writes the same to OUT_DIR/summary.json.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
-def summarize(out: Path, bundle: Path, planner: bool = False) -> dict:
+def summarize(out: Path, bundle: Path, estimate: bool = False) -> dict:
     from device_tests.predict import predict_memory
     run = json.loads((out / "run" / "device_run.json").read_text())
     doc = {"status": run.get("status"), "message": run.get("message"), "runtime": run.get("runtime"),
@@ -36,7 +36,7 @@ def summarize(out: Path, bundle: Path, planner: bool = False) -> dict:
         vals = [int(r["total_pss_kib"]) for r in csv.DictReader(pss.open()) if r.get("total_pss_kib")]
         doc["peak_total_pss_bytes"] = max(vals) * 1024 if vals else None
     runtime = "executorch"
-    p = predict_memory(bundle, runtime, use_planner=planner)
+    p = predict_memory(bundle, runtime, use_estimate=estimate)
     doc["prediction"] = {"bytes": p.bytes, "source": p.source, "parts": p.parts, "alternatives": p.alternatives,
                          "counts": "the training step only: the app process and runtime library come on top"}
     (out / "summary.json").write_text(json.dumps(doc, indent=1))
@@ -45,4 +45,4 @@ def summarize(out: Path, bundle: Path, planner: bool = False) -> dict:
 
 if __name__ == "__main__":
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
-    print(json.dumps(summarize(Path(args[0]), Path(args[1]), planner="--planner" in sys.argv), indent=1))
+    print(json.dumps(summarize(Path(args[0]), Path(args[1]), estimate="--estimate" in sys.argv), indent=1))

@@ -17,8 +17,9 @@ import logging
 
 import torch
 
-from .codecs import X0, CacheCodec, decoder_for
-from .store import entry_layout
+from ..runtime.cache_format import X0, CacheCodec, entry_layout
+from .codecs import decoder_for, encode_entry
+from .store import decoded_entry, torch_entry
 
 log = logging.getLogger(__name__)
 
@@ -29,8 +30,8 @@ REPORT_CODECS = ["fp32", "fp16", "int8-token", "int8-channel", "int8-t32", "int4
 def reference_entries(b, samples: list[int]) -> list[dict[str, torch.Tensor]]:
     """fp32 entries {"x0", residuals...} for the given sample indices of an open bundle."""
     if b.cache.codec.spec == "fp32":
-        return [b.cache.read(k) for k in samples]
-    from ..errors import UserError
+        return [decoded_entry(b.cache, k) for k in samples]
+    from ..runtime.errors import UserError
     from ..models.loading import build_transformer
     from ..models.views import make_view
     from ..sample_inputs import sample_noise
@@ -43,7 +44,7 @@ def reference_entries(b, samples: list[int]) -> list[dict[str, torch.Tensor]]:
     out = []
     for k in samples:
         s = b.schedule.samples[k]
-        x0 = b.cache.read_encoded(k)[X0].clone()
+        x0 = torch_entry(b.cache, k)[X0].clone()
         res = compute_residuals(view, b.plan, x0, sample_noise(s, tuple(x0.shape)), torch.tensor([s.t]), b.cond)
         out.append({X0: x0, **res})
     return out
@@ -66,7 +67,7 @@ def codec_error(codec: CacheCodec, refs: list[dict[str, torch.Tensor]]) -> dict:
     per: dict[str, list[float]] = {}
     with torch.no_grad():
         for e in refs:
-            out = dec(codec.encode(e))
+            out = dec(encode_entry(codec, e))
             for k, d_hat in out.items():
                 per.setdefault(k, []).append(float((d_hat - e[k]).norm() / e[k].norm().clamp_min(1e-30)))
     allv = [x for v in per.values() for x in v]
@@ -75,42 +76,26 @@ def codec_error(codec: CacheCodec, refs: list[dict[str, torch.Tensor]]) -> dict:
 
 
 class LossRunner:
-    """The eager training loop (trainer.py, without checkpoints) over the first steps of the schedule, re-run for
-    each codec from the same initial LoRA (the skip model is built once: building it is the slow part)."""
+    """The runtime's training loop with the eager step (in memory: no checkpoint, no files) over the first steps of
+    the schedule, rerun for each codec from the same initial LoRA (the skip model is built once: building it is the
+    slow part). Each codec's entries are the fp32 references encoded with it, decoded inside the step."""
 
-    def __init__(self, b, refs: dict[int, dict[str, torch.Tensor]], seed: int = 0):
-        from ..bundle_model import build_skip_model
-        torch.manual_seed(seed)
+    def __init__(self, b, refs: dict[int, dict[str, torch.Tensor]]):
+        from ..eager import EagerStep
         self.b, self.refs = b, refs
-        self.model, self.transformer, _ = build_skip_model(b)
-        self.params = [p for p in self.transformer.parameters() if p.requires_grad]
-        self.init = [p.detach().clone() for p in self.params]
         self.shapes = {k: tuple(v.shape) for k, v in next(iter(refs.values())).items()}
+        self.adapter = EagerStep(b.bundle, decoder_for("fp32", self.shapes))
+        self.init = {n: a.copy() for n, a in self.adapter.parameters().items()}
 
     def run(self, codec: CacheCodec, steps: int) -> list[float]:
-        from ..sample_inputs import sample_noise
-        from ..training_step import TrainingStep
-        b = self.b
-        with torch.no_grad():
-            for p, p0 in zip(self.params, self.init):
-                p.copy_(p0)
-        step_fn = TrainingStep(self.model, decoder_for(codec, self.shapes))
-        o = b.optimizer
-        opt = torch.optim.AdamW(self.params, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay)
-        accum = b.schedule.config.grad_accum
-        losses = []
-        for step in range(steps):
-            total = 0.0
-            for s in b.schedule.samples_for_step(step):
-                entry = codec.encode(self.refs[s.index])
-                x0 = entry.pop(X0)
-                loss = step_fn(x0, sample_noise(s, tuple(x0.shape)), torch.tensor([s.t]), b.cond, entry) / accum
-                loss.backward()
-                total += loss.item()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            losses.append(total)
-        return losses
+        from ..runtime.inputs import StepInputs
+        from ..runtime.loop import RunConfig, train
+        self.adapter.reset_lora(self.init)
+        self.adapter.step_fn.decoder = decoder_for(codec, self.shapes)
+        encoded = StepInputs(self.b.bundle, entry_from=lambda s: {
+            k: v.numpy() for k, v in encode_entry(codec, self.refs[s.index]).items()})
+        summary = train(self.b.bundle, self.adapter, RunConfig(run_dir=None, steps=steps, progress=False), encoded)
+        return summary["losses"]
 
 
 def cache_report(b, codecs: list[str] | None = None, max_samples: int = 32, train_steps: int = 10) -> dict:

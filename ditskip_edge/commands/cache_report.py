@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..cli import add_json_flag
-from ..errors import UserError
+from ..runtime.errors import UserError
 
 
-def register(sub) -> None:
+def register(sub, add_json_flag) -> None:
     p = sub.add_parser("cache-report", help="compare residual-cache codecs on a bundle (size, error, loss change)")
     p.add_argument("bundle")
     p.add_argument("--codecs", default=None,

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
-from ..cli import add_json_flag
-from ..compile import CompileRequest, OptimizerSpec, compile_bundle
+from export.executorch_stage import ExecutorchPrograms
+from export.ort_stage import OrtPrograms
+
+from ..cache import DEFAULT_CODEC
+from ..compile import CompileRequest, compile_bundle
 from ..lora import LoraSpec
 from ..models.loading import resolve_spec
-from ..quantize import QuantSpec
-from ..residual_cache import DEFAULT_CODEC
-from ..schedule import ScheduleConfig
+from ..runtime.bundle import OptimizerSpec
+from ..runtime.contract import PROGRAM_PRECISIONS, RUNTIMES
+from ..runtime.errors import UserError
+from ..runtime.schedule import ScheduleConfig
 
 
-def register(sub) -> None:
+def register(sub, add_json_flag) -> None:
     p = sub.add_parser("compile", help="compile a bundle from photos, a prompt and a model")
-    p.add_argument("--model", default="flux-tiny", help="flux-tiny | sana-tiny | a local diffusers pipeline folder")
+    p.add_argument("--model", default="flux-tiny", help="flux-tiny | sana-tiny | flux-testbed | a local diffusers "
+                                                        "pipeline folder")
     p.add_argument("--images", required=True, help="folder of the subject's photos")
     p.add_argument("--prompt", required=True, help="the subject prompt, e.g. 'a photo of sks dog'")
     p.add_argument("--out", required=True, help="bundle folder to create")
@@ -21,29 +26,48 @@ def register(sub) -> None:
     p.add_argument("--skip-back", type=int, default=None, help="blocks skipped at the back (m)")
     p.add_argument("--skip-ratio", type=float, default=None,
                    help="fraction of blocks to skip; the split is chosen by cross-attention masking")
-    p.add_argument("--steps", type=int, default=100, help="optimizer steps in the schedule")
-    p.add_argument("--grad-accum", type=int, default=1, help="samples per optimizer step")
+    p.add_argument("--steps", type=int, default=100, help="optimizer steps in the schedule (1 to 100000)")
+    p.add_argument("--grad-accum", type=int, default=1, help="samples per optimizer step (1 to 256)")
     p.add_argument("--crop-min", type=int, default=None, help="s_min: train resolution in px (model default)")
     p.add_argument("--crop-max", type=int, default=None, help="s_max: data resolution in px (model default)")
     p.add_argument("--t-sampling", default="uniform", choices=["uniform", "logit_normal"])
     p.add_argument("--no-dynamic-patches", action="store_true", help="ablation: centre square resized to crop-min")
-    p.add_argument("--rank", type=int, default=4)
+    p.add_argument("--rank", type=int, default=4, help="LoRA rank (1 to 1024)")
     p.add_argument("--alpha", type=float, default=None, help="LoRA alpha (default: rank)")
     p.add_argument("--lora-targets", default="", help="comma-separated module suffixes in a block (arch default)")
-    p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument("--lr", type=float, default=1e-4, help="AdamW learning rate, in (0, 1]")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--runtime", action="append", default=[], dest="runtimes",
-                   help="also export the device programs for this runtime (repeatable): executorch | ort")
+                   help=f"also export the device programs for these runtimes: {', '.join(RUNTIMES)} "
+                        f"(comma-separated or repeated)")
+    p.add_argument("--precision", default="int8",
+                   help=f"frozen weights of the device programs, comma-separated for several programs: "
+                        f"{', '.join(PROGRAM_PRECISIONS)} (default int8)")
+    p.add_argument("--xnnpack", action="store_true", help="executorch: lower to XNNPACK where it works")
     p.add_argument("--cache-codec", default=DEFAULT_CODEC,
                    help=f"residual-cache codec: fp32 | fp16 | int8-token | int8-channel | int8-gG | int8-tG | "
-                        f"int4-gG | int4-tG | "
-                        f"lowrank-rR, or 'DEFAULT,name=CODEC,...' (default {DEFAULT_CODEC}; see cache-report)")
+                        f"int4-gG | int4-tG | lowrank-rR, or 'DEFAULT,name=CODEC,...' (default {DEFAULT_CODEC}; "
+                        f"see cache-report)")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
-    p.add_argument("--quant-bits", default="8", help="frozen-weight bits of the device programs: 16 (fp32), 8, 4; "
-                                                     "executorch takes a comma-separated list, ort the first value")
-    p.add_argument("--xnnpack", action="store_true", help="executorch: lower to XNNPACK where it works")
     add_json_flag(p)
     p.set_defaults(func=run)
+
+
+def program_stages(runtimes: list[str], precision: str, xnnpack: bool) -> list:
+    names = [r.strip() for arg in runtimes for r in arg.split(",") if r.strip()]
+    bad = [r for r in names if r not in RUNTIMES]
+    if bad:
+        raise UserError(f"--runtime {','.join(bad)}: expected one of {', '.join(RUNTIMES)}")
+    precisions = tuple(p.strip() for p in precision.split(",") if p.strip())
+    if not names and precision != "int8":
+        raise UserError("--precision sets the device programs' frozen weights: add --runtime executorch and/or ort")
+    if xnnpack and "executorch" not in names:
+        raise UserError("--xnnpack lowers the ExecuTorch programs: add --runtime executorch")
+    stages = []
+    for r in dict.fromkeys(names):
+        stages.append(ExecutorchPrograms(precisions, "xnnpack" if xnnpack else "portable") if r == "executorch"
+                      else OrtPrograms(precisions))
+    return stages
 
 
 def run(args) -> dict:
@@ -58,8 +82,5 @@ def run(args) -> dict:
                          n_front=args.skip_front, n_back=args.skip_back, skip_ratio=args.skip_ratio,
                          schedule=sched, lora=lora, optimizer=OptimizerSpec(lr=args.lr), overwrite=args.force,
                          cache_codec=args.cache_codec,
-                         runtimes=args.runtimes, quant=QuantSpec(bits=int(args.quant_bits.split(",")[0])),
-                         runtime_options={"executorch": {
-                             "quant_bits": [int(b) for b in args.quant_bits.split(",") if b],
-                             "backend": "xnnpack" if args.xnnpack else "portable"}})
+                         programs=program_stages(args.runtimes, args.precision, args.xnnpack))
     return compile_bundle(req)

@@ -6,13 +6,12 @@ import json
 import time
 from pathlib import Path
 
-from ..cli import add_json_flag
-from ..errors import UserError
+from ..runtime.errors import UserError
 from ..selection.embedders import DEFAULT_EMBEDDER
 from ..selection.scorer import METHODS
 
 
-def register(sub) -> None:
+def register(sub, add_json_flag) -> None:
     p = sub.add_parser("select", help="choose which blocks to skip, by cross-attention masking (PAPER.md sec. 3)")
     p.add_argument("--model", default="flux-tiny", help="flux-tiny | sana-tiny | a local diffusers pipeline folder")
     p.add_argument("--images", default=None, help="folder of the subject's photos (needed by --method proxy)")
@@ -28,7 +27,7 @@ def register(sub) -> None:
                    help=f"{DEFAULT_EMBEDDER} (offline default) or a local transformers CLIP / DINO folder")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="also write the JSON report to this file")
-    p.add_argument("--plot", default=None, help="PNG of score vs split (default: next to --out, else ./select.png)")
+    p.add_argument("--plot", default=None, help="also draw score vs split into this PNG")
     add_json_flag(p)
     p.set_defaults(func=run)
 
@@ -61,16 +60,17 @@ def run(args) -> dict:
     t0 = time.perf_counter()
     probe = make_probe(spec, transformer, build_vae(spec), photos, args.prompt, args.seed, config)
     results = select_splits(probe, budgets, ratios)
-    plot_path = Path(args.plot) if args.plot else (Path(args.out).with_suffix(".png") if args.out
-                                                   else Path("select.png"))
-    plot_scores(results, plot_path, f"{spec.name}: {config.method}, {probe.embedder.name}, seeds {probe.seeds}")
+    if args.plot:
+        plot_scores(results, Path(args.plot), f"{spec.name}: {config.method}, {probe.embedder.name}, "
+                                              f"seeds {probe.seeds}")
     report = {
         "model": spec.name, "num_blocks": num_blocks, "block_names": block_names_of(transformer),
         "method": config.method, "config": config.to_json(), "embedder": probe.embedder.name,
         "embedder_description": probe.embedder.description, "seeds": probe.seeds, "prompt": args.prompt,
         "scored_on": SCORED_ON, "chosen": {str(r["skip_ratio"] if r["skip_ratio"] is not None else f"k={r['budget']}"):
                                            r["chosen"] for r in results},
-        "results": results, "plot": str(plot_path.resolve()), "seconds": round(time.perf_counter() - t0, 3),
+        "results": results, "plot": str(Path(args.plot).resolve()) if args.plot else None,
+        "seconds": round(time.perf_counter() - t0, 3),
     }
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from ..errors import UserError
+from ..runtime.errors import UserError
 from .specs import FLUX_ARCH, SANA_ARCH, ModelSpec, TextSpec, builtin_spec
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import UserError
+from ..runtime.errors import UserError
 
 FLUX_ARCH = "flux"
 SANA_ARCH = "sana"

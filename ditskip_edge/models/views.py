@@ -74,6 +74,12 @@ class DiTView(nn.Module):
     def run_block(self, block: nn.Module, streams: Streams, ctx) -> Streams:
         raise NotImplementedError
 
+    def run_blocks(self, blocks, streams: Streams, ctx) -> Streams:
+        """The given blocks in order (the memory estimate wraps this to model block rematerialization)."""
+        for block in blocks:
+            streams = self.run_block(block, streams, ctx)
+        return streams
+
     def head(self, streams: Streams, ctx) -> torch.Tensor:
         """Prediction (velocity, model-input layout) from the streams leaving the last block."""
         raise NotImplementedError
@@ -81,8 +87,7 @@ class DiTView(nn.Module):
     # shared ------------------------------------------------------------------------------------------------
     def forward(self, x_t: torch.Tensor, t: torch.Tensor, cond: Conditioning) -> torch.Tensor:
         streams, ctx = self.embed(x_t, t, cond)
-        for block in self.blocks:
-            streams = self.run_block(block, streams, ctx)
+        streams = self.run_blocks(self.blocks, streams, ctx)
         return self.head(streams, ctx)
 
 

@@ -18,7 +18,7 @@ from typing import Sequence
 
 import torch.nn as nn
 
-from ..errors import UserError
+from ..runtime.errors import UserError
 from ..images import Photo
 from ..models.latents import LatentEncoder
 from ..models.specs import ModelSpec

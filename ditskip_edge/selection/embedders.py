@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..errors import UserError
+from ..runtime.errors import UserError
 
 DEFAULT_EMBEDDER = "pixel-stats"
 

@@ -25,7 +25,7 @@ from typing import Iterable, Iterator
 import torch
 import torch.nn as nn
 
-from ..errors import UserError
+from ..runtime.errors import UserError
 from ..models.specs import FLUX_ARCH
 from ..models.views import DiTView
 

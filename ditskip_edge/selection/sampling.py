@@ -9,14 +9,14 @@ Rectified flow (as the skip model trains it): x_t = (1 - t) x0 + t noise, the mo
 - `predict_clean`: the proxy. For the subject's photo latents x0 and a noise seed, at each proxy time t one
   forward gives x0_hat = x_t - t v(x_t, t), decoded. No sampling loop: `len(times)` forwards instead of `steps`.
 
-Noise comes from the portable RNG (`ditskip_edge/rng.py`) so a seed means the same noise everywhere.
+Noise comes from the portable RNG (`ditskip_edge/runtime/rng.py`) so a seed means the same noise everywhere.
 """
 
 from __future__ import annotations
 
 import torch
 
-from .. import rng
+from ..runtime import rng
 from ..models.latents import LatentEncoder
 from ..models.views import Conditioning, DiTView
 

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 import torch.nn.functional as F
 
-from ..errors import UserError
+from ..runtime.errors import UserError
 from ..images import Photo
 from ..models.latents import LatentEncoder
 from ..models.views import Conditioning, DiTView

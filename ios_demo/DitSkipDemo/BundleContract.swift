@@ -2,19 +2,20 @@
 import Foundation
 
 enum BundleContract {
-    static let contractVersion = 2
+    static let contractVersion = 3
     static let bundleFormat = "ditskip-edge-bundle"
-    static let bundleFormatVersion = 1
+    static let bundleFormatVersion = 2
     static let manifestFile = "manifest.json"
+    static let manifestDigestField = "manifest_sha256"
     static let fixedInputs = ["x0", "noise", "t"]
     static let condPrefix = "cond."
     static let entryPrefix = "entry."
     static let x0Key = "x0"
     static let cacheIndexFile = "cache_index.json"
     static let cacheFormat = "ditskip-edge-residual-cache"
-    static let cacheFormatVersion = 2
-    static let cachePartDtypes = ["float32", "float16", "int8", "uint8"]
-    static let cachePartDtypeBytes = [4, 2, 1, 1]
+    static let cacheFormatVersion = 3
+    static let cachePartDtypes = ["float32", "int8", "uint8"]
+    static let cachePartDtypeBytes = [4, 1, 1]
     static let stepInputDtype = "float32"
     static let sampleFields = ["index", "photo", "t", "crop_box", "noise_seed"]
     static let programsField = "programs"
@@ -23,16 +24,16 @@ enum BundleContract {
     static let etPreprocess = "preprocess"
     static let etMethod = "forward"
     static let etProgramField = "path"
+    static let etDataField = "data"
     static let etInputsField = "inputs"
     static let etTrainableField = "trainable"
     static let etTrainableShapesField = "trainable_shapes"
+    static let etPrecisionField = "precision"
     static let loraFileField = "lora_file"
-    static let ortSectionKey = "ort"
-    static let ortProgramDir = "programs/ort"
-    static let ortArtifacts = ["training_model", "eval_model", "optimizer_model", "checkpoint"]
-    static let ortExtraInputs = ["loss_weight"]
     static let loraFile = "pytorch_lora_weights.safetensors"
     static let loraKeyPrefix = "transformer."
+    static let checkpointFile = "checkpoint.safetensors"
+    static let checkpointIdentityPrefix = "ditskip-edge checkpoint v1"
     static let rngCheckSeed = 12345
     static let rngCheckNormals = [0.562543511390686, 0.922802209854126, -0.60619056224823, -1.8615540266036987, 0.8157831430435181, -1.341822862625122]
 }

@@ -84,7 +84,6 @@ static NSError *DSError(NSString *what, Error code) {
     executorch::aten::ScalarType type;
     size_t itemsize;
     if ([input.dtype isEqualToString:@"float32"]) { type = executorch::aten::ScalarType::Float; itemsize = 4; }
-    else if ([input.dtype isEqualToString:@"float16"]) { type = executorch::aten::ScalarType::Half; itemsize = 2; }
     else if ([input.dtype isEqualToString:@"int8"]) { type = executorch::aten::ScalarType::Char; itemsize = 1; }
     else if ([input.dtype isEqualToString:@"uint8"]) { type = executorch::aten::ScalarType::Byte; itemsize = 1; }
     else {

@@ -9,7 +9,7 @@ struct CacheEntry { let shard: String; let offset: Int; let bytes: Int; let sha2
 
 /// The sharded residual cache (contract v2, `cache` section; ditskip_edge/cache/store.py): cache_index.json plus
 /// shard_NNNNN.bin. Each shard is memory-mapped (Data .alwaysMapped); sample k is the slice [offset, offset + bytes),
-/// its SHA-256 is checked, and its parts are handed out as stored (int8 / uint8 codes, float16 scales, float32 x0):
+/// its SHA-256 is checked, and its parts are handed out as stored (int8 / uint8 codes and fp16 bytes, float32 scales and x0):
 /// the program decodes them itself.
 final class ResidualCache {
     let dir: URL
@@ -76,5 +76,5 @@ final class ResidualCache {
     }
 
     /// Contract part dtype -> RawTensor's (safetensors) dtype code.
-    static let safetensorsDtype = ["float32": "F32", "float16": "F16", "int8": "I8", "uint8": "U8"]
+    static let safetensorsDtype = ["float32": "F32", "int8": "I8", "uint8": "U8"]
 }

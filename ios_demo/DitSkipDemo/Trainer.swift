@@ -1,11 +1,12 @@
 import Foundation
 
-/// The training loop on the phone, the Swift twin of the Python runtime trainer (export/executorch_trainer.py):
-/// forward-backward per scheduled sample through the Objective-C++ bridge, gradients averaged over grad_accum,
-/// AdamW in place on the runtime's parameters, an atomic checkpoint after every step, the LoRA at the end.
+/// The training loop on the phone, line for line the runtime package's loop (ditskip_edge/runtime/loop.py) with the
+/// ExecuTorch step adapter (runtime/executorch.py): one forward-backward on the first sample (the named parameters
+/// exist only after it), resume from RUN/checkpoint.safetensors when its identity is this run's, then per step the
+/// scheduled samples' gradients averaged over grad_accum through the Objective-C++ bridge, AdamW in place on the
+/// runtime's parameters, an atomic checkpoint after every step, the LoRA at the end.
 final class Trainer {
     struct Progress { let step: Int; let total: Int; let loss: Float; let memory: MemoryProbe.Reading }
-    static let checkpointName = "executorch_checkpoint.safetensors"
 
     let bundle: TrainingBundle
     let runDir: URL
@@ -23,13 +24,15 @@ final class Trainer {
                           weightDecay: o["weight_decay"] as! Double)
         let module = try DSTrainingModule(path: bundle.programURL.path)
         let method = BundleContract.etMethod
-        var params: [String: UnsafeMutablePointer<Float>]? = nil
-        var counts: [String: Int] = [:], shapes: [String: [Int]] = [:]
-        var start = 0
-        for step in 0..<bundle.steps where step >= start {
+        _ = try module.forwardBackward(method, inputs: try bundle.stepInputs(bundle.samples[0]))   // prepare
+        let views = try module.namedParameters(method)
+        let params = views.mapValues { $0.data }
+        let counts = views.mapValues { $0.count }
+        let shapes = views.mapValues { $0.shape.map(\.intValue) }
+        let start = try resume(params, counts, adamw)
+        for step in start..<bundle.steps {
             var grads: [String: [Float]] = [:]
             var stepLoss: Float = 0
-            var skip = false
             for s in bundle.samplesForStep(step) {
                 let loss = try module.forwardBackward(method, inputs: try bundle.stepInputs(s))
                 stepLoss += loss.floatValue / Float(bundle.gradAccum)
@@ -38,34 +41,24 @@ final class Trainer {
                     for i in 0..<g.count { acc[i] += g.data[i] / Float(bundle.gradAccum) }
                     grads[name] = acc
                 }
-                if params == nil {     // named parameters exist only after a first forward-backward
-                    let views = try module.namedParameters(method)
-                    params = views.mapValues { $0.data }
-                    counts = views.mapValues { $0.count }
-                    shapes = views.mapValues { $0.shape.map(\.intValue) }
-                    start = try resume(params!, counts, adamw)
-                    if step < start { skip = true; break }   // resumed past this step: discard its gradients
-                }
             }
-            if skip { continue }
-            adamw.step(params: params!, counts: counts, grads: grads)
+            adamw.step(params: params, counts: counts, grads: grads)
             losses.append(stepLoss)
-            try saveCheckpoint(params!, counts, adamw, step + 1)
+            try saveCheckpoint(params, counts, adamw, step + 1)
             let mem = MemoryProbe.read()
             timeline.append((step + 1, mem))
             onProgress(Progress(step: step + 1, total: bundle.steps, loss: stepLoss, memory: mem))
         }
-        guard let p = params else { throw TrainError.runtime("the schedule has no steps") }
-        return try saveLora(p, counts, shapes)
+        return try saveLora(params, counts, shapes)
     }
 
-    private var checkpointURL: URL { runDir.appendingPathComponent(Trainer.checkpointName) }
+    private var checkpointURL: URL { runDir.appendingPathComponent(BundleContract.checkpointFile) }
 
     private func resume(_ params: [String: UnsafeMutablePointer<Float>], _ counts: [String: Int], _ adamw: AdamW) throws -> Int {
         guard FileManager.default.fileExists(atPath: checkpointURL.path) else { return 0 }
         let (ck, meta) = try Safetensors.read(checkpointURL)
-        guard meta["bundle_schedule_sha256"] == bundle.scheduleSha256
-        else { throw TrainError.bundle("\(checkpointURL.path) belongs to another bundle: delete it") }
+        guard meta["identity"] == bundle.checkpointIdentity
+        else { throw TrainError.bundle("\(checkpointURL.path) belongs to another bundle, program or schedule: delete it") }
         var m: [String: [Float]] = [:], v: [String: [Float]] = [:]
         for (name, p) in params {
             let saved = try ck["param/\(name)"]!.floats()
@@ -74,7 +67,7 @@ final class Trainer {
             v[name] = try ck["v/\(name)"]!.floats()
         }
         let step = Int(meta["step"]!)!
-        adamw.restore(step: step, m: m, v: v)
+        adamw.restore(step: Int(meta["optimizer_steps"]!)!, m: m, v: v)
         losses = (try JSONSerialization.jsonObject(with: Data(meta["losses"]!.utf8)) as! [Double]).map { Float($0) }
         return step
     }
@@ -89,7 +82,8 @@ final class Trainer {
         }
         let lossesJSON = String(data: try JSONSerialization.data(withJSONObject: losses.map { Double($0) }), encoding: .utf8)!
         try Safetensors.writeF32(checkpointURL, t, metadata: ["step": String(step), "losses": lossesJSON,
-                                                             "bundle_schedule_sha256": bundle.scheduleSha256])
+                                                             "optimizer_steps": String(adamw.stepCount),
+                                                             "identity": bundle.checkpointIdentity])
     }
 
     private func saveLora(_ params: [String: UnsafeMutablePointer<Float>], _ counts: [String: Int], _ shapes: [String: [Int]]) throws -> URL {

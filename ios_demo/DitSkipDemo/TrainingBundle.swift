@@ -1,3 +1,4 @@
+import CryptoKit
 import Foundation
 
 struct Sample { let index: Int; let photo: Int; let t: Float; let cropBox: [Int]; let noiseSeed: UInt64 }
@@ -6,6 +7,9 @@ struct InputSpec { let name: String; let shape: [Int]; let dtype: String }
 /// A bundle as the device reads it, through the contract only (docs/bundle_contract.json; names in BundleContract).
 final class TrainingBundle {
     let root: URL
+    /// The manifest's own digest (its first line), checked against every byte after that line before any field is
+    /// read (contract `bundle.manifest_digest`): an edited or corrupt manifest is refused.
+    let manifestSha256: String
     let manifest: [String: Any]
     let samples: [Sample]
     let steps: Int
@@ -18,7 +22,17 @@ final class TrainingBundle {
 
     init(root: URL) throws {
         self.root = root
-        let m = try JSONSerialization.jsonObject(with: Data(contentsOf: root.appendingPathComponent(BundleContract.manifestFile)))
+        let raw = try Data(contentsOf: root.appendingPathComponent(BundleContract.manifestFile))
+        guard let newline = raw.firstIndex(of: 0x0A),
+              let head = String(data: raw[raw.startIndex...newline], encoding: .utf8),
+              let match = head.range(of: "^\\{\"\(BundleContract.manifestDigestField)\": \"[0-9a-f]{64}\",\n$",
+                                     options: .regularExpression)
+        else { throw TrainError.bundle("\(root.path)/manifest.json: first line does not carry \(BundleContract.manifestDigestField)") }
+        let digest = String(head[match].dropFirst(BundleContract.manifestDigestField.count + 6).prefix(64))
+        guard TrainingBundle.sha256Hex(raw[raw.index(after: newline)...]) == digest
+        else { throw TrainError.bundle("\(root.path)/manifest.json: contents do not match \(BundleContract.manifestDigestField) (edited or corrupt)") }
+        manifestSha256 = digest
+        let m = try JSONSerialization.jsonObject(with: raw)
         guard let manifest = m as? [String: Any] else { throw TrainError.bundle("manifest.json is not an object") }
         guard manifest["format"] as? String == BundleContract.bundleFormat,
               manifest["format_version"] as? Int == BundleContract.bundleFormatVersion
@@ -80,10 +94,18 @@ final class TrainingBundle {
         ((manifest[BundleContract.loraFileField] as? [String: Any])?["metadata"] as? [String: String]) ?? ["format": "pt"]
     }
 
-    var scheduleSha256: String {
-        let subject = manifest["subject_stage"] as! [String: Any]
+    static func sha256Hex<D: DataProtocol>(_ data: D) -> String {
+        SHA256.hash(data: data).map { String(format: "%02x", $0) }.joined()
+    }
+
+    /// What a checkpoint belongs to (contract `checkpoint.identity`): this runtime, this program's files, this
+    /// manifest (which covers the schedule, the cache codec, the LoRA spec and the optimizer).
+    var checkpointIdentity: String {
         let files = manifest["files"] as! [String: [String: Any]]
-        return files[subject["schedule"] as! String]!["sha256"] as! String
+        let paths = [program[BundleContract.etProgramField] as! String] + (program[BundleContract.etDataField] as? [String] ?? [])
+        let programSha = paths.map { files[$0]!["sha256"] as! String }.joined(separator: "+")
+        let text = "\(BundleContract.checkpointIdentityPrefix)\n\(BundleContract.etRuntime)\n\(programSha)\n\(manifestSha256)"
+        return TrainingBundle.sha256Hex(Data(text.utf8))
     }
 
     /// x0, noise, t, cond.* sorted, entry.* sorted (contract `step_inputs`): refuse a program that differs.
@@ -97,7 +119,7 @@ final class TrainingBundle {
     func samplesForStep(_ step: Int) -> ArraySlice<Sample> { samples[(step * gradAccum)..<((step + 1) * gradAccum)] }
 
     /// One sample's inputs in program order: x0 from the cache entry, noise from the portable RNG, t, text, and the
-    /// cache entry's stored parts (SHA-256 checked; int8 / uint8 / float16 / float32 as the program's spec says).
+    /// cache entry's stored parts (SHA-256 checked; int8 / uint8 / float32 as the program's spec says).
     func stepInputs(_ s: Sample) throws -> [DSTensorInput] {
         let entry = try cache.read(s.index)
         guard let x0 = try entry[BundleContract.x0Key]?.floats() else { throw TrainError.bundle("cache entry \(s.index) has no x0") }

@@ -2,19 +2,20 @@
 package org.ditskip.demo
 
 object BundleContract {
-    const val CONTRACT_VERSION = 2
+    const val CONTRACT_VERSION = 3
     const val BUNDLE_FORMAT = "ditskip-edge-bundle"
-    const val BUNDLE_FORMAT_VERSION = 1
+    const val BUNDLE_FORMAT_VERSION = 2
     const val MANIFEST_FILE = "manifest.json"
+    const val MANIFEST_DIGEST_FIELD = "manifest_sha256"
     val FIXED_INPUTS = listOf("x0", "noise", "t")
     const val COND_PREFIX = "cond."
     const val ENTRY_PREFIX = "entry."
     const val X0_KEY = "x0"
     const val CACHE_INDEX_FILE = "cache_index.json"
     const val CACHE_FORMAT = "ditskip-edge-residual-cache"
-    const val CACHE_FORMAT_VERSION = 2
-    val CACHE_PART_DTYPES = listOf("float32", "float16", "int8", "uint8")
-    val CACHE_PART_DTYPE_BYTES = listOf(4, 2, 1, 1)
+    const val CACHE_FORMAT_VERSION = 3
+    val CACHE_PART_DTYPES = listOf("float32", "int8", "uint8")
+    val CACHE_PART_DTYPE_BYTES = listOf(4, 1, 1)
     const val STEP_INPUT_DTYPE = "float32"
     val SAMPLE_FIELDS = listOf("index", "photo", "t", "crop_box", "noise_seed")
     const val PROGRAMS_FIELD = "programs"
@@ -23,16 +24,16 @@ object BundleContract {
     const val ET_PREPROCESS = "preprocess"
     const val ET_METHOD = "forward"
     const val ET_PROGRAM_FIELD = "path"
+    const val ET_DATA_FIELD = "data"
     const val ET_INPUTS_FIELD = "inputs"
     const val ET_TRAINABLE_FIELD = "trainable"
     const val ET_TRAINABLE_SHAPES_FIELD = "trainable_shapes"
+    const val ET_PRECISION_FIELD = "precision"
     const val LORA_FILE_FIELD = "lora_file"
-    const val ORT_SECTION_KEY = "ort"
-    const val ORT_PROGRAM_DIR = "programs/ort"
-    val ORT_ARTIFACTS = listOf("training_model", "eval_model", "optimizer_model", "checkpoint")
-    val ORT_EXTRA_INPUTS = listOf("loss_weight")
     const val LORA_FILE = "pytorch_lora_weights.safetensors"
     const val LORA_KEY_PREFIX = "transformer."
+    const val CHECKPOINT_FILE = "checkpoint.safetensors"
+    const val CHECKPOINT_IDENTITY_PREFIX = "ditskip-edge checkpoint v1"
     const val RNG_CHECK_SEED = 12345
     val RNG_CHECK_NORMALS = doubleArrayOf(0.562543511390686, 0.922802209854126, -0.60619056224823, -1.8615540266036987, 0.8157831430435181, -1.341822862625122)
 }

@@ -8,19 +8,23 @@ import java.io.File
 import java.nio.FloatBuffer
 
 /**
- * The training loop on the phone, the Kotlin twin of the Python runtime trainer (export/executorch_trainer.py):
+ * The training loop on the phone, line for line the runtime package's loop (ditskip_edge/runtime/loop.py) with the
+ * ExecuTorch step adapter (runtime/executorch.py):
  *
- *   module = TrainingModule.load(bundle/programs/executorch/<path>)
+ *   module = TrainingModule.load(bundle/<program path>)
+ *   one forward-backward on the first sample: the named parameters exist only after it      (adapter.prepare)
+ *   resume from RUN/checkpoint.safetensors if its identity is this run's                     (runtime/checkpoint.py)
  *   for step in start until steps:                       // one optimizer step = grad_accum scheduled samples
  *       for sample in schedule[step]: loss = module.executeForwardBackward("forward", inputs); grads += g / accum
  *       adamw.step(params, grads)                          // params are the runtime's arena, updated in place
  *       checkpoint (atomic) ; report loss + memory
- *   write the LoRA (diffusers keys from the manifest's `trainable` map)
+ *   write the LoRA (the manifest's lora_file keys, via the program's `trainable` map)
  */
 class EtTrainer(private val bundle: TrainingBundle, private val runDir: File) {
     data class Progress(val step: Int, val total: Int, val loss: Float, val memory: MemoryProbe.Reading)
 
-    private val checkpointFile = File(runDir, CHECKPOINT)
+    private val checkpointFile = File(runDir, BundleContract.CHECKPOINT_FILE)
+    private val identity = bundle.checkpointIdentity(bundle.etSection)
     val losses = ArrayList<Float>()
     val memoryTimeline = ArrayList<Pair<Int, MemoryProbe.Reading>>()
     private val paramShapes = HashMap<String, LongArray>()
@@ -34,46 +38,43 @@ class EtTrainer(private val bundle: TrainingBundle, private val runDir: File) {
                           o.getDouble("weight_decay"))
         val module = TrainingModule.load(bundle.programFile.absolutePath)
         try {
-            var params: Map<String, FloatBuffer>? = null
-            var start = 0
-            for (step in 0 until bundle.steps) {
-                if (step < start) continue
+            fun forwardBackward(s: Sample): Float {
+                val inputs = bundle.stepInputs(s, x0ForSample?.invoke(s)).map { (spec, v) -> EValue.from(tensorOf(spec, v)) }
+                val out = module.executeForwardBackward(BundleContract.ET_METHOD, *inputs.toTypedArray())
+                return out[0].toTensor().dataAsFloatArray[0]
+            }
+            forwardBackward(bundle.samples[0])          // prepare: the named parameters exist only after a first call
+            val named = module.namedParameters(BundleContract.ET_METHOD)
+            paramShapes.putAll(named.mapValues { (_, t) -> t.shape() })
+            val params = named.mapValues { (_, t) -> t.getRawDataBuffer() as FloatBuffer }
+            val start = resume(params, adamw)
+            for (step in start until bundle.steps) {
                 val accum = bundle.gradAccum
                 val grads = HashMap<String, FloatArray>()
                 var stepLoss = 0f
                 for (s in bundle.samplesForStep(step)) {
-                    val inputs = bundle.stepInputs(s, x0ForSample?.invoke(s)).map { (spec, v) -> EValue.from(tensorOf(spec, v)) }
-                    val out = module.executeForwardBackward(BundleContract.ET_METHOD, *inputs.toTypedArray())
-                    stepLoss += out[0].toTensor().dataAsFloatArray[0] / accum
+                    stepLoss += forwardBackward(s) / accum
                     for ((name, g) in module.namedGradients(BundleContract.ET_METHOD)) {
                         val ga = g.dataAsFloatArray
                         val acc = grads.getOrPut(name) { FloatArray(ga.size) }
                         for (i in ga.indices) acc[i] += ga[i] / accum
                     }
-                    if (params == null) {      // named parameters exist only after a first forward-backward
-                        val named = module.namedParameters(BundleContract.ET_METHOD)
-                        paramShapes.putAll(named.mapValues { (_, t) -> t.shape() })
-                        params = named.mapValues { (_, t) -> t.getRawDataBuffer() as FloatBuffer }
-                        start = resume(params, adamw)
-                        if (step < start) break   // resumed past this step: its gradients are discarded
-                    }
                 }
-                if (step < start) continue
-                adamw.step(params!!, grads)
+                adamw.step(params, grads)
                 losses.add(stepLoss)
                 saveCheckpoint(params, adamw, step + 1)
                 val mem = MemoryProbe.read()
                 memoryTimeline.add(step + 1 to mem)
                 onProgress(Progress(step + 1, bundle.steps, stepLoss, mem))
             }
-            return saveLora(params ?: error("schedule has no steps"))
+            return saveLora(params)
         } finally {
             module.close()
         }
     }
 
     /** A program input with the spec's dtype and shape: float32 (x0, noise, t, cond.*), or a cache part as stored
-     *  (contract `step_inputs.dtype_rule`: int8 / uint8 codes, float16 scales, float32 x0). */
+     *  (contract `step_inputs.dtype_rule`: int8 / uint8 codes and fp16 bytes, float32 scales and x0). */
     private fun tensorOf(spec: InputSpec, v: Any): Tensor {
         val numel = spec.shape.fold(1L) { a, b -> a * b }
         if (v is RawTensor) {
@@ -94,8 +95,8 @@ class EtTrainer(private val bundle: TrainingBundle, private val runDir: File) {
             }
             "int8" -> Tensor.fromBlob((v as RawTensor).rawBytes(), spec.shape)
             "uint8" -> Tensor.fromBlobUnsigned((v as RawTensor).rawBytes(), spec.shape)
-            else -> error("input ${spec.name}: ${spec.dtype} inputs are not supported by the ExecuTorch Java tensor API " +
-                          "this app uses (docs/bundle_contract.md, known gaps); recompile with --cache-codec fp32")
+            else -> error("input ${spec.name}: dtype ${spec.dtype} is not one of the contract's part dtypes " +
+                          "${BundleContract.CACHE_PART_DTYPES} (bundle compiled for another contract)")
         }
     }
 
@@ -104,8 +105,8 @@ class EtTrainer(private val bundle: TrainingBundle, private val runDir: File) {
         if (!checkpointFile.isFile) return 0
         val ck = Safetensors.read(checkpointFile)
         val meta = checkpointMetadata(checkpointFile)
-        check(meta["bundle_schedule_sha256"] == bundle.scheduleSha256) {
-            "$checkpointFile belongs to another bundle: delete it or choose another run folder"
+        check(meta["identity"] == identity) {
+            "$checkpointFile belongs to another bundle, program or schedule: delete it or choose another run folder"
         }
         val m = HashMap<String, FloatArray>(); val v = HashMap<String, FloatArray>()
         for ((name, buf) in params) {
@@ -115,7 +116,7 @@ class EtTrainer(private val bundle: TrainingBundle, private val runDir: File) {
             v[name] = ck.getValue("v/$name").floats()
         }
         val step = meta.getValue("step").toInt()
-        adamw.restore(step.toLong(), m, v)
+        adamw.restore(meta.getValue("optimizer_steps").toLong(), m, v)
         val ls = JSONArray(meta.getValue("losses"))
         losses.clear(); for (i in 0 until ls.length()) losses.add(ls.getDouble(i).toFloat())
         return step
@@ -131,7 +132,7 @@ class EtTrainer(private val bundle: TrainingBundle, private val runDir: File) {
         }
         Safetensors.writeF32(checkpointFile, t, mapOf("step" to step.toString(),
             "losses" to JSONArray(losses.map { it.toDouble() }).toString(),
-            "bundle_schedule_sha256" to bundle.scheduleSha256))
+            "optimizer_steps" to adamw.step.toString(), "identity" to identity))
     }
 
     private fun saveLora(params: Map<String, FloatBuffer>): File {
@@ -148,8 +149,6 @@ class EtTrainer(private val bundle: TrainingBundle, private val runDir: File) {
     }
 
     companion object {
-        const val CHECKPOINT = "executorch_checkpoint.safetensors"
-
         fun checkpointMetadata(file: File): Map<String, String> {
             java.io.RandomAccessFile(file, "r").use { f ->
                 val lenBytes = ByteArray(8); f.readFully(lenBytes)

@@ -13,10 +13,10 @@ data class CachePart(val dtype: String, val shape: LongArray, val offset: Int, v
 data class CacheEntry(val shard: String, val offset: Long, val bytes: Long, val sha256: String)
 
 /**
- * The sharded residual cache (contract v2, `cache` section; ditskip_edge/cache/store.py): cache_index.json plus
+ * The sharded residual cache (contract v3, `cache` section; ditskip_edge/runtime/cache.py): cache_index.json plus
  * shard_NNNNN.bin files. Sample k is bytes [offset, offset + bytes) of its shard: only that slice is memory-mapped,
- * its SHA-256 is checked, and its parts are handed out as stored (int8 / uint8 codes, float16 scales, float32 x0);
- * the program decodes them itself.
+ * its SHA-256 is checked, and its parts are handed out as stored (int8 / uint8 codes and fp16 bytes, float32 scales
+ * and x0: every dtype the ExecuTorch Java API can pass); the program decodes them itself.
  */
 class ResidualCache(val dir: File) {
     val layout: Map<String, CachePart>
@@ -92,6 +92,6 @@ class ResidualCache(val dir: File) {
 
     companion object {
         /** Contract part dtype -> RawTensor's (safetensors) dtype code. */
-        val SAFETENSORS_DTYPE = mapOf("float32" to "F32", "float16" to "F16", "int8" to "I8", "uint8" to "U8")
+        val SAFETENSORS_DTYPE = mapOf("float32" to "F32", "int8" to "I8", "uint8" to "U8")
     }
 }

@@ -15,7 +15,10 @@ data class InputSpec(val name: String, val shape: LongArray, val dtype: String)
  * conditioning, residual cache index, and the ExecuTorch program section. Nothing here knows the model.
  */
 class TrainingBundle(val root: File) {
-    val manifest: JSONObject = JSONObject(File(root, BundleContract.MANIFEST_FILE).readText())
+    /** The manifest's own digest (its first line), checked against every byte after that line before any field is
+     *  read (contract `bundle.manifest_digest`): an edited or corrupt manifest is refused. */
+    val manifestSha256: String
+    val manifest: JSONObject
     val samples: List<Sample>
     val steps: Int
     val gradAccum: Int
@@ -26,6 +29,16 @@ class TrainingBundle(val root: File) {
     val cache: ResidualCache
 
     init {
+        val raw = File(root, BundleContract.MANIFEST_FILE).readBytes()
+        val firstLine = raw.indexOf(0x0A.toByte())           // the first newline
+        val head = if (firstLine > 0) String(raw, 0, firstLine + 1, Charsets.UTF_8) else ""
+        val m = Regex("^\\{\"${BundleContract.MANIFEST_DIGEST_FIELD}\": \"([0-9a-f]{64})\",\n$").find(head)
+        require(m != null) { "$root/manifest.json: first line does not carry ${BundleContract.MANIFEST_DIGEST_FIELD}" }
+        manifestSha256 = m.groupValues[1]
+        require(sha256Hex(raw.copyOfRange(firstLine + 1, raw.size)) == manifestSha256) {
+            "$root/manifest.json: contents do not match ${BundleContract.MANIFEST_DIGEST_FIELD} (edited or corrupt)"
+        }
+        manifest = JSONObject(String(raw, Charsets.UTF_8))
         require(manifest.optString("format") == BundleContract.BUNDLE_FORMAT) {
             "${root}/manifest.json: format is ${manifest.optString("format")}, expected ${BundleContract.BUNDLE_FORMAT}"
         }
@@ -134,10 +147,19 @@ class TrainingBundle(val root: File) {
         }
     }
 
-    /** Identity of the subject (the schedule file's SHA-256 from the manifest): a checkpoint belongs to one bundle. */
-    val scheduleSha256: String
-        get() = manifest.getJSONObject("files")
-            .getJSONObject(manifest.getJSONObject("subject_stage").getString("schedule")).getString("sha256")
+    /** What a checkpoint belongs to (contract `checkpoint.identity`): this runtime, this program's files, this
+     *  manifest (which covers the schedule, the cache codec, the LoRA spec and the optimizer). */
+    fun checkpointIdentity(program: JSONObject): String {
+        val files = manifest.getJSONObject("files")
+        val paths = listOf(program.getString(BundleContract.ET_PROGRAM_FIELD)) +
+            (program.optJSONArray(BundleContract.ET_DATA_FIELD)?.let { d -> (0 until d.length()).map { d.getString(it) } } ?: emptyList())
+        val programSha = paths.joinToString("+") { files.getJSONObject(it).getString("sha256") }
+        val text = "${BundleContract.CHECKPOINT_IDENTITY_PREFIX}\n${BundleContract.ET_RUNTIME}\n$programSha\n$manifestSha256"
+        return sha256Hex(text.toByteArray(Charsets.UTF_8))
+    }
+
+    private fun sha256Hex(bytes: ByteArray): String =
+        MessageDigest.getInstance("SHA-256").digest(bytes).joinToString("") { "%02x".format(it) }
 
     fun verifyFiles(progress: (String) -> Unit = {}) {
         val files = manifest.getJSONObject("files")

@@ -1,0 +1,46 @@
+"""ditskip-edge estimate (alias: plan): the memory estimate of a BlockSkip training step on a device, and its
+storage, from the architecture alone (no weights). "Plan" elsewhere means the skip plan; the subcommand keeps its
+old name as an alias."""
+
+from __future__ import annotations
+
+from ..memory_estimate.request import DEFAULT_RUNTIME_OVERHEAD_MIB, EstimateRequest, estimate_memory
+from ..runtime.contract import PRECISIONS
+
+
+def register(sub, add_json_flag) -> None:
+    p = sub.add_parser("estimate", aliases=["plan"],
+                       help="estimate the device memory and storage of a training step (no weights needed)")
+    p.add_argument("--model", required=True, help="flux-dev | sana-1600m | sana-600m | a tiny name | a local folder")
+    p.add_argument("--skip-ratio", type=float, default=None,
+                   help="fraction of blocks skipped; the split is the paper's (FLUX at 30/40/50%%) or the default")
+    p.add_argument("--skip-front", type=int, default=None, help="blocks skipped at the front (n), with --skip-back")
+    p.add_argument("--skip-back", type=int, default=None, help="blocks skipped at the back (m)")
+    p.add_argument("--precision", default="int8", choices=PRECISIONS,
+                   help="frozen weights: fp32, bf16 (weights and compute), int8 or int4 (fp32 compute)")
+    p.add_argument("--resolution", type=int, default=None, help="train resolution in px (model default: s_min)")
+    p.add_argument("--text-tokens", type=int, default=None, help="text tokens L (model default)")
+    p.add_argument("--rank", type=int, default=16, help="LoRA rank")
+    p.add_argument("--attention", default="math", choices=["math", "flash"],
+                   help="math: the device program's attention (default); flash: torch's CPU kernel (eager)")
+    p.add_argument("--runtime-overhead-mib", type=float, default=DEFAULT_RUNTIME_OVERHEAD_MIB,
+                   help="process / runtime library overhead added to the peak (assumed)")
+    p.add_argument("--steps", type=int, default=500, help="optimizer steps (storage of the residual cache)")
+    p.add_argument("--grad-accum", type=int, default=4, help="samples per step (storage of the residual cache)")
+    p.add_argument("--remat", default="none",
+                   help="block rematerialization in the step: none | blocks | every:K (kept blocks recomputed in "
+                        "backward, K a segment)")
+    p.add_argument("--weights", default="resident", choices=["resident", "mapped"],
+                   help="frozen weights in anonymous memory, or memory-mapped from the bundle's data file (clean, "
+                        "file-backed: not in the footprint)")
+    add_json_flag(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> dict:
+    return estimate_memory(EstimateRequest(model=args.model, skip_ratio=args.skip_ratio, skip_front=args.skip_front,
+                                 skip_back=args.skip_back, precision=args.precision, resolution_px=args.resolution,
+                                 text_tokens=args.text_tokens, rank=args.rank, attention=args.attention,
+                                 runtime_overhead_mib=args.runtime_overhead_mib, steps=args.steps,
+                                 grad_accum=args.grad_accum, remat=args.remat,
+                                         weights=args.weights))

@@ -1,0 +1,76 @@
+"""Generation for the testbed: rectified-flow Euler through the full model's view, the user's path for a LoRA.
+
+    transformer = build_transformer(spec); load_lora(transformer, lora_file)   # diffusers load_lora_adapter
+    x_1 ~ N(0, I) (per-image seed);  for t_i = 1 .. 0 in `steps` equal steps:
+        v = v(x, t, "") + g * (v(x, t, prompt) - v(x, t, ""))                     # classifier-free guidance
+        x = x + (t_{i+1} - t_i) * v                                              # v = noise - x0
+    image = decode(unpack(x))
+
+v comes from `DiTView.forward` over all blocks (models/views.py), i.e. the diffusers model's own computation.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+from .models.latents import LatentEncoder
+from .models.loading import build_transformer, build_vae
+from .models.specs import ModelSpec
+from .models.text import encode_prompt
+from .models.views import make_view
+
+
+def load_lora(transformer: nn.Module, lora_file: str | Path, adapter_name: str = "subject") -> None:
+    """Load a LoRA file written by the trainer into the full diffusers transformer (the user's path)."""
+    from diffusers import FluxPipeline
+    sd = FluxPipeline.lora_state_dict(str(lora_file))
+    sd = sd[0] if isinstance(sd, tuple) else sd
+    transformer.load_lora_adapter(sd, prefix="transformer", adapter_name=adapter_name)
+
+
+def load_model(spec: ModelSpec, lora_file: str | Path | None = None) -> nn.Module:
+    transformer = build_transformer(spec)
+    if lora_file is not None:
+        load_lora(transformer, lora_file)
+    return transformer.eval()
+
+
+@torch.no_grad()
+def generate(spec: ModelSpec, transformer: nn.Module, prompts: list[str], seeds: list[int], steps: int = 20,
+             guidance: float = 3.0, px: int | None = None, batch: int = 16) -> torch.Tensor:
+    """One image per (prompt, seed) pair, in that order: [N, 3, px, px] in [-1, 1]."""
+    if len(prompts) != len(seeds):
+        raise ValueError("generate: one seed per prompt")
+    px = px or spec.train_px
+    view = make_view(spec.arch, transformer)
+    decoder = LatentEncoder(spec.arch, build_vae(spec))
+    c = int(spec.vae_config.get("in_channels", 3)) * int(spec.vae_scale_factor) ** 2
+    hw = (px // spec.vae_scale_factor, px // spec.vae_scale_factor)
+    enc = {p: encode_prompt(spec, p) for p in set(prompts) | {""}}
+    out = []
+    for i in range(0, len(prompts), batch):
+        ps, ss = prompts[i:i + batch], seeds[i:i + batch]
+        x = torch.cat([view.pack(torch.randn(1, c, *hw, generator=torch.Generator().manual_seed(s))) for s in ss])
+        cond = {k: torch.cat([enc[p][k] for p in ps]) for k in enc[""]}
+        uncond = {k: v.expand(len(ps), *v.shape[1:]) for k, v in enc[""].items()}
+        both = {k: torch.cat([uncond[k], cond[k]]) for k in cond}
+        ts = torch.linspace(1.0, 0.0, steps + 1)
+        for t, t_next in zip(ts[:-1], ts[1:]):
+            v_u, v_c = view(torch.cat([x, x]), t.repeat(2 * len(ps)), both).chunk(2)
+            x = x + (t_next - t) * (v_u + guidance * (v_c - v_u))
+        out.append(decoder.decode(view.unpack(x, hw)).clamp(-1, 1))
+    return torch.cat(out)
+
+
+def grid(images: torch.Tensor, cols: int, pad: int = 1) -> torch.Tensor:
+    """[N, 3, H, W] -> one [3, rows*(H+pad), cols*(W+pad)] image, white padding."""
+    n, _, h, w = images.shape
+    rows = (n + cols - 1) // cols
+    g = torch.ones(3, rows * (h + pad), cols * (w + pad))
+    for k in range(n):
+        r, c = divmod(k, cols)
+        g[:, r * (h + pad):r * (h + pad) + h, c * (w + pad):c * (w + pad) + w] = images[k]
+    return g

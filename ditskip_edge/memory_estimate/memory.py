@@ -1,0 +1,199 @@
+"""Predicted memory of one training step and storage of a bundle, from the architecture alone (no weights).
+
+The step program (program.py) is built with fake CPU tensors and one step (forward + backward) is traced op by op
+(tracker.py): the tracker's peak is the activation arena. Everything else is counted from the program:
+
+    footprint_bytes  (dirty anonymous memory: what a phone counts)
+               = lora_params         fp32 (bf16 with --precision bf16)
+               + adamw_states        exp_avg + exp_avg_sq: 2 x lora_params
+               + gradient_sums       the loop's per-step gradient accumulators: 1 x lora_params
+               + activation_arena    peak of the tensors the step creates: saved activations (with remat: the
+                                     segment boundaries' streams and one segment's internals), the largest
+                                     transients, the LoRA gradients (traced)
+               + step_inputs         one residual-cache entry (x0 + residuals), text conditioning, noise
+               + runtime_overhead    the process itself (given: interpreter / runtime library, not traced)
+               + frozen_weights      only when resident: kept blocks + embedders + head, at the given precision
+                                     (int codes + scales; linears and convolutions, quantize.py)
+    file-backed (weights "mapped": a memory-mapped data file, clean pages a phone does not count)
+               = frozen_weights, of which one kept block's (+ the embedders and head) is the working set a
+                 block-at-a-time pass needs resident at once
+    peak_bytes = footprint_bytes + the file-backed working set
+
+Attention: "flash" traces torch's CPU flash kernel (what eager CPU runs: no N x N matrix kept); "math" the plain
+softmax(QK^T)V graph (what the ExecuTorch program runs, STACK.md: no SDPA backward kernel there).
+FLOPs come from torch's FlopCounterMode over the same traced step (matmuls and attention, forward + backward).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import asdict, dataclass
+
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils.flop_counter import FlopCounterMode
+
+from .program import StepConfig, build_step_program
+from .tracker import SavedTensorBytes, StepMemoryTracker, storage_keys
+
+GIB = 1024 ** 3
+MIB = 1024 ** 2
+
+
+@dataclass
+class StepTrace:
+    frozen_weights_bytes: int
+    lora_params_bytes: int
+    lora_grads_bytes: int
+    activation_arena_bytes: int            # traced step peak (includes the LoRA gradients)
+    saved_activations_bytes: int           # of which: what autograd saves for backward (distinct storages)
+    cache_entry_bytes: int                 # x0 + residuals, as the step reads them
+    cache_entry_stored_bytes: int          # the same, as residual_cache.py stores them (fp32)
+    text_conditioning_bytes: int
+    noise_bytes: int
+    flops: int                             # forward + backward, one step
+    lora_param_count: int
+    frozen_param_count: int
+    largest_block_frozen_bytes: int = 0    # one kept block's frozen weights
+    non_block_frozen_bytes: int = 0        # embedders + head
+
+
+def _sdpa_context(attention: str):
+    if attention == "flash":
+        return contextlib.nullcontext()
+    if attention == "math":
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        return sdpa_kernel([SDPBackend.MATH])
+    raise ValueError(f"attention {attention!r}: expected 'flash' or 'math'")
+
+
+def program_preexisting(prog) -> set[int]:
+    x0, noise, t, cond, entry = prog.inputs
+    return storage_keys(list(prog.module.parameters()) + [b for b in prog.module.buffers()]
+                        + [x0, noise, t, *cond.values(), *entry.values()])
+
+
+def trace_step(cfg: StepConfig, attention: str = "flash", count_flops: bool = True) -> StepTrace:
+    fake = FakeTensorMode(allow_non_fake_inputs=True)
+    prog = build_step_program(cfg, fake_mode=fake)
+    flops = FlopCounterMode(display=False) if count_flops else contextlib.nullcontext()
+    with fake:
+        pre = program_preexisting(prog)
+        saved = SavedTensorBytes(pre)
+        tracker = StepMemoryTracker(pre)
+        # FlopCounterMode (and an outer saved-tensor hook) keep the activations torch.utils.checkpoint would drop:
+        # with checkpointing, memory is traced alone and FLOPs are counted in a second pass
+        ckpt = cfg.gradient_checkpointing or bool(cfg.remat_every)
+        count_saved = saved if not ckpt else (lambda: contextlib.nullcontext())
+        with _sdpa_context(attention), (contextlib.nullcontext() if ckpt else flops), tracker:
+            with count_saved():
+                loss = prog.loss()
+            loss.backward()
+        if ckpt and count_flops:
+            with _sdpa_context(attention), flops:
+                prog.loss().backward()
+        lora_bytes = prog.lora_bytes()
+        largest_lora = max((p.numel() * p.element_size() for p in prog.lora_params), default=0)
+        # AdamW's step (after backward, activations freed): gradients + about two parameter-sized temporaries
+        arena = max(tracker.peak_bytes, lora_bytes + 2 * largest_lora)
+        inputs = prog.input_bytes()
+        x0, _, _, _, entry = prog.inputs
+        stored = sum(v.numel() * 4 for v in [x0, *entry.values()])
+        return StepTrace(
+            frozen_weights_bytes=prog.frozen_bytes(), lora_params_bytes=lora_bytes, lora_grads_bytes=lora_bytes,
+            activation_arena_bytes=arena, saved_activations_bytes=saved.bytes,
+            cache_entry_bytes=inputs["cache_entry_bytes"], cache_entry_stored_bytes=stored,
+            text_conditioning_bytes=inputs["text_conditioning_bytes"], noise_bytes=inputs["noise_bytes"],
+            flops=int(flops.get_total_flops()) if count_flops else 0,
+            lora_param_count=sum(p.numel() for p in prog.lora_params),
+            frozen_param_count=_frozen_param_count(prog),
+            largest_block_frozen_bytes=prog.largest_block_frozen_bytes(),
+            non_block_frozen_bytes=prog.frozen_bytes() - sum(_block_sizes(prog)))
+
+
+def _block_sizes(prog) -> list[int]:
+    blocks = set(map(id, getattr(getattr(prog.module, "view", None), "blocks", [])))
+    return [b for m, b in zip(prog.frozen_modules, prog.frozen_bytes_per_module()) if id(m) in blocks]
+
+
+def _frozen_param_count(prog) -> int:
+    seen, n = set(), 0
+    for m in prog.frozen_modules:
+        for name, p in m.named_parameters():
+            if "lora_" not in name and id(p) not in seen:
+                seen.add(id(p))
+                n += p.numel()
+        for name, b in m.named_buffers():          # quantized linears / convs: count the weight they stand for
+            if name.endswith("w_codes") and id(b) not in seen:
+                seen.add(id(b))
+                n += b.numel()
+            elif name.endswith("w_packed") and id(b) not in seen:
+                seen.add(id(b))
+                n += 2 * b.numel()
+    return n
+
+
+WEIGHTS = ("resident", "mapped")
+
+
+@dataclass
+class MemoryEstimate:
+    weights: str                           # "resident" (in anonymous memory) | "mapped" (a clean file mapping)
+    frozen_weights_bytes: int
+    lora_params_bytes: int
+    adamw_states_bytes: int
+    gradient_sums_bytes: int
+    activation_arena_bytes: int
+    step_inputs_bytes: int
+    runtime_overhead_bytes: int
+    footprint_bytes: int                   # dirty anonymous memory: what a phone counts
+    file_backed_bytes: int                 # mapped frozen weights (0 when resident)
+    file_backed_working_set_bytes: int     # of which resident at once in a block-at-a-time pass
+    peak_bytes: int                        # footprint + the file-backed working set
+
+    @staticmethod
+    def from_trace(tr: StepTrace, runtime_overhead_bytes: int, weights: str = "resident") -> "MemoryEstimate":
+        if weights not in WEIGHTS:
+            raise ValueError(f"weights {weights!r}: expected one of {WEIGHTS}")
+        inputs = tr.cache_entry_bytes + tr.text_conditioning_bytes + tr.noise_bytes
+        anon = dict(lora_params_bytes=tr.lora_params_bytes, adamw_states_bytes=2 * tr.lora_params_bytes,
+                    gradient_sums_bytes=tr.lora_params_bytes, activation_arena_bytes=tr.activation_arena_bytes,
+                    step_inputs_bytes=inputs, runtime_overhead_bytes=runtime_overhead_bytes)
+        mapped = weights == "mapped"
+        footprint = sum(anon.values()) + (0 if mapped else tr.frozen_weights_bytes)
+        working = tr.largest_block_frozen_bytes + tr.non_block_frozen_bytes if mapped else 0
+        return MemoryEstimate(weights=weights, frozen_weights_bytes=tr.frozen_weights_bytes, **anon,
+                              footprint_bytes=footprint, file_backed_bytes=tr.frozen_weights_bytes if mapped else 0,
+                              file_backed_working_set_bytes=working, peak_bytes=footprint + working)
+
+    @property
+    def step_bytes(self) -> int:
+        """Peak minus the runtime overhead: what the model and the step add to a process."""
+        return self.peak_bytes - self.runtime_overhead_bytes
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d.update({k.replace("_bytes", "_gib"): round(v / GIB, 3) for k, v in asdict(self).items()
+                  if k.endswith("_bytes")})
+        return d
+
+
+def weight_reads(tr: StepTrace, remat_every: int, flash_bytes_per_s: float = 1.5e9) -> dict:
+    """What one step reads of the frozen weights: forward, backward (the dequantized weights are recomputed for the
+    input gradients) and, with remat, the recomputed forward. From a mapped file these reads come from the page
+    cache while the weights stay resident, from flash when the system has dropped them (the worst case priced at
+    a phone's sustained flash read, default 1.5 GB/s)."""
+    passes = 2 + (1 if remat_every else 0)
+    read = passes * tr.frozen_weights_bytes
+    return {"passes_over_frozen_weights": passes, "bytes_per_step": read,
+            "flash_seconds_per_step_worst_case": round(read / flash_bytes_per_s, 3),
+            "flash_bytes_per_s": flash_bytes_per_s}
+
+
+def storage_estimate(tr: StepTrace, num_samples: int) -> dict:
+    """Bytes on flash: the bundle's model part (frozen kept weights at the precision + text conditioning) and the
+    residual cache (one fp32 entry per scheduled sample; a cache codec compresses it, see cache-report)."""
+    bundle = tr.frozen_weights_bytes + tr.text_conditioning_bytes
+    cache = num_samples * tr.cache_entry_stored_bytes
+    return {"bundle_model_bytes": bundle, "cache_entry_bytes": tr.cache_entry_stored_bytes,
+            "num_samples": num_samples, "cache_bytes": cache,
+            "bundle_model_gib": round(bundle / GIB, 3), "cache_gib": round(cache / GIB, 3)}

@@ -1,0 +1,90 @@
+"""An estimate request (model, skip ratio or split, precision, resolution, text tokens, rank) -> one JSON document."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..models.loading import resolve_spec
+from ..runtime.contract import PRECISIONS
+from ..runtime.errors import UserError
+from .memory import MIB, WEIGHTS, MemoryEstimate, storage_estimate, trace_step, weight_reads
+from .program import StepConfig, remat_every
+from .split import split_for_ratio
+
+DEFAULT_RUNTIME_OVERHEAD_MIB = 100   # assumed: a runtime library + app process, not traced (see README)
+
+
+@dataclass(frozen=True)
+class EstimateRequest:
+    model: str
+    skip_ratio: float | None = None
+    skip_front: int | None = None
+    skip_back: int | None = None
+    precision: str = "int8"
+    resolution_px: int | None = None     # None: the model's train resolution (s_min)
+    text_tokens: int | None = None       # None: the model's text length
+    rank: int = 16
+    attention: str = "math"
+    runtime_overhead_mib: float = DEFAULT_RUNTIME_OVERHEAD_MIB
+    steps: int = 500
+    grad_accum: int = 4
+    remat: str = "none"                  # block rematerialization: none | blocks | every:K
+    weights: str = "resident"            # frozen weights resident (anonymous) or mapped from the data file
+
+
+def estimate_memory(req: EstimateRequest) -> dict:
+    if req.precision not in PRECISIONS:
+        raise UserError(f"--precision {req.precision!r}: expected one of {', '.join(PRECISIONS)}")
+    if req.attention not in ("math", "flash"):
+        raise UserError(f"--attention {req.attention!r}: expected 'math' or 'flash'")
+    if req.steps < 1 or req.grad_accum < 1:
+        raise UserError(f"--steps {req.steps} / --grad-accum {req.grad_accum}: expected >= 1")
+    if req.runtime_overhead_mib < 0:
+        raise UserError(f"--runtime-overhead-mib {req.runtime_overhead_mib}: expected >= 0")
+    if req.weights not in WEIGHTS:
+        raise UserError(f"--weights {req.weights!r}: expected one of {', '.join(WEIGHTS)}")
+    every = remat_every(req.remat)
+    spec = resolve_spec(req.model)
+    c = spec.transformer_config
+    num_blocks = int(c["num_layers"]) + int(c.get("num_single_layers", 0))
+    plan = split_for_ratio(num_blocks, req.skip_ratio, req.skip_front, req.skip_back)
+    cfg = StepConfig(spec, resolution_px=req.resolution_px or spec.train_px,
+                     text_tokens=req.text_tokens or spec.text.seq_len, n_front=plan.n_front, n_back=plan.n_back,
+                     rank=req.rank, precision=req.precision, remat=req.remat)
+    cfg.validate()
+    trace = trace_step(cfg, attention=req.attention)
+    memory = MemoryEstimate.from_trace(trace, int(req.runtime_overhead_mib * MIB), req.weights)
+    mj = memory.to_json()
+    summary = (f"footprint {mj['footprint_gib']} GiB (dirty anonymous: LoRA/AdamW/grad sums "
+               f"{round(mj['lora_params_gib'] + mj['adamw_states_gib'] + mj['gradient_sums_gib'], 3)} + arena "
+               f"{mj['activation_arena_gib']} + inputs {mj['step_inputs_gib']} + overhead "
+               f"{mj['runtime_overhead_gib']}" + ("" if req.weights == "mapped" else
+                                                  f" + frozen weights {mj['frozen_weights_gib']}") + ")"
+               + (f"; frozen weights {mj['frozen_weights_gib']} GiB mapped (file-backed, working set "
+                  f"{mj['file_backed_working_set_gib']} GiB)" if req.weights == "mapped" else ""))
+    return {
+        "model": spec.name,
+        "summary": summary,
+        "plan": {"num_blocks": num_blocks, "n_front": plan.n_front, "n_back": plan.n_back,
+                 "kept": [plan.n_front, num_blocks - plan.n_back], "skip_ratio": round(plan.skip_ratio, 4),
+                 "split_chosen_by": plan.chosen_by},
+        "step": {"resolution_px": cfg.resolution_px, "image_tokens": cfg.image_tokens,
+                 "text_tokens": cfg.text_tokens, "rank": cfg.rank, "precision": cfg.precision,
+                 "compute_dtype": "bf16" if cfg.precision == "bf16" else "fp32", "attention": req.attention,
+                 "dequant_recomputed_in_backward": cfg.precision in ("int8", "int4"),
+                 "remat": req.remat, "weights": req.weights},
+        "memory": mj,
+        "weight_reads": weight_reads(trace, every),
+        "activation_detail": {"saved_activations_bytes": trace.saved_activations_bytes,
+                              "lora_grads_bytes": trace.lora_grads_bytes,
+                              "cache_entry_bytes": trace.cache_entry_bytes,
+                              "text_conditioning_bytes": trace.text_conditioning_bytes},
+        "storage": storage_estimate(trace, req.steps * req.grad_accum),
+        "params": {"frozen_kept": trace.frozen_param_count, "lora": trace.lora_param_count},
+        "tflops_per_sample": round(trace.flops / 1e12, 4),
+        "counts": "footprint_bytes (dirty anonymous: what a phone counts) = LoRA + AdamW states + gradient sums + "
+                  "activation arena (traced step peak, incl. LoRA grads; with remat the segment boundaries and one "
+                  "segment's internals) + step inputs + runtime overhead (assumed) [+ frozen weights when resident]; "
+                  "file_backed_bytes = frozen weights when mapped; peak_bytes = footprint + the file-backed working "
+                  "set (one kept block's frozen weights + embedders and head)",
+    }

@@ -1,0 +1,18 @@
+"""What a phone runs: everything between a bundle and a trained LoRA, with the runtime libraries only.
+
+Its boundary is this folder: modules here import numpy, safetensors, Pillow (photo decoding) and the runtime
+bindings (ExecuTorch's TrainingModule, onnxruntime.training.api), never the compiler (`ditskip_edge.*` outside
+`runtime/`), the exporters (`export/`), diffusers, peft, torchao, onnx or torch's autograd (tests/test_runtime.py
+checks it under the device import guard).
+
+    bundle.py        manifest (self-verifying), file layout, BundleWriter, the opened Bundle
+    schedule.py      the training schedule and dynamic patch sampling's crop boxes
+    rng.py           the portable noise generator every runtime and app shares
+    cache_format.py  residual-cache codec specs and entry layout; cache.py the one reader and the byte writer
+    contract.py      the program contract: input order, ProgramEntry, find_program
+    inputs.py        a scheduled sample -> the step's named inputs
+    loop.py          the training loop and the StepAdapter interface; adamw.py, checkpoint.py, lora_file.py,
+                     progress.py its parts
+    executorch.py, ort.py   the two device step adapters; bindings.py imports their runtimes alone
+    run.py           open a bundle with a runtime and train it (what `python -m ditskip_edge.runtime` runs)
+"""

@@ -1,0 +1,45 @@
+"""One scheduled sample -> the named inputs of the training step (runtime/contract.py names them), numpy only.
+
+    x0      the cache entry's clean latents (or `x0_from(sample)`: a device computing them from the photo)
+    noise   rng.normal(sample.noise_seed, x0.shape)        the portable RNG every runtime and app shares
+    t       [sample.t]
+    cond.*  the bundle's text conditioning
+    entry.* the cache entry's stored parts without x0 (encoded: the program decodes them)
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from . import rng
+from .bundle import Bundle
+from .cache_format import X0
+from .contract import COND_PREFIX, ENTRY_PREFIX
+from .schedule import Sample
+
+NamedInputs = dict[str, np.ndarray]
+
+
+class StepInputs:
+    """StepInputs(bundle)(sample) -> {"x0", "noise", "t", "cond.<k>", "entry.<part>"}.
+
+    `x0_from(sample)`: clean latents computed on the device instead of the cache's; `entry_from(sample)`: the
+    encoded entry from elsewhere than the bundle's cache (cache-report codes reference entries with other codecs)."""
+
+    def __init__(self, bundle: Bundle, x0_from: Callable[[Sample], np.ndarray] | None = None,
+                 entry_from: Callable[[Sample], dict[str, np.ndarray]] | None = None):
+        self.entry_from = entry_from or (lambda s, cache=bundle.cache(): cache.read_encoded(s.index))
+        self.cond = {COND_PREFIX + k: v for k, v in bundle.text_conditioning().items()}
+        self.x0_from = x0_from
+
+    def __call__(self, sample: Sample) -> NamedInputs:
+        entry = dict(self.entry_from(sample))
+        x0 = entry.pop(X0)
+        if self.x0_from is not None:
+            x0 = self.x0_from(sample)
+        named = {"x0": x0, "noise": rng.normal(sample.noise_seed, tuple(x0.shape)),
+                 "t": np.array([sample.t], dtype=np.float32), **self.cond}
+        named.update({ENTRY_PREFIX + k: v for k, v in entry.items()})
+        return named

@@ -1,0 +1,145 @@
+"""The memory estimate: predictions from fake tensors match what eager allocates; the estimate command's contract
+(and its old name `plan`, kept as an alias)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ditskip_edge.cli import main
+from ditskip_edge.models.specs import builtin_spec
+from ditskip_edge.memory_estimate.memory import MemoryEstimate, program_preexisting, trace_step
+from ditskip_edge.memory_estimate.program import StepConfig, build_step_program
+from ditskip_edge.memory_estimate.split import split_for_ratio
+from ditskip_edge.memory_estimate.tracker import SavedTensorBytes, StepMemoryTracker
+
+TOLERANCE = 0.02   # fake-tensor prediction vs eager live-tensor bytes, relative
+
+
+def _eager_step_bytes(cfg: StepConfig) -> dict:
+    prog = build_step_program(cfg, device="cpu")
+    pre = program_preexisting(prog)
+    saved, tracker = SavedTensorBytes(pre), StepMemoryTracker(pre)
+    with tracker:
+        with saved():
+            loss = prog.loss()
+        loss.backward()
+    return {"frozen": prog.frozen_bytes(), "lora": prog.lora_bytes(), "peak": tracker.peak_bytes,
+            "saved": saved.bytes, "inputs": sum(prog.input_bytes().values())}
+
+
+@pytest.mark.parametrize("model,precision", [("flux-tiny", "fp32"), ("flux-tiny", "int8"), ("sana-tiny", "int4")])
+def test_predicted_weight_and_activation_bytes_match_eager(model, precision):
+    spec = builtin_spec(model)
+    cfg = StepConfig(spec, resolution_px=spec.train_px, text_tokens=8, n_front=1, n_back=2, rank=4, precision=precision)
+    predicted = trace_step(cfg, attention="flash", count_flops=False)
+    measured = _eager_step_bytes(cfg)
+    assert predicted.frozen_weights_bytes == measured["frozen"]
+    assert predicted.lora_params_bytes == measured["lora"]
+    assert predicted.saved_activations_bytes == measured["saved"]
+    assert abs(predicted.activation_arena_bytes / measured["peak"] - 1) <= TOLERANCE
+    assert (predicted.cache_entry_bytes + predicted.text_conditioning_bytes + predicted.noise_bytes
+            == measured["inputs"])
+
+
+def test_quantized_weights_predict_less_frozen_memory_and_recompute_saves_no_weights():
+    spec = builtin_spec("flux-tiny")
+    base = dict(spec=spec, resolution_px=spec.train_px, text_tokens=8, n_front=1, n_back=2, rank=4)
+    fp32, int8, int4 = (trace_step(StepConfig(**base, precision=p), count_flops=False) for p in ("fp32", "int8", "int4"))
+    int8_saved = trace_step(StepConfig(**base, precision="int8", recompute_dequant=False), count_flops=False)
+    assert fp32.frozen_weights_bytes > int8.frozen_weights_bytes > int4.frozen_weights_bytes
+    # autograd keeping each dequantized weight costs about the fp32 kept linears again
+    assert int8_saved.saved_activations_bytes > int8.saved_activations_bytes
+
+
+def test_skipping_more_blocks_predicts_less_memory():
+    spec = builtin_spec("sana-tiny")
+    peaks = []
+    for front, back in [(0, 0), (1, 1), (2, 1), (3, 2)]:
+        tr = trace_step(StepConfig(spec, resolution_px=spec.train_px, text_tokens=8, n_front=front, n_back=back,
+                                   rank=4, precision="int8"), attention="math", count_flops=False)
+        peaks.append(MemoryEstimate.from_trace(tr, 0).peak_bytes)
+    assert all(a > b for a, b in zip(peaks, peaks[1:])), peaks
+
+
+def test_paper_splits_for_flux_and_a_documented_default_otherwise():
+    assert (split_for_ratio(57, 0.5).n_front, split_for_ratio(57, 0.5).n_back) == (19, 10)
+    assert (split_for_ratio(57, 0.3).n_front, split_for_ratio(57, 0.3).n_back) == (7, 10)
+    assert (split_for_ratio(57, 0.4).n_front, split_for_ratio(57, 0.4).n_back) == (13, 10)
+    p = split_for_ratio(20, 0.5)
+    assert p.chosen_by == "default" and p.n_front + p.n_back == 10
+    assert split_for_ratio(20, None, 3, 1).n_front == 3
+
+
+@pytest.mark.parametrize("command", ["estimate", "plan"])
+def test_estimate_json_prints_one_document_with_the_breakdown(capsys, command):
+    rc = main([command, "--model", "sana-tiny", "--skip-front", "1", "--skip-back", "2", "--precision", "int8",
+               "--resolution", "256", "--text-tokens", "8", "--rank", "4", "--json"])
+    assert rc == 0
+    doc = json.loads(capsys.readouterr().out)
+    mem = doc["memory"]
+    parts = ["frozen_weights_bytes", "lora_params_bytes", "adamw_states_bytes", "gradient_sums_bytes",
+             "activation_arena_bytes", "step_inputs_bytes", "runtime_overhead_bytes"]
+    assert mem["peak_bytes"] == mem["footprint_bytes"] == sum(mem[k] for k in parts)      # weights resident
+    assert all(mem[k] > 0 for k in parts)
+    assert doc["plan"]["kept"] == [1, 4] and doc["storage"]["cache_bytes"] > 0
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--model", "no-such-model", "--skip-ratio", "0.5"], "unknown model"),
+    (["--model", "sana-tiny", "--skip-ratio", "1.5"], "skip ratio must be in (0, 1)"),
+    (["--model", "sana-tiny", "--skip-ratio", "0.5", "--skip-front", "1"], "not both"),
+    (["--model", "sana-tiny", "--skip-front", "3", "--skip-back", "3"], "leaves no kept block"),
+    (["--model", "sana-tiny", "--skip-ratio", "0.5", "--resolution", "100"], "multiple of 32"),
+    (["--model", "sana-tiny"], "--skip-ratio"),
+])
+def test_bad_arguments_give_one_line_error(argv, needle, capsys):
+    assert main(["estimate", *argv, "--json"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0] and err[0].startswith("ditskip-edge estimate: error:")
+
+
+def test_a_precision_outside_fp32_bf16_int8_int4_is_rejected_by_the_parser(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["estimate", "--model", "sana-tiny", "--skip-ratio", "0.5", "--precision", "int3"])
+    assert e.value.code == 2 and "invalid choice" in capsys.readouterr().err
+
+
+def test_flops_counted_on_fake_tensors_equal_a_count_on_real_tensors():
+    from torch.utils.flop_counter import FlopCounterMode
+    spec = builtin_spec("flux-tiny")
+    cfg = StepConfig(spec, resolution_px=spec.train_px, text_tokens=8, n_front=1, n_back=2, rank=4)
+    prog = build_step_program(cfg, device="cpu")
+    counter = FlopCounterMode(display=False)
+    with counter:
+        prog.loss().backward()
+    assert trace_step(cfg).flops == counter.get_total_flops() > 0
+
+
+def test_block_remat_traces_a_smaller_arena_and_more_flops_and_segments_sit_between():
+    spec = builtin_spec("flux-tiny")
+    base = dict(spec=spec, resolution_px=spec.data_px, text_tokens=8, n_front=0, n_back=1, rank=4)
+    plain = trace_step(StepConfig(**base), count_flops=False)
+    blocks = trace_step(StepConfig(**base, remat="blocks"))
+    pairs = trace_step(StepConfig(**base, remat="every:2"), count_flops=False)
+    assert blocks.activation_arena_bytes < plain.activation_arena_bytes
+    assert blocks.activation_arena_bytes <= pairs.activation_arena_bytes < plain.activation_arena_bytes
+    assert blocks.flops > trace_step(StepConfig(**base)).flops      # the forward runs again in backward
+
+
+def test_mapped_weights_leave_the_footprint_and_count_as_file_backed():
+    from ditskip_edge.memory_estimate.request import EstimateRequest, estimate_memory
+    req = dict(model="sana-tiny", skip_front=1, skip_back=2, precision="int8", text_tokens=8, rank=4)
+    resident = estimate_memory(EstimateRequest(**req))["memory"]
+    mapped = estimate_memory(EstimateRequest(**req, weights="mapped"))["memory"]
+    assert resident["file_backed_bytes"] == 0 and mapped["file_backed_bytes"] == resident["frozen_weights_bytes"] > 0
+    assert mapped["footprint_bytes"] == resident["footprint_bytes"] - resident["frozen_weights_bytes"]
+    assert 0 < mapped["file_backed_working_set_bytes"] < mapped["file_backed_bytes"]
+    assert mapped["peak_bytes"] == mapped["footprint_bytes"] + mapped["file_backed_working_set_bytes"]
+
+
+@pytest.mark.parametrize("remat", ["sometimes", "every:0", "every:x"])
+def test_a_bad_remat_setting_is_one_line(remat, capsys):
+    assert main(["estimate", "--model", "sana-tiny", "--skip-ratio", "0.5", "--remat", remat]) == 2
+    assert "remat" in capsys.readouterr().err
