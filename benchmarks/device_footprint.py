@@ -121,7 +121,7 @@ def export_row(spec, args, remat: str, workdir: Path) -> dict:
     cfg = step_cfg(spec, args.rank, export=True)
     prog = build_step_program(cfg, device="cpu", seed=0)
     names, example = flatten_step_inputs(*prog.inputs)
-    flat = FlatTrainingStep(TrainingStep(prog.module), names).eval()
+    flat = FlatTrainingStep(TrainingStep(prog.module, torch.nn.Identity()), names).eval()
     step = StepModule(flat, names, example, {}, prog.module.view,
                       sum(isinstance(m, QUANT_LAYERS) for m in flat.modules()))
     ecfg = ExportConfig(quant=QuantSpec("int8"), backend=args.backend, remat=remat, external_weights=True,

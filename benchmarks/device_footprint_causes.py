@@ -66,6 +66,7 @@ FP32 = [("F0", "fp32, XNNPACK all ops (weights packed)", dict(xnnpack_ops="all",
 
 
 def build(spec, bits: int, rank: int):
+    import torch
     from export.step_module import FlatTrainingStep, flatten_step_inputs
     from export.executorch_program import StepModule
     from memory_speed import step_config
@@ -75,7 +76,7 @@ def build(spec, bits: int, rank: int):
     cfg = replace(step_config(spec, "blockskip", rank), precision=PRECISION[bits], recompute_dequant=False)
     prog = build_step_program(cfg, device="cpu", seed=0)
     names, example = flatten_step_inputs(*prog.inputs)
-    flat = FlatTrainingStep(TrainingStep(prog.module), names).eval()
+    flat = FlatTrainingStep(TrainingStep(prog.module, torch.nn.Identity()), names).eval()
     return StepModule(flat, names, example, {}, prog.module.view,
                       sum(isinstance(m, QUANT_LAYERS) for m in flat.modules()))
 

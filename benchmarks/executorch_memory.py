@@ -70,7 +70,7 @@ def export_one(spec, bits: int, backend: str, rank: int, workdir: Path) -> dict:
     cfg = replace(step_config(spec, "blockskip", rank), precision=precision, recompute_dequant=False)
     prog = build_step_program(cfg, device="cpu")
     names, example = flatten_step_inputs(*prog.inputs)
-    flat = FlatTrainingStep(TrainingStep(prog.module), names).eval()
+    flat = FlatTrainingStep(TrainingStep(prog.module, torch.nn.Identity()), names).eval()
     transformer = prog.module.view          # parameters are shared with the transformer
     step = StepModule(flat, names, example, {}, transformer,
                       sum(isinstance(m, QUANT_LAYERS) for m in flat.modules()))

@@ -65,7 +65,7 @@ def build(precision: str) -> StepModule:
              "front.txt": 0.1 * torch.randn(1, TXT_LEN, d, generator=g),
              "back.img": 0.1 * torch.randn(1, n_img, d, generator=g)}
     names_in, example = flatten_step_inputs(x0, noise, torch.tensor([0.6]), cond, entry)
-    flat = FlatTrainingStep(TrainingStep(skip), names_in)
+    flat = FlatTrainingStep(TrainingStep(skip, torch.nn.Identity()), names_in)   # entry: fp32 residuals
     return StepModule(flat, names_in, example, program_lora_keys(flat, tr), tr, n_q)
 
 

@@ -42,6 +42,7 @@ MIB = 1024 ** 2
 def export(spec, rank: int, out: Path) -> tuple[Path, set[str], Path]:
     import numpy as np
     from export.ort_artifacts import generate_training_artifacts
+    import torch
     from export.ort_graph import OPSET, export_step_onnx
     from export.step_module import FlatTrainingStep, flatten_step_inputs
     from memory_speed import step_config
@@ -50,7 +51,7 @@ def export(spec, rank: int, out: Path) -> tuple[Path, set[str], Path]:
     cfg = replace(step_config(spec, "blockskip", rank), precision="int8", recompute_dequant=False)
     prog = build_step_program(cfg, device="cpu", seed=0)
     names, example = flatten_step_inputs(*prog.inputs)
-    flat = FlatTrainingStep(TrainingStep(prog.module), names).eval()
+    flat = FlatTrainingStep(TrainingStep(prog.module, torch.nn.Identity()), names).eval()
     model = export_step_onnx(flat, example, names, out / "step.onnx", prog.module.view, OPSET)
     inits = {i.name for i in model.graph.initializer}
     trainable = [n for n, p in prog.module.view.named_parameters() if p.requires_grad and n in inits]

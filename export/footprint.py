@@ -1,4 +1,5 @@
-"""A process's memory as phones count it, read from Linux /proc. Standard library only (no torch, no numpy).
+"""A process's memory as phones count it, read from Linux /proc (the measurement side of ditskip_edge/runtime/footprint.py,
+whose /proc reader and mlock guard it uses). Standard library only (no torch, no numpy).
 
 What a phone counts (../shared/DEVICE_MEMORY.md): iOS kills an app on its physical footprint (dirty anonymous
 memory, plus compressed), Android 17's limiter counts anonymous memory plus swap; clean file-backed pages (a
@@ -23,27 +24,16 @@ reclaimable, as the C++ Module does in Mmap mode.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
-import resource
 import time
 from dataclasses import asdict, dataclass
+
+from ditskip_edge.runtime.footprint import mlock_refused, read_kb_fields
 
 _STATUS_FIELDS = {"RssAnon": "rss_anon_bytes", "RssFile": "rss_file_bytes", "RssShmem": "rss_shmem_bytes",
                   "VmRSS": "rss_bytes", "VmHWM": "rss_peak_bytes", "VmLck": "locked_bytes"}
 _ROLLUP_FIELDS = {"Private_Dirty": "private_dirty_bytes", "Anonymous": "anonymous_bytes"}
-CAP_IPC_LOCK = 14
-
-
-def _read_kb_fields(path: str, fields: dict[str, str]) -> dict[str, int]:
-    out = {}
-    with open(path) as f:
-        for line in f:
-            key, _, rest = line.partition(":")
-            if key in fields:
-                out[fields[key]] = int(rest.split()[0]) * 1024          # the kernel reports kB
-    return out
 
 
 @dataclass
@@ -59,10 +49,10 @@ class Footprint:
 
     @staticmethod
     def read(pid: int | str = "self", rollup: bool = True) -> "Footprint":
-        vals = _read_kb_fields(f"/proc/{pid}/status", _STATUS_FIELDS)
+        vals = read_kb_fields(f"/proc/{pid}/status", _STATUS_FIELDS)
         if rollup:
             try:
-                vals.update(_read_kb_fields(f"/proc/{pid}/smaps_rollup", _ROLLUP_FIELDS))
+                vals.update(read_kb_fields(f"/proc/{pid}/smaps_rollup", _ROLLUP_FIELDS))
             except OSError:           # kernels before 4.14 have no smaps_rollup
                 pass
         return Footprint(**vals)
@@ -76,36 +66,12 @@ class Footprint:
         return asdict(self)
 
 
-class _CapHeader(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-
-class _CapData(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
-
-
 def drop_mlock() -> dict:
-    """Make mlock fail from now on in this process: RLIMIT_MEMLOCK = 0 and, when running with CAP_IPC_LOCK (root),
-    that capability dropped (capset). ExecuTorch's MmapDataLoader in the Python bindings calls mlock with
-    `UseMlockIgnoreErrors`, so after this the program and data files it maps stay clean, unlocked and reclaimable.
-    Returns what was done (for the measurement record)."""
-    resource.setrlimit(resource.RLIMIT_MEMLOCK, (0, 0))
-    done = {"rlimit_memlock": 0, "cap_ipc_lock_dropped": False}
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        hdr = _CapHeader(0x20080522, 0)                  # _LINUX_CAPABILITY_VERSION_3: two 32-bit words
-        data = (_CapData * 2)()
-        if libc.capget(ctypes.byref(hdr), data) != 0:
-            return done
-        bit = 1 << CAP_IPC_LOCK
-        if data[0].effective & bit or data[0].permitted & bit:
-            data[0].effective &= ~bit
-            data[0].permitted &= ~bit
-            data[0].inheritable &= ~bit
-            done["cap_ipc_lock_dropped"] = libc.capset(ctypes.byref(hdr), data) == 0
-    except (OSError, AttributeError):
-        pass
-    return done
+    """Make mlock fail for the rest of this process (runtime/footprint.mlock_refused, never exited): ExecuTorch's
+    MmapDataLoader in the Python bindings calls mlock with `UseMlockIgnoreErrors`, so after this the program and
+    data files it maps stay clean, unlocked and reclaimable. Returns what was done (for the measurement record)."""
+    mlock_refused().__enter__()
+    return {"rlimit_memlock": 0, "cap_ipc_lock_dropped": True}
 
 
 class PeakSampler:
@@ -136,7 +102,7 @@ class PeakSampler:
             path = f"/proc/{self.pid}/status"
             try:
                 while True:
-                    v = _read_kb_fields(path, _STATUS_FIELDS)
+                    v = read_kb_fields(path, _STATUS_FIELDS)
                     for k in ("rss_anon_bytes", "rss_file_bytes", "rss_bytes"):
                         peak[k] = max(peak[k], v[k])
                     peak["samples"] += 1

@@ -33,6 +33,7 @@ def _two_block_flux_step():
     makes every lora_A gradient zero), no skip: the smallest step with a block boundary to rematerialize."""
     from diffusers import FluxTransformer2DModel
 
+    from ditskip_edge.cache.codecs import decoder_for
     from ditskip_edge.lora import LoraSpec, add_lora
     from ditskip_edge.models.views import make_view
     from ditskip_edge.plan import SkipPlan
@@ -60,7 +61,7 @@ def _two_block_flux_step():
     x0, noise = torch.randn(1, 4, 8, 8, generator=g), torch.randn(1, 4, 8, 8, generator=g)
     cond = {"txt": torch.randn(1, 4, 32, generator=g), "pooled": torch.randn(1, 32, generator=g)}
     names, example = flatten_step_inputs(x0, noise, torch.tensor([0.6]), cond, {})
-    flat = FlatTrainingStep(TrainingStep(skip), names)
+    flat = FlatTrainingStep(TrainingStep(skip, decoder_for("fp32", {})), names)
     return StepModule(flat, names, example, program_lora_keys(flat, tr), tr, n_q)
 
 
@@ -121,7 +122,7 @@ def test_external_weights_leave_the_pte_and_give_eager_loss_and_gradients(step, 
     assert codes
     assert not any(c in prog.buffer for c in codes), "frozen int8 codes found inside the .pte"
     assert all(c in ptd for c in codes), "frozen int8 codes missing from the .ptd"
-    assert prog.memory["constant_bytes_in_pte"] == 0
+    assert prog.memory["constant_bytes_in_pte"] <= 256      # only 0-d lifted scalars stay inline in the .pte
     assert prog.memory["external_data_bytes"] >= sum(len(c) for c in codes)
     loss, grads = _run(prog, step.example, tmp_path)
     params = {n: p for n, p in step.module.named_parameters() if p.requires_grad}

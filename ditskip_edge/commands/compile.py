@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from export.executorch_stage import ExecutorchPrograms
+from export.executorch_stage import WEIGHTS, ExecutorchPrograms
 from export.ort_stage import OrtPrograms
 
 from ..cache import DEFAULT_CODEC
 from ..compile import CompileRequest, compile_bundle
 from ..lora import LoraSpec
 from ..models.loading import resolve_spec
+from ..remat import REMAT_CHOICES, RematSpec
 from ..runtime.bundle import OptimizerSpec
 from ..runtime.contract import PROGRAM_PRECISIONS, RUNTIMES
 from ..runtime.errors import UserError
@@ -44,6 +45,12 @@ def register(sub, add_json_flag) -> None:
                    help=f"frozen weights of the device programs, comma-separated for several programs: "
                         f"{', '.join(PROGRAM_PRECISIONS)} (default int8)")
     p.add_argument("--xnnpack", action="store_true", help="executorch: lower to XNNPACK where it works")
+    p.add_argument("--remat", default=None,
+                   help=f"executorch: block rematerialization in the training program: {REMAT_CHOICES} (kept "
+                        f"blocks recomputed in backward; default blocks)")
+    p.add_argument("--weights", default=None, choices=list(WEIGHTS),
+                   help="executorch: frozen weights in a memory-mapped .ptd data file beside the program (mapped, "
+                        "the default) or inside the .pte (resident)")
     p.add_argument("--cache-codec", default=DEFAULT_CODEC,
                    help=f"residual-cache codec: fp32 | fp16 | int8-token | int8-channel | int8-gG | int8-tG | "
                         f"int4-gG | int4-tG | lowrank-rR, or 'DEFAULT,name=CODEC,...' (default {DEFAULT_CODEC}; "
@@ -53,7 +60,8 @@ def register(sub, add_json_flag) -> None:
     p.set_defaults(func=run)
 
 
-def program_stages(runtimes: list[str], precision: str, xnnpack: bool) -> list:
+def program_stages(runtimes: list[str], precision: str, xnnpack: bool, remat: str | None = None,
+                   weights: str | None = None) -> list:
     names = [r.strip() for arg in runtimes for r in arg.split(",") if r.strip()]
     bad = [r for r in names if r not in RUNTIMES]
     if bad:
@@ -63,10 +71,14 @@ def program_stages(runtimes: list[str], precision: str, xnnpack: bool) -> list:
         raise UserError("--precision sets the device programs' frozen weights: add --runtime executorch and/or ort")
     if xnnpack and "executorch" not in names:
         raise UserError("--xnnpack lowers the ExecuTorch programs: add --runtime executorch")
+    for flag, value in (("--remat", remat), ("--weights", weights)):
+        if value is not None and "executorch" not in names:
+            raise UserError(f"{flag} sets the ExecuTorch training program: add --runtime executorch")
+    et = ExecutorchPrograms(precisions, "xnnpack" if xnnpack else "portable",
+                            remat=str(RematSpec.parse(remat or "blocks")), weights=weights or "mapped")
     stages = []
     for r in dict.fromkeys(names):
-        stages.append(ExecutorchPrograms(precisions, "xnnpack" if xnnpack else "portable") if r == "executorch"
-                      else OrtPrograms(precisions))
+        stages.append(et if r == "executorch" else OrtPrograms(precisions))
     return stages
 
 
@@ -82,5 +94,6 @@ def run(args) -> dict:
                          n_front=args.skip_front, n_back=args.skip_back, skip_ratio=args.skip_ratio,
                          schedule=sched, lora=lora, optimizer=OptimizerSpec(lr=args.lr), overwrite=args.force,
                          cache_codec=args.cache_codec,
-                         programs=program_stages(args.runtimes, args.precision, args.xnnpack))
+                         programs=program_stages(args.runtimes, args.precision, args.xnnpack, args.remat,
+                                                 args.weights))
     return compile_bundle(req)

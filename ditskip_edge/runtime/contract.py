@@ -62,7 +62,10 @@ class ProgramEntry:
     trainable_shapes: dict[str, list[int]] = field(default_factory=dict)
     precision: str = "fp32"         # frozen weights: fp32 | int8 | int4
     backend: str = "portable"       # executorch: portable | xnnpack; ort: cpu
-    data: list[str] = field(default_factory=list)                  # bundle-relative files the program also loads
+    data: list[str] = field(default_factory=list)                  # bundle-relative files the program also loads:
+                                    # executorch: the .ptd of its frozen weights (memory-mapped, not locked; empty
+                                    # when the weights are inside the .pte); ort: the checkpoint
+    remat: str = "none"             # block rematerialization the program runs: none | blocks | every:K
     memory: dict | None = None
     ops: dict | None = None
     graph_passes: dict | None = None
