@@ -22,13 +22,14 @@ from ditskip_edge.bundle_model import OpenBundle, open_bundle
 from ditskip_edge.quantize import QuantSpec
 from ditskip_edge.remat import RematSpec
 from ditskip_edge.runtime.bundle import PROGRAMS_DIR, BundleWriter
-from ditskip_edge.runtime.contract import PREPROCESS, TRAIN_STEP, ProgramEntry, check_precisions
+from ditskip_edge.runtime.contract import (PREPROCESS, TRAIN_STEP, WEIGHT_PLACEMENTS, ProgramEntry,
+                                           check_precisions)
 from ditskip_edge.runtime.errors import UserError
 
 log = logging.getLogger(__name__)
 PROGRAM_DIR = f"{PROGRAMS_DIR}/executorch"
 BACKENDS = ("portable", "xnnpack")
-WEIGHTS = ("mapped", "resident")                # frozen weights in a .ptd beside the .pte | inside the .pte
+WEIGHTS = WEIGHT_PLACEMENTS                     # frozen weights inside the .pte | in a .ptd beside it, mapped
 
 
 @dataclass(frozen=True)

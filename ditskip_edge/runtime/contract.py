@@ -34,6 +34,9 @@ RUNTIMES = ("executorch", "ort")
 # groups of 32), and what the memory estimate can model (bf16 too: GPU baselines). Trainable LoRA stays fp32.
 PROGRAM_PRECISIONS = ("fp32", "int8", "int4")
 PRECISIONS = ("fp32", "bf16", "int8", "int4")
+# Where a program's frozen weights live: "resident" inside the program file, loaded into anonymous memory; "mapped"
+# in a data file beside it (ExecuTorch: the .ptd in the entry's `data`), memory-mapped: clean file-backed pages.
+WEIGHT_PLACEMENTS = ("resident", "mapped")
 TRAIN_STEP = "train_step"
 PREPROCESS = "preprocess"
 
