@@ -9,7 +9,7 @@ Per config (memory_speed.py's), BlockSkip 50% at the train resolution, int8 froz
 weights, one step = forward + backward (no optimizer: the device program's forward_backward does not run one
 either; AdamW over the LoRA parameters is the same small addition on both sides), every row in a FRESH process:
 
-  eager          build the step (planner/program.py), 1 warm-up step, N timed steps, torch threads = --threads;
+  eager          build the step (ditskip_edge/memory_estimate/program.py), 1 warm-up step, N timed steps, torch threads = --threads;
                  int8 dequantized again in backward (as memory_speed.py's variant 6)
   eager_ckpt     the same with torch.utils.checkpoint around each kept block (non-reentrant)
   et             the ExecuTorch program (export/executorch_program.py defaults: XNNPACK matmuls, node order restored,
@@ -52,7 +52,8 @@ TARGETS = {"et_vs_eager": 1.0, "et_remat_vs_eager": 0.5, "et_remat_time_vs_eager
 
 def step_cfg(spec, rank: int, ckpt: bool = False, export: bool = False):
     from memory_speed import step_config
-    cfg = replace(step_config(spec, "blockskip_int8", rank), gradient_checkpointing=ckpt)
+    # per-block checkpoint: the memory estimate's remat (non-reentrant torch.utils.checkpoint around each kept block)
+    cfg = replace(step_config(spec, "blockskip_int8", rank), remat="blocks" if ckpt else "none")
     # the exporter traces the plain dequantization graph (its own pass recomputes it in backward)
     return replace(cfg, recompute_dequant=False) if export else cfg
 
@@ -169,7 +170,25 @@ def run_et(args, spec, row: str, workdir: Path) -> dict:
     rec["seconds_per_step"] = rt["seconds_per_step"]
     rec["cpu_seconds_per_step"] = rt.get("cpu_seconds_per_step")
     rec["loss"] = rt["loss"]
+    try:
+        rec["estimate"] = estimate_row(spec, args, remat)
+        rec["measured_over_estimate"] = rec["footprint_rss_anon_bytes"] / rec["estimate"]["step_footprint_bytes"]
+    except Exception as e:   # noqa: BLE001 - keep the measurement
+        rec["estimate_error"] = short_error(e)
     return rec
+
+
+def estimate_row(spec, args, remat: str) -> dict:
+    """The memory estimate (ditskip-edge estimate, ditskip_edge/memory_estimate/) of the program this row runs: same
+    step, math attention (the program's), this remat, weights mapped, no runtime overhead. The row runs
+    forward_backward only (no optimizer), so the comparable figure leaves out AdamW states and gradient sums:
+    step_footprint = activation arena + LoRA parameters + step inputs."""
+    from ditskip_edge.memory_estimate.memory import MemoryEstimate, trace_step
+    cfg = replace(step_cfg(spec, args.rank), remat=remat)
+    est = MemoryEstimate.from_trace(trace_step(cfg, attention="math", count_flops=False), 0, "mapped")
+    step = est.activation_arena_bytes + est.lora_params_bytes + est.step_inputs_bytes
+    return {"step_footprint_bytes": step, "file_backed_bytes": est.file_backed_bytes,
+            "file_backed_working_set_bytes": est.file_backed_working_set_bytes, "memory_estimate": est.to_json()}
 
 
 # ------------------------------------------------------------------------------------------------ report
@@ -192,6 +211,8 @@ def summarize(records: list[dict]) -> dict:
         for k, r in (("et", et), ("et_remat", er)):
             if r:
                 s[f"{k}_arena_vs_traced"] = r["memory"]["planned_arena_bytes"] / r["traced"]["traced_equivalent_bytes"]
+                if "measured_over_estimate" in r:
+                    s[f"{k}_measured_vs_estimate"] = r["measured_over_estimate"]
         out[cfg] = s
     return out
 
@@ -206,34 +227,40 @@ def write_report(res: dict, stem: Path) -> None:
              ".ptd, library code), clean and reclaimable. Step = forward + backward, "
              f"{res['threads']} thread(s). Script docstring: what each row runs.", "",
              "| config | row | RssAnon MiB | RssFile MiB | RSS peak MiB | planned arena MiB | traced need MiB "
-             "(arena / traced) | arena lower bound MiB | s / step | CPU s / step |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "(arena / traced) | arena lower bound MiB | estimate MiB (measured / estimate) | s / step | CPU s / step |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     f = lambda v: "" if v is None else f"{v / MIB:.1f}"  # noqa: E731
     for r in recs:
         if "error" in r:
             err = r["error"].replace("\n", " ").replace("|", "/")
-            lines.append(f"| {r['config']} | {LABELS[r['row']]} | failed: `{err[:300]}` | | | | | | | |")
+            lines.append(f"| {r['config']} | {LABELS[r['row']]} | failed: `{err[:300]}` | | | | | | | | |")
             continue
         mem, tr = r.get("memory"), r.get("traced")
         arena = mem["planned_arena_bytes"] if mem else None
         traced = tr["traced_equivalent_bytes"] if tr else None
         ratio = f" ({arena / traced:.2f}x)" if arena and traced else ""
         rss_peak = r.get("rss_peak_over_baseline_bytes", r.get("runtime", {}).get("rss_peak_over_baseline_bytes"))
+        est = r.get("estimate", {}).get("step_footprint_bytes")
+        est_txt = f"{f(est)} ({r['measured_over_estimate']:.2f}x)" if est else ""
         lines.append(f"| {r['config']} | {LABELS[r['row']]} | {f(r['footprint_rss_anon_bytes'])} | "
                      f"{f(r['footprint_rss_file_bytes'])} | {f(rss_peak)} | {f(arena)} | {f(traced)}{ratio} | "
-                     f"{f(mem['arena_lower_bound_bytes']) if mem else ''} | {r['seconds_per_step']:.3f} | "
+                     f"{f(mem['arena_lower_bound_bytes']) if mem else ''} | {est_txt} | {r['seconds_per_step']:.3f} | "
                      f"{(r.get('cpu_seconds_per_step') or float('nan')):.3f} |")
     lines += ["", "Targets (issue 14):", ""]
     names = {"et_vs_eager": "ExecuTorch RssAnon / eager (<= 1.0)", "et_remat_vs_eager":
              "ExecuTorch + remat RssAnon / eager (<= 0.5)", "et_remat_time_vs_eager_ckpt":
              "ExecuTorch + remat s/step / eager + checkpoint (<= 1.5)", "et_remat_cpu_time_vs_eager_ckpt":
              "the same in CPU seconds", "et_arena_vs_traced": "ExecuTorch planned arena / traced need (<= 1.1)",
-             "et_remat_arena_vs_traced": "ExecuTorch + remat planned arena / traced need (<= 1.1)"}
+             "et_remat_arena_vs_traced": "ExecuTorch + remat planned arena / traced need (<= 1.1)",
+             "et_measured_vs_estimate": "ExecuTorch RssAnon / memory estimate (within 10%: 0.9 .. 1.1)",
+             "et_remat_measured_vs_estimate": "ExecuTorch + remat RssAnon / memory estimate (within 10%: 0.9 .. 1.1)"}
     for cfg, s in res["summary"].items():
         for k, v in s.items():
             base = k.replace("et_remat_arena", "arena").replace("et_arena", "arena").replace("_cpu_time", "_time")
             goal = TARGETS.get(base)
             verdict = "" if goal is None else (" met" if v <= goal else " NOT met")
+            if k.endswith("measured_vs_estimate"):
+                verdict = " met" if 0.9 <= v <= 1.1 else " NOT met"
             lines.append(f"- {cfg}: {names.get(k, k)}: {v:.2f}{verdict}")
     stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
 
