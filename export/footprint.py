@@ -29,7 +29,7 @@ import os
 import time
 from dataclasses import asdict, dataclass
 
-from ditskip_edge.runtime.footprint import mlock_refused, read_kb_fields
+from ditskip_edge.runtime.footprint import read_kb_fields, refuse_mlock
 
 _STATUS_FIELDS = {"RssAnon": "rss_anon_bytes", "RssFile": "rss_file_bytes", "RssShmem": "rss_shmem_bytes",
                   "VmRSS": "rss_bytes", "VmHWM": "rss_peak_bytes", "VmLck": "locked_bytes"}
@@ -67,11 +67,11 @@ class Footprint:
 
 
 def drop_mlock() -> dict:
-    """Make mlock fail for the rest of this process (runtime/footprint.mlock_refused, never exited): ExecuTorch's
+    """Make mlock fail for the rest of this process (runtime/footprint.refuse_mlock, never restored): ExecuTorch's
     MmapDataLoader in the Python bindings calls mlock with `UseMlockIgnoreErrors`, so after this the program and
     data files it maps stay clean, unlocked and reclaimable. Returns what was done (for the measurement record)."""
-    mlock_refused().__enter__()
-    return {"rlimit_memlock": 0, "cap_ipc_lock_dropped": True}
+    _, had_cap = refuse_mlock()
+    return {"rlimit_memlock": 0, "cap_ipc_lock_dropped": had_cap}
 
 
 class PeakSampler:

@@ -127,7 +127,7 @@ def test_train_step_defaults_to_block_remat_and_a_mapped_data_file(et_bundle):
 
 def test_runtime_maps_the_data_file_without_locking_it(et_bundle):
     """ExecutorchStep loads .pte + .ptd with mlock refused (ExecuTorch's Python loader would lock what it maps):
-    nothing locked after a step, and mlock works again afterwards."""
+    nothing locked after the first step, which loads the methods."""
     from ditskip_edge.runtime.bundle import Bundle
     from ditskip_edge.runtime.executorch import ExecutorchStep
     from ditskip_edge.runtime.footprint import read_footprint

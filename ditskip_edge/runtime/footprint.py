@@ -108,16 +108,29 @@ def _set_ipc_lock_effective(on: bool) -> bool:
     return was
 
 
-@contextlib.contextmanager
-def mlock_refused():
-    """While active, mlock fails in this process (see above); on exit the limit and the capability are restored."""
+def refuse_mlock() -> tuple[int, bool]:
+    """From now on mlock fails in this process (see above). Returns what restore_mlock needs: the soft limit and
+    whether CAP_IPC_LOCK was effective."""
     import resource
     soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
     resource.setrlimit(resource.RLIMIT_MEMLOCK, (0, hard))
-    had_cap = _set_ipc_lock_effective(False)
+    return soft, _set_ipc_lock_effective(False)
+
+
+def restore_mlock(state: tuple[int, bool]) -> None:
+    import resource
+    soft, had_cap = state
+    if had_cap:
+        _set_ipc_lock_effective(True)
+    resource.setrlimit(resource.RLIMIT_MEMLOCK, (soft, resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]))
+
+
+@contextlib.contextmanager
+def mlock_refused():
+    """While active, mlock fails in this process; on exit the limit and the capability are restored. ExecuTorch
+    loads a method (and maps + would lock its constants) on its first call, so calls run under this too."""
+    state = refuse_mlock()
     try:
         yield
     finally:
-        if had_cap:
-            _set_ipc_lock_effective(True)
-        resource.setrlimit(resource.RLIMIT_MEMLOCK, (soft, hard))
+        restore_mlock(state)
