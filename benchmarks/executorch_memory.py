@@ -4,13 +4,13 @@
     -> benchmarks/results/executorch_memory[_CONFIGS].{json,md}
 
 For each config of memory_speed.py and bits in (32, 8, 4): build the BlockSkip step (50% skip, train resolution,
-random weights; planner/program.py), export it with export.executorch_program.export_training_program (joint
+random weights; ditskip_edge/memory_estimate/program.py), export it with export.executorch_program.export_training_program (joint
 forward-backward, its graph passes: frozen chains recomputed in backward), then in a FRESH process that imports only
 the ExecuTorch runtime: load the program, run warm-up + N forward_backward calls, and read peak RSS. Reported:
 planned arena (the memory planner's non-constant buffers), constants (frozen weights in the program), .pte size,
 runtime step RSS (peak RSS - RSS after importing the runtime) and seconds per forward_backward. The runtime RSS
 holds the loaded program (constants) + arena + inputs; AdamW states (2 x LoRA, held by the trainer) are not in it.
-The planner's math-attention prediction for the same step is shown beside it.
+The memory estimate's math-attention prediction for the same step is shown beside it.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 MIB = 1024 ** 2
+PRECISION = {32: "fp32", 8: "int8", 4: "int4"}     # --bits -> the frozen weights' precision
 
 
 def rss_bytes() -> int:
@@ -58,22 +59,23 @@ def runtime_child(pte: str, inputs: str, steps: int) -> None:
 
 def export_one(spec, bits: int, backend: str, rank: int, workdir: Path) -> dict:
     import torch
-    from export.contract import FlatTrainingStep, flatten_step_inputs
+    from export.step_module import FlatTrainingStep, flatten_step_inputs
     from export.executorch_program import ExportConfig, StepModule, export_training_program
     from ditskip_edge.memory_estimate.memory import MemoryEstimate, trace_step
     from ditskip_edge.memory_estimate.program import build_step_program
     from ditskip_edge.quantize import QUANT_LAYERS, QuantSpec
     from ditskip_edge.training_step import TrainingStep
     from memory_speed import step_config
-    cfg = replace(step_config(spec, "blockskip", rank), bits=bits, recompute_dequant=False)
+    precision = PRECISION[bits]
+    cfg = replace(step_config(spec, "blockskip", rank), precision=precision, recompute_dequant=False)
     prog = build_step_program(cfg, device="cpu")
     names, example = flatten_step_inputs(*prog.inputs)
-    flat = FlatTrainingStep(TrainingStep(prog.module), names).eval()
+    flat = FlatTrainingStep(TrainingStep(prog.module, torch.nn.Identity()), names).eval()
     transformer = prog.module.view          # parameters are shared with the transformer
     step = StepModule(flat, names, example, {}, transformer,
                       sum(isinstance(m, QUANT_LAYERS) for m in flat.modules()))
     t0 = time.perf_counter()
-    program = export_training_program(step, ExportConfig(quant=QuantSpec(bits=bits if bits in (8, 4) else 16),
+    program = export_training_program(step, ExportConfig(quant=QuantSpec(precision),
                                                           backend=backend))
     export_s = time.perf_counter() - t0
     pte = workdir / f"{spec.name}_{bits}.pte"
@@ -84,7 +86,7 @@ def export_one(spec, bits: int, backend: str, rank: int, workdir: Path) -> dict:
     planned = MemoryEstimate.from_trace(trace_step(cfg, attention="math", count_flops=False), 0)
     return {"config": spec.name, "bits": bits, "backend": backend, "export_seconds": round(export_s, 1),
             "memory": program.memory, "passes": program.passes, "pte": str(pte), "inputs": str(inputs),
-            "planner_math": planned.to_json()}
+            "estimate_math": planned.to_json()}
 
 
 def main() -> None:
@@ -137,12 +139,12 @@ def main() -> None:
              f"- command: `{res['command']}` (date {started} UTC); machine: {m['nproc']} CPUs ({m['cpu']}), "
              f"{m['ram_gib']} GiB RAM", "- " + __doc__.split("\n\n")[2].replace("\n", " "), "",
              "| config | bits | backend | planned arena MiB | constants MiB | .pte MiB | runtime step RSS MiB | "
-             "planner (math attention) arena MiB / step MiB | s / forward_backward |", "|---|---|---|---|---|---|---|---|---|"]
+             "estimate (math attention) arena MiB / step MiB | s / forward_backward |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "memory" not in r:
             lines.append(f"| {r['config']} | {r['bits']} | | failed: `{r['error'][:200]}` | | | | | |")
             continue
-        mem, rt, pl = r["memory"], r.get("runtime", {}), r["planner_math"]
+        mem, rt, pl = r["memory"], r.get("runtime", {}), r["estimate_math"]
         lines.append(f"| {r['config']} | {r['bits']} | {r['backend']} | {mem['planned_arena_bytes'] / MIB:.1f} | "
                      f"{mem['constant_bytes'] / MIB:.1f} | {mem['pte_bytes'] / MIB:.1f} | "
                      f"{rt.get('runtime_step_rss_bytes', float('nan')) / MIB:.1f} | "

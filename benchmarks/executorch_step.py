@@ -30,12 +30,11 @@ sys.path.insert(0, str(ROOT))
 from ditskip_edge.lora import LoraSpec, add_lora                       # noqa: E402
 from ditskip_edge.models.views import make_view                         # noqa: E402
 from ditskip_edge.plan import SkipPlan                                  # noqa: E402
-from ditskip_edge.quantize import QuantSpec, quantize_frozen_linears    # noqa: E402
+from ditskip_edge.quantize import QuantSpec, quantize_frozen_layers     # noqa: E402
 from ditskip_edge.skip_model import SkipModel                           # noqa: E402
 from ditskip_edge.training_step import TrainingStep                     # noqa: E402
-from export.contract import FlatTrainingStep, flatten_step_inputs, program_lora_keys   # noqa: E402
-from export.executorch_program import (ExportConfig, StepModule, export_joint,          # noqa: E402
-                                       export_training_program)
+from export.step_module import FlatTrainingStep, flatten_step_inputs, program_lora_keys   # noqa: E402
+from export.executorch_program import (ExportConfig, StepModule, export_training_program)
 
 CONFIG = dict(patch_size=1, in_channels=64, num_layers=2, num_single_layers=4, attention_head_dim=64,
               num_attention_heads=4, joint_attention_dim=64, pooled_projection_dim=64, guidance_embeds=False,
@@ -44,7 +43,7 @@ LATENT = (1, 16, 32, 32)
 TXT_LEN = 32
 
 
-def build(bits: int) -> StepModule:
+def build(precision: str) -> StepModule:
     from diffusers import FluxTransformer2DModel
     torch.manual_seed(0)
     tr = FluxTransformer2DModel(**CONFIG).eval()
@@ -56,7 +55,7 @@ def build(bits: int) -> StepModule:
     names = [f"transformer_blocks.{i}" for i in range(2)] + [f"single_transformer_blocks.{i}" for i in range(4)]
     add_lora(tr, "flux", [names[i] for i in plan.kept], LoraSpec(rank=4, alpha=4.0))
     skip = SkipModel(make_view("flux", tr, plan.kept), plan)
-    n_q = quantize_frozen_linears(skip.view, QuantSpec(bits=bits))
+    n_q = quantize_frozen_layers(skip.view, QuantSpec(precision))
     g = torch.Generator().manual_seed(1)
     x0, noise = torch.randn(*LATENT, generator=g), torch.randn(*LATENT, generator=g)
     n_img, d = LATENT[2] * LATENT[3] // 4, 256
@@ -65,7 +64,7 @@ def build(bits: int) -> StepModule:
              "front.txt": 0.1 * torch.randn(1, TXT_LEN, d, generator=g),
              "back.img": 0.1 * torch.randn(1, n_img, d, generator=g)}
     names_in, example = flatten_step_inputs(x0, noise, torch.tensor([0.6]), cond, entry)
-    flat = FlatTrainingStep(TrainingStep(skip), names_in)
+    flat = FlatTrainingStep(TrainingStep(skip, torch.nn.Identity()), names_in)   # entry: fp32 residuals
     return StepModule(flat, names_in, example, program_lora_keys(flat, tr), tr, n_q)
 
 
@@ -166,15 +165,14 @@ def main() -> None:
     steps = {}
     for variant in args.variants.split(","):
         qname, backend = variant.split("-")
-        bits = {"fp32": 16, "int8": 8, "int4": 4}[qname]
-        if bits not in steps:
-            steps[bits] = build(bits)
-            results["variants"][f"{qname}-eager"] = {"step_ms": round(eager_ms(steps[bits], args.reps), 2),
-                                                     "saved_activation_bytes": eager_saved_activation_bytes(steps[bits])}
+        if qname not in steps:
+            steps[qname] = build(qname)
+            results["variants"][f"{qname}-eager"] = {"step_ms": round(eager_ms(steps[qname], args.reps), 2),
+                                                     "saved_activation_bytes": eager_saved_activation_bytes(steps[qname])}
             print(f"{qname}-eager", results["variants"][f"{qname}-eager"], flush=True)
-        step = steps[bits]
+        step = steps[qname]
         t0 = time.perf_counter()
-        prog = export_training_program(step, ExportConfig(quant=QuantSpec(bits=bits), backend=backend))
+        prog = export_training_program(step, ExportConfig(quant=QuantSpec(qname), backend=backend))
         export_s = time.perf_counter() - t0
         m = _load_for_executorch_for_training_from_buffer(prog.buffer)
         ms = best_ms(lambda: m.forward_backward("forward", step.example), args.reps)
@@ -190,8 +188,8 @@ def main() -> None:
         results["variants"][variant] = row
         print(variant, {k: row[k] for k in ("step_ms", "vs_eager", "export_s", "loss_rel_err")}, flush=True)
     if "int8-portable" in args.variants:   # the arena with and without the recompute pass
-        ep_cfg = ExportConfig(quant=QuantSpec(bits=8), recompute_frozen=False)
-        prog = export_training_program(steps[8], ep_cfg)
+        ep_cfg = ExportConfig(quant=QuantSpec("int8"), recompute_frozen=False)
+        prog = export_training_program(steps["int8"], ep_cfg)
         results["int8_portable_without_recompute"] = {"planned_arena_bytes": prog.memory["planned_arena_bytes"]}
     out.mkdir(parents=True, exist_ok=True)
     (out / "executorch_step.json").write_text(json.dumps(results, indent=1))

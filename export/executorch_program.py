@@ -1,8 +1,19 @@
 """The kept blocks' training step as a joint forward-backward ExecuTorch program.
 
     bundle --build_step--> FlatTrainingStep (kept blocks + LoRA, frozen linears int8/int4, decoder, loss)
-           --export_training_program--> torch.export -> _export_forward_backward -> graph passes
-           -> to_edge (portable) | to_edge_transform_and_lower (XNNPACK) -> .pte bytes + memory report + op placement
+           --export_training_program--> torch.export (block marks when remat is on) -> _export_forward_backward
+           -> graph passes (remat.rematerialize_blocks, graph_passes.*) -> to_edge (portable) |
+           to_edge_transform_and_lower (XNNPACK) -> schedule.restore_order -> to_executorch (memory_plan planner,
+           constants in an external .ptd file with external_weights) -> .pte bytes (+ .ptd bytes) + memory report
+           + op placement + pass counts
+
+Memory levers (benchmarks/results/device_footprint_causes.md measures each): `restore_order` undoes the reordering
+XNNPACK lowering does (all dequantized weights were hoisted to the start), `memory_planner="best"` places tensors by
+offset instead of ExecuTorch's greedy slots, `UnsqueezeAsView` stops copying operands around each bmm,
+`xnnpack_ops="matmul"` gives XNNPACK one small delegate per matmul / transpose / activation, never merged
+(xnnpack_partition.py: nothing held across a delegate call, no activations in XNNPACK's workspace),
+`remat` recomputes each kept block's forward in backward, `external_weights` puts frozen weights in a .ptd file the
+runtime memory-maps.
 
 Attention is exported under `sdpa_kernel([SDPBackend.MATH])`: the fused CPU SDPA backward has no ExecuTorch kernel,
 the math path is plain matmul + softmax.
@@ -20,10 +31,14 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from ditskip_edge.quantize import QuantSpec
 
 from . import graph_passes
+from .memory_plan import PLANNERS
+from .remat import RematSpec
 from .step_module import StepModule, build_step, input_specs  # noqa: F401  (build_step: the exporters' entry)
 
 log = logging.getLogger(__name__)
 BACKENDS = ("portable", "xnnpack")
+XNNPACK_OPS = ("all", "matmul")
+EXTERNAL_DATA = "_default_external_constant.ptd"     # the .ptd file name ExecuTorch gives external constants
 
 
 @dataclass(frozen=True)
@@ -33,22 +48,63 @@ class ExportConfig:
     recompute_frozen: bool = True               # graph_passes.recompute_frozen_in_backward
     mm_rewrite: bool = True                     # graph_passes.addmm_to_mm_add
     mm_as_bmm: bool = True                      # XNNPACK only: graph_passes.mm_to_bmm
+    remat: str = "none"                         # "none" | "blocks" | "every:K" (remat.py)
+    external_weights: bool = False              # frozen constants in a .ptd file beside the .pte
+    memory_planner: str = "best"                # "greedy" (ExecuTorch's) | "best_fit" | "best" (memory_plan.py)
+    restore_order: bool = True                  # schedule.restore_order after lowering
+    unsqueeze_as_view: bool = True              # edge_passes.UnsqueezeAsView
+    trace_need: bool = True                     # memory report: the traced need of the same step (one eager step)
+    xnnpack_ops: str = "matmul"                 # XNNPACK: "matmul": one delegate per bmm (+ its operand
+                                                # transposes) and per transpose / gelu / tanh / softmax
+                                                # (xnnpack_partition.py) | "all": XNNPACK's partitioner, large
+                                                # fused partitions
 
     def __post_init__(self):
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        if self.memory_planner not in PLANNERS:
+            raise ValueError(f"memory_planner must be one of {PLANNERS}, got {self.memory_planner!r}")
+        if self.xnnpack_ops not in XNNPACK_OPS:
+            raise ValueError(f"xnnpack_ops must be one of {XNNPACK_OPS}, got {self.xnnpack_ops!r}")
+        RematSpec.parse(self.remat)             # raises on a malformed value
 
 
 @dataclass
 class TrainingProgram:
-    buffer: bytes
+    buffer: bytes                               # the .pte
     backend: str
     precision: str
     inputs: list[dict]
     lora_keys: dict[str, str]
-    memory: dict
+    memory: dict                                # executorch_memory.memory_report
     ops: dict
-    passes: dict
+    passes: dict                                # pass name -> what it changed
+    data: dict[str, bytes] = field(default_factory=dict)    # external data files (name -> bytes), e.g. the .ptd
+
+    remat: str = "none"                         # ditskip_edge/remat.py setting the program was exported with
+
+    def data_file_names(self, pte_name: str) -> dict[str, str]:
+        """ExecuTorch's data file name -> the file name written beside `pte_name`: `<stem>.ptd` for the one data
+        file (two programs in one folder then keep theirs apart; the .pte finds its constants by key, not by file
+        name), `<stem>.<name>` when there are several."""
+        from pathlib import PurePath
+        stem = PurePath(pte_name).stem
+        if len(self.data) == 1:
+            return {next(iter(self.data)): f"{stem}.ptd"}
+        return {name: f"{stem}.{name}" for name in self.data}
+
+    def write(self, pte_path) -> list:
+        """Write the .pte and its data files (same folder, names from data_file_names). Returns the paths
+        written, the .pte first."""
+        from pathlib import Path
+        pte_path = Path(pte_path)
+        pte_path.write_bytes(self.buffer)
+        paths = [pte_path]
+        for name, file_name in self.data_file_names(pte_path.name).items():
+            p = pte_path.parent / file_name
+            p.write_bytes(self.data[name])
+            paths.append(p)
+        return paths
 
 
 def _op_name(target) -> str:
@@ -80,8 +136,14 @@ def _op_placement(edge_program) -> dict:
 
 def export_joint(step: StepModule, cfg: ExportConfig):
     """torch.export + joint forward-backward + graph passes. Returns (ExportedProgram, pass counts)."""
+    import contextlib
+
     from torch.export.experimental import _export_forward_backward
-    with sdpa_kernel([SDPBackend.MATH]), torch.no_grad():
+
+    from . import remat
+    spec = RematSpec.parse(cfg.remat)
+    marks = remat.block_marks(step.module) if spec.enabled else contextlib.nullcontext()
+    with sdpa_kernel([SDPBackend.MATH]), torch.no_grad(), marks:
         ep = torch.export.export(step.module, tuple(step.example), strict=False)
     with sdpa_kernel([SDPBackend.MATH]):
         ep = _export_forward_backward(ep)
@@ -89,6 +151,9 @@ def export_joint(step: StepModule, cfg: ExportConfig):
               "negative_pad": graph_passes.negative_pad_to_slice(ep)}
     if cfg.mm_rewrite:
         passes["addmm_to_mm_add"] = graph_passes.addmm_to_mm_add(ep)
+    if spec.enabled:
+        passes["remat"] = remat.rematerialize_blocks(ep, spec)
+        passes["remat"]["marks_removed"] = remat.remove_marks(ep)
     if cfg.recompute_frozen:
         passes["recompute_frozen"] = graph_passes.recompute_frozen_in_backward(ep)
     passes["identity_views"] = graph_passes.drop_identity_views(ep)
@@ -98,23 +163,66 @@ def export_joint(step: StepModule, cfg: ExportConfig):
     return ep, passes
 
 
-def lower(ep, backend: str):
+def lower(ep, backend: str | ExportConfig, passes: dict | None = None):
+    """Edge program, XNNPACK-partitioned for backend "xnnpack", with the edge passes and the node order restored
+    (ExportConfig fields; a backend name alone means the defaults). Counts go into `passes`."""
     from executorch.exir import EdgeCompileConfig, to_edge, to_edge_transform_and_lower
+
+    from .edge_passes import UnsqueezeAsView
+    from .schedule import restore_order
+    cfg = backend if isinstance(backend, ExportConfig) else ExportConfig(backend=backend)
+    passes = {} if passes is None else passes
     cc = EdgeCompileConfig(_check_ir_validity=False)
-    if backend == "xnnpack":
+    transforms = [UnsqueezeAsView()] if cfg.unsqueeze_as_view else []
+    if cfg.backend == "xnnpack":
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-        return to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()], compile_config=cc)
-    return to_edge(ep, compile_config=cc)
+        if cfg.xnnpack_ops == "matmul":
+            from .xnnpack_partition import MatmulChainPartitioner
+            part = MatmulChainPartitioner()
+        else:
+            part = XnnpackPartitioner()
+        edge = to_edge_transform_and_lower(ep, transform_passes=transforms, partitioner=[part], compile_config=cc)
+    else:
+        edge = to_edge(ep, compile_config=cc)
+        if transforms:
+            edge = edge.transform(transforms)
+    if transforms:
+        passes["unsqueeze_as_view"] = transforms[0].replaced
+    if cfg.restore_order:
+        passes["restore_order"] = restore_order(edge.exported_program().graph_module)
+    return edge
+
+
+def backend_config(cfg: ExportConfig):
+    from executorch.exir import ExecutorchBackendConfig
+
+    from .memory_plan import planning_pass
+    return ExecutorchBackendConfig(memory_planning_pass=planning_pass(cfg.memory_planner),
+                                   external_constants=cfg.external_weights)
+
+
+def _data_files(et) -> dict[str, bytes]:
+    """The external data files of an ExecutorchProgramManager, as `write_tensor_data_to_file` names them (1.5.1 has
+    no public getter on the manager: `_tensor_data` is what that method writes)."""
+    files = {}
+    for name, cord in (et._tensor_data or {}).items():
+        files[name if name.endswith(".ptd") else name + ".ptd"] = bytes(cord)
+    return files
 
 
 def export_training_program(step: StepModule, cfg: ExportConfig) -> TrainingProgram:
     from .executorch_memory import memory_report
     ep, passes = export_joint(step, cfg)
-    edge = lower(ep, cfg.backend)
+    edge = lower(ep, cfg, passes)
     ops = _op_placement(edge.exported_program())
-    et = edge.to_executorch()
+    et = edge.to_executorch(backend_config(cfg))
     buf = et.buffer
-    memory = memory_report(et, step, len(buf))
+    data = _data_files(et) if cfg.external_weights else {}
+    memory = memory_report(et, step, len(buf), data, cfg)
+    if cfg.trace_need:
+        from .executorch_memory import traced_need
+        memory.update(traced_need(step, cfg))
+        memory["arena_over_traced"] = round(memory["planned_arena_bytes"] / memory["traced_equivalent_bytes"], 3)
     return TrainingProgram(buffer=buf, backend=cfg.backend, precision=cfg.quant.precision,
-                           inputs=input_specs(step.names, step.example),
-                           lora_keys=step.lora_keys, memory=memory, ops=ops, passes=passes)
+                           inputs=input_specs(step.names, step.example), remat=str(RematSpec.parse(cfg.remat)),
+                           lora_keys=step.lora_keys, memory=memory, ops=ops, passes=passes, data=data)

@@ -3,7 +3,10 @@
     add_executorch_programs(writer, ExecutorchPrograms(precisions=("int8",), backend="portable", preprocess=True))
 
 writes under `programs/executorch/`:
-  train_step_<precision>.pte   joint forward-backward training step, frozen weights fp32 | int8 | int4
+  train_step_<precision>.pte   joint forward-backward training step, frozen weights fp32 | int8 | int4, with block
+                               rematerialization `remat` (ditskip_edge/remat.py; default every kept block)
+  train_step_<precision>.ptd   its frozen weights (weights="mapped", the default): the runtime memory-maps this file,
+                               clean file-backed pages a phone does not count; listed in the entry's `data`
   preprocess_<H>x<W>.pte       photo + crop box -> x0, one per distinct photo size
 and adds one `runtime/contract.py` ProgramEntry per program to the manifest's `programs` list.
 """
@@ -17,13 +20,16 @@ import torch
 
 from ditskip_edge.bundle_model import OpenBundle, open_bundle
 from ditskip_edge.quantize import QuantSpec
+from ditskip_edge.remat import RematSpec
 from ditskip_edge.runtime.bundle import PROGRAMS_DIR, BundleWriter
-from ditskip_edge.runtime.contract import PREPROCESS, TRAIN_STEP, ProgramEntry, check_precisions
+from ditskip_edge.runtime.contract import (PREPROCESS, TRAIN_STEP, WEIGHT_PLACEMENTS, ProgramEntry,
+                                           check_precisions)
 from ditskip_edge.runtime.errors import UserError
 
 log = logging.getLogger(__name__)
 PROGRAM_DIR = f"{PROGRAMS_DIR}/executorch"
 BACKENDS = ("portable", "xnnpack")
+WEIGHTS = WEIGHT_PLACEMENTS                     # frozen weights inside the .pte | in a .ptd beside it, mapped
 
 
 @dataclass(frozen=True)
@@ -32,26 +38,34 @@ class ExecutorchPrograms:
     backend: str = "portable"                   # "portable" | "xnnpack"
     preprocess: bool = True                     # also the photo -> x0 programs
     group_size: int = 32                        # int4: input features per scale
+    remat: str = "blocks"                       # none | blocks | every:K (ditskip_edge/remat.py)
+    weights: str = "mapped"                     # mapped: frozen weights in a .ptd data file | resident: in the .pte
 
     def validate(self) -> None:
         check_precisions(self.precisions)
         if self.backend not in BACKENDS:
             raise UserError(f"executorch backend {self.backend!r}: expected one of {', '.join(BACKENDS)}")
+        RematSpec.parse(self.remat)
+        if self.weights not in WEIGHTS:
+            raise UserError(f"--weights {self.weights}: expected one of {', '.join(WEIGHTS)}")
 
 
-def train_step_entry(b: OpenBundle, precision: str, backend: str, writer: BundleWriter, group_size: int) -> dict:
+def train_step_entry(b: OpenBundle, precision: str, config: ExecutorchPrograms, writer: BundleWriter) -> dict:
     from .executorch_program import ExportConfig, build_step, export_training_program
     rel = f"{PROGRAM_DIR}/{TRAIN_STEP}_{precision}.pte"
-    log.info("exporting %s (%s)", rel, backend)
-    quant = QuantSpec(precision, group_size=group_size)
+    remat = str(RematSpec.parse(config.remat))
+    log.info("exporting %s (%s, remat %s, weights %s)", rel, config.backend, remat, config.weights)
+    quant = QuantSpec(precision, group_size=config.group_size)
     step = build_step(b, quant)
-    prog = export_training_program(step, ExportConfig(quant=quant, backend=backend))
-    writer.path(rel).write_bytes(prog.buffer)
+    prog = export_training_program(step, ExportConfig(quant=quant, backend=config.backend, remat=remat,
+                                                      external_weights=config.weights == "mapped"))
+    data = [f"{PROGRAM_DIR}/{name}" for name in prog.data_file_names(rel).values()]
+    prog.write(writer.path(rel))
     shapes = {n: list(p.shape) for n, p in step.module.named_parameters() if p.requires_grad}
     return ProgramEntry(name=TRAIN_STEP, runtime="executorch", path=rel, inputs=prog.inputs,
                         outputs=[{"name": "loss", "shape": [], "dtype": "float32"}], trainable=prog.lora_keys,
-                        trainable_shapes=shapes, precision=precision, backend=backend, memory=prog.memory,
-                        ops=prog.ops, graph_passes=prog.passes).to_json()
+                        trainable_shapes=shapes, precision=precision, backend=config.backend, data=data,
+                        remat=remat, memory=prog.memory, ops=prog.ops, graph_passes=prog.passes).to_json()
 
 
 def preprocess_entries(writer: BundleWriter, b: OpenBundle, backend: str) -> list[dict]:
@@ -87,7 +101,7 @@ def add_executorch_programs(writer: BundleWriter, config: ExecutorchPrograms) ->
     """Export the programs into the bundle being written; returns their paths."""
     config.validate()
     b = open_bundle(writer.view())
-    entries = [train_step_entry(b, p, config.backend, writer, config.group_size) for p in config.precisions]
+    entries = [train_step_entry(b, p, config, writer) for p in config.precisions]
     if config.preprocess:
         entries += preprocess_entries(writer, b, config.backend)
     writer.manifest["programs"] = [p for p in writer.manifest.get("programs", [])

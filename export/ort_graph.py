@@ -106,3 +106,133 @@ def integer_initializers(model: onnx.ModelProto) -> dict[str, int]:
     """name -> ONNX element type of every non-float initializer (the quantized weight codes)."""
     floats = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16}
     return {i.name: i.data_type for i in model.graph.initializer if i.data_type not in floats}
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Recomputation in ORT's training graph (issue 14). ORT's gradient builder reads forward values in the gradient
+# nodes, so the session keeps them alive from forward to backward: every dequantized weight (Cast(codes) * scale, read
+# by the MatMul / Gemm gradients) and every activation the gradients need. The passes below rewrite the training
+# model that generate_artifacts wrote: the gradient side reads copies, placed in the node list just before their
+# first gradient reader, so the forward originals die in the forward pass.
+#
+# ORT undoes a copy on its own unless told not to: its CommonSubexpressionElimination transformer (basic level, on in
+# every default session) merges nodes with the same op, attributes and inputs, i.e. every copy with its original
+# (measured: 23 duplicated Cast nodes of flux-tiny's training model -> 23 Cast nodes after the session's optimizer).
+# RECOMPUTE_SESSION_CONFIG turns exactly that transformer off; the session must be created with it.
+RECOMPUTE_SESSION_CONFIG = {"optimization.disable_specified_optimizers": "CommonSubexpressionElimination"}
+
+
+def _forward_nodes(model: onnx.ModelProto, loss: str = "loss") -> set[int]:
+    """Indices of the nodes the loss depends on (the forward pass); the rest is the gradient graph."""
+    producer = {o: i for i, n in enumerate(model.graph.node) for o in n.output}
+    seen: set[int] = set()
+    stack = [producer[loss]]
+    while stack:
+        i = stack.pop()
+        if i in seen:
+            continue
+        seen.add(i)
+        stack.extend(producer[x] for x in model.graph.node[i].input if x in producer)
+    return seen
+
+
+def _copy_for_gradient(model: onnx.ModelProto, groups: list[set[int]], const: set[int], fwd: set[int],
+                       suffix: str) -> dict:
+    """For each group of forward node indices: copy the members the gradient graph reads (with their ancestors in
+    the group or among `const`) before the group's first gradient reader, and point the gradient readers at the
+    copies. Returns counts."""
+    import copy as _copy
+    g = model.graph
+    nodes = list(g.node)
+    producer = {o: i for i, n in enumerate(nodes) for o in n.output}
+    readers: dict[str, list[int]] = {}
+    for i, n in enumerate(nodes):
+        for x in n.input:
+            readers.setdefault(x, []).append(i)
+    inserts: dict[int, list] = {}           # node index -> copies to place before it
+    redirect: dict[int, dict[str, str]] = {}
+    stats = {"groups": 0, "copied_nodes": 0, "gradient_reads_redirected": 0}
+    for gi, members in enumerate(groups):
+        read = {o: [r for r in readers.get(o, []) if r not in fwd]
+                for m in members for o in nodes[m].output}
+        read = {o: rs for o, rs in read.items() if rs}
+        if not read:
+            continue
+        first = min(min(rs) for rs in read.values())
+        copied: dict[int, object] = {}
+        order: list[int] = []
+
+        def visit(i: int) -> None:
+            if i in copied or (i not in members and i not in const):
+                return
+            copied[i] = None
+            for x in nodes[i].input:
+                if x in producer:
+                    visit(producer[x])
+            order.append(i)
+
+        for o in read:
+            visit(producer[o])
+        names = {o: f"{o}{suffix}{gi}" for i in order for o in nodes[i].output}
+        new = []
+        for i in sorted(order):           # graph order is topological
+            c = _copy.deepcopy(nodes[i])
+            c.name = f"{c.name}{suffix}{gi}"
+            c.input[:] = [names.get(x, x) for x in c.input]
+            c.output[:] = [names[o] for o in c.output]
+            new.append(c)
+        inserts.setdefault(first, []).extend(new)
+        for o, rs in read.items():
+            for r in rs:
+                redirect.setdefault(r, {})[o] = names[o]
+                stats["gradient_reads_redirected"] += 1
+        stats["groups"] += 1
+        stats["copied_nodes"] += len(new)
+    out = []
+    for i, n in enumerate(nodes):
+        out.extend(inserts.get(i, []))
+        if i in redirect:
+            n.input[:] = [redirect[i].get(x, x) for x in n.input]
+        out.append(n)
+    del g.node[:]
+    g.node.extend(out)
+    return stats
+
+
+def _const_nodes(model: onnx.ModelProto, frozen: set[str], fwd: set[int]) -> set[int]:
+    """Forward nodes computed from frozen parameters / initializers / Constant nodes only."""
+    const_values = set(frozen) | {i.name for i in model.graph.initializer}
+    const: set[int] = set()
+    for i, n in enumerate(model.graph.node):
+        if i in fwd and all((x in const_values) or x == "" for x in n.input):
+            const.add(i)
+            const_values.update(n.output)
+    return const
+
+
+def recompute_frozen_in_gradient(model: onnx.ModelProto, frozen: set[str], loss: str = "loss") -> dict:
+    """The ExecuTorch pass graph_passes.recompute_frozen_in_backward for ORT's training model: every value computed
+    from frozen parameters only (dequantized weights, their transposes) that a gradient node reads is recomputed
+    for it. Run the session with RECOMPUTE_SESSION_CONFIG."""
+    fwd = _forward_nodes(model, loss)
+    const = _const_nodes(model, frozen, fwd)
+    return _copy_for_gradient(model, [{i} for i in sorted(const)], const, fwd, "_recompute")
+
+
+def rematerialize_blocks_onnx(model: onnx.ModelProto, frozen: set[str], every: int = 1, loss: str = "loss") -> dict:
+    """Block remat for ORT's training model. Blocks come from the exporter's scoped node names
+    ('/step/skip_model/blocks.3/attn/...'); a forward node outside every block (embedding, context, head) is kept.
+    The gradient side reads copies of each group's forward values (groups of `every` blocks), recomputed with
+    their in-group ancestors and the frozen-only chains they need. Run the session with RECOMPUTE_SESSION_CONFIG."""
+    import re
+    fwd = _forward_nodes(model, loss)
+    const = _const_nodes(model, frozen, fwd)
+    groups: dict[int, set[int]] = {}
+    for i, n in enumerate(model.graph.node):
+        if i in fwd and i not in const:
+            m = re.search(r"/blocks\.(\d+)/", n.name)
+            if m:
+                groups.setdefault(int(m.group(1)) // every, set()).add(i)
+    stats = _copy_for_gradient(model, [groups[k] for k in sorted(groups)], const, fwd, "_remat")
+    stats["blocks_found"] = len(groups)
+    return stats

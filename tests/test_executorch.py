@@ -50,9 +50,11 @@ def _eager_loss_and_grads(module, inputs):
     return loss.detach(), {n: p.grad.detach().clone() for n, p in params.items()}
 
 
-def _check_program_matches_eager(buffer: bytes, module, inputs, set_params: bool = False):
-    from executorch.extension.training import _load_for_executorch_for_training_from_buffer
-    m = _load_for_executorch_for_training_from_buffer(buffer)
+def _check_program_matches_eager(buffer: bytes, module, inputs, set_params: bool = False, data: bytes | None = None):
+    """`data`: the program's .ptd (its frozen weights), when they are not in the .pte."""
+    from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
+    from executorch.extension.training import TrainingModule
+    m = TrainingModule(_load_for_executorch_from_buffer(buffer, data_map_buffer=data))
     loss_et = m.forward_backward("forward", inputs)[0]
     if set_params:       # write the eager module's LoRA into the runtime's parameters, then rerun
         eager = dict(module.named_parameters())
@@ -111,6 +113,33 @@ def test_manifest_lists_programs_with_memory_report(et_bundle):
     assert set(step["trainable"].values()) == set(m["lora_file"]["keys"])
 
 
+def test_train_step_defaults_to_block_remat_and_a_mapped_data_file(et_bundle):
+    """The default program: block remat, frozen weights in train_step_<precision>.ptd, listed in the entry's `data`
+    and in the manifest's files with its SHA-256; the .pte keeps no weight bytes."""
+    m = json.loads((et_bundle / "manifest.json").read_text())
+    step = next(p for p in m["programs"] if p["name"] == "train_step" and p["runtime"] == "executorch")
+    assert step["remat"] == "blocks" and step["graph_passes"]["remat"]["recomputed_nodes"] > 0
+    assert step["data"] == ["programs/executorch/train_step_fp32.ptd"]
+    info = m["files"][step["data"][0]]
+    assert info["bytes"] == (et_bundle / step["data"][0]).stat().st_size and len(info["sha256"]) == 64
+    assert step["memory"]["constant_bytes_in_pte"] <= 1024 < step["memory"]["external_data_bytes"]
+
+
+def test_runtime_maps_the_data_file_without_locking_it(et_bundle):
+    """ExecutorchStep loads .pte + .ptd with mlock refused (ExecuTorch's Python loader would lock what it maps):
+    nothing locked after the first step, which loads the methods."""
+    from ditskip_edge.runtime.bundle import Bundle
+    from ditskip_edge.runtime.executorch import ExecutorchStep
+    from ditskip_edge.runtime.footprint import read_footprint
+    from ditskip_edge.runtime.inputs import StepInputs
+    before = read_footprint()
+    b = Bundle.open(et_bundle)
+    step = ExecutorchStep(b)
+    step.prepare(StepInputs(b)(b.schedule.samples[0]))
+    assert read_footprint().locked_bytes - before.locked_bytes == 0
+    assert all(np.isfinite(v).all() for v in step.parameters().values())
+
+
 def test_flux_fp32_program_matches_eager(et_bundle):
     from ditskip_edge.bundle_model import open_bundle
     from ditskip_edge.quantize import QuantSpec
@@ -118,7 +147,8 @@ def test_flux_fp32_program_matches_eager(et_bundle):
     step = build_step(open_bundle(et_bundle), QuantSpec("fp32"))
     _randomize_lora_b(step.module)
     buffer = (et_bundle / "programs/executorch/train_step_fp32.pte").read_bytes()
-    _check_program_matches_eager(buffer, step.module, step.example, set_params=True)
+    data = (et_bundle / "programs/executorch/train_step_fp32.ptd").read_bytes()
+    _check_program_matches_eager(buffer, step.module, step.example, set_params=True, data=data)
 
 
 def test_sana_int4_program_matches_eager(sana_bundle):
@@ -216,7 +246,8 @@ def test_patch_sampling_program_matches_eager():
 
 def test_bundle_that_does_not_match_its_manifest_is_refused(et_bundle, tmp_path):
     from ditskip_edge.runtime.errors import BundleError
-    for victim in ("programs/executorch/train_step_fp32.pte", "subject/cache/shard_00000.bin"):
+    for victim in ("programs/executorch/train_step_fp32.pte", "programs/executorch/train_step_fp32.ptd",
+                   "subject/cache/shard_00000.bin"):
         copy = tmp_path / victim.replace("/", "_")
         shutil.copytree(et_bundle, copy, ignore=shutil.ignore_patterns("runs"))
         data = bytearray((copy / victim).read_bytes())

@@ -7,5 +7,8 @@ class TrainingModule : java.io.Closeable {
     fun namedParameters(methodName: String): Map<String, Tensor> = TODO()
     fun namedGradients(methodName: String): Map<String, Tensor> = TODO()
     override fun close() {}
-    companion object { @JvmStatic fun load(modelPath: String): TrainingModule = TODO() }
+    companion object {
+        @JvmStatic fun load(modelPath: String): TrainingModule = TODO()
+        @JvmStatic fun load(modelPath: String, dataPath: String): TrainingModule = TODO()
+    }
 }

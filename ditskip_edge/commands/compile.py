@@ -3,7 +3,7 @@ runs the subject stage: python -m ditskip_edge.runtime personalize)."""
 
 from __future__ import annotations
 
-from export.executorch_stage import ExecutorchPrograms
+from export.executorch_stage import WEIGHTS, ExecutorchPrograms
 from export.executorch_subject import SubjectPrograms
 from export.generation_stage import GenerationPrograms
 from export.ort_stage import OrtPrograms
@@ -12,6 +12,7 @@ from ..cache import DEFAULT_CODEC
 from ..compile import CompileRequest, compile_bundle
 from ..lora import LoraSpec
 from ..models.loading import resolve_spec
+from ..remat import REMAT_CHOICES, RematSpec
 from ..runtime.bundle import OptimizerSpec
 from ..runtime.contract import PROGRAM_PRECISIONS, RUNTIMES
 from ..runtime.errors import UserError
@@ -56,6 +57,12 @@ def register(sub, add_json_flag) -> None:
     p.add_argument("--generation-steps", type=int, default=20, help="generation: default sampler steps")
     p.add_argument("--guidance", type=float, default=3.0, help="generation: default classifier-free guidance scale")
     p.add_argument("--generation-px", type=int, default=None, help="generation: image side (model's train px)")
+    p.add_argument("--remat", default=None,
+                   help=f"executorch: block rematerialization in the training program: {REMAT_CHOICES} (kept "
+                        f"blocks recomputed in backward; default blocks)")
+    p.add_argument("--weights", default=None, choices=list(WEIGHTS),
+                   help="executorch: frozen weights in a memory-mapped .ptd data file beside the program (mapped, "
+                        "the default) or inside the .pte (resident)")
     p.add_argument("--cache-codec", default=DEFAULT_CODEC,
                    help=f"residual-cache codec: fp32 | fp16 | int8-token | int8-channel | int8-gG | int8-tG | "
                         f"int4-gG | int4-tG | lowrank-rR, or 'DEFAULT,name=CODEC,...' (default {DEFAULT_CODEC}; "
@@ -66,16 +73,14 @@ def register(sub, add_json_flag) -> None:
     p.add_argument("--subject-backend", default="xnnpack", choices=["xnnpack", "portable"],
                    help="model bundle: ExecuTorch backend of the forward programs (default xnnpack; the encoder is "
                         "always XNNPACK)")
-    p.add_argument("--external-weights", action="store_true",
-                   help="model bundle: the forward programs' weights in a .ptd data file beside each .pte (mapped)")
     p.add_argument("--min-photos", type=int, default=1, help="model bundle: the fewest photos the device accepts")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
     add_json_flag(p)
     p.set_defaults(func=run)
 
 
-def program_stages(runtimes: list[str], precision: str, xnnpack: bool, generation: GenerationPrograms | None = None
-                   ) -> list:
+def program_stages(runtimes: list[str], precision: str, xnnpack: bool, generation: GenerationPrograms | None = None,
+                   remat: str | None = None, weights: str | None = None) -> list:
     names = [r.strip() for arg in runtimes for r in arg.split(",") if r.strip()]
     bad = [r for r in names if r not in RUNTIMES]
     if bad:
@@ -86,10 +91,14 @@ def program_stages(runtimes: list[str], precision: str, xnnpack: bool, generatio
                         "or --generation")
     if xnnpack and "executorch" not in names:
         raise UserError("--xnnpack lowers the ExecuTorch programs: add --runtime executorch")
+    for flag, value in (("--remat", remat), ("--weights", weights)):
+        if value is not None and "executorch" not in names:
+            raise UserError(f"{flag} sets the ExecuTorch training program: add --runtime executorch")
+    et = ExecutorchPrograms(precisions, "xnnpack" if xnnpack else "portable",
+                            remat=str(RematSpec.parse(remat or "blocks")), weights=weights or "mapped")
     stages = []
     for r in dict.fromkeys(names):
-        stages.append(ExecutorchPrograms(precisions, "xnnpack" if xnnpack else "portable") if r == "executorch"
-                      else OrtPrograms(precisions))
+        stages.append(et if r == "executorch" else OrtPrograms(precisions))
     if generation is not None:
         stages.append(GenerationPrograms(precisions, generation.steps, generation.guidance, generation.px))
     return stages
@@ -99,9 +108,9 @@ def run(args) -> dict:
     model_bundle = args.images is None
     if len(args.prompts) > 1 and not model_bundle:
         raise UserError("a subject bundle takes one --prompt (several prompts make a model bundle: leave out --images)")
-    if not model_bundle and (args.subject_precision or args.external_weights or args.min_photos != 1
+    if not model_bundle and (args.subject_precision or args.min_photos != 1
                              or args.subject_backend != "xnnpack"):
-        raise UserError("--subject-precision, --subject-backend, --external-weights and --min-photos are a model "
+        raise UserError("--subject-precision, --subject-backend and --min-photos are a model "
                         "bundle's: leave out --images")
     if model_bundle and not args.runtimes:
         args.runtimes = ["executorch"]                  # the subject stage's programs are ExecuTorch programs
@@ -118,7 +127,7 @@ def run(args) -> dict:
         if precision not in PROGRAM_PRECISIONS:
             raise UserError(f"--subject-precision {precision!r}: expected one of {', '.join(PROGRAM_PRECISIONS)}")
         subject = SubjectPrograms(precision=precision, backend=args.subject_backend,
-                                  external_weights=args.external_weights)
+                                  external_weights=(args.weights or "mapped") == "mapped")
     req = CompileRequest(model=args.model, images=args.images, prompt=args.prompts[0], out=args.out,
                          more_prompts=args.prompts[1:], subject_programs=subject, min_photos=args.min_photos,
                          n_front=args.skip_front, n_back=args.skip_back, skip_ratio=args.skip_ratio,
@@ -127,5 +136,6 @@ def run(args) -> dict:
                          programs=program_stages(args.runtimes, args.precision, args.xnnpack,
                                                  GenerationPrograms(steps=args.generation_steps, guidance=args.guidance,
                                                                     px=args.generation_px)
-                                                 if args.generation else None))
+                                                 if args.generation else None,
+                                                 remat=args.remat, weights=args.weights))
     return compile_bundle(req)

@@ -5,7 +5,7 @@ old name as an alias."""
 from __future__ import annotations
 
 from ..memory_estimate.request import DEFAULT_RUNTIME_OVERHEAD_MIB, EstimateRequest, estimate_memory
-from ..runtime.contract import PRECISIONS
+from ..runtime.contract import PRECISIONS, WEIGHT_PLACEMENTS
 
 
 def register(sub, add_json_flag) -> None:
@@ -30,7 +30,7 @@ def register(sub, add_json_flag) -> None:
     p.add_argument("--remat", default="none",
                    help="block rematerialization in the step: none | blocks | every:K (kept blocks recomputed in "
                         "backward, K a segment)")
-    p.add_argument("--weights", default="resident", choices=["resident", "mapped"],
+    p.add_argument("--weights", default="resident", choices=list(WEIGHT_PLACEMENTS),
                    help="frozen weights in anonymous memory, or memory-mapped from the bundle's data file (clean, "
                         "file-backed: not in the footprint)")
     p.add_argument("--subject-stage", action="store_true",

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils.flop_counter import FlopCounterMode
 
+from ..runtime.contract import WEIGHT_PLACEMENTS
 from .program import StepConfig, build_step_program
 from .tracker import SavedTensorBytes, StepMemoryTracker, storage_keys
 
@@ -132,7 +133,7 @@ def _frozen_param_count(prog) -> int:
     return n
 
 
-WEIGHTS = ("resident", "mapped")
+WEIGHTS = WEIGHT_PLACEMENTS
 
 
 @dataclass

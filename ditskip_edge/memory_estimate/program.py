@@ -29,6 +29,7 @@ from ..models.specs import FLUX_ARCH, ModelSpec
 from ..models.views import block_names_of, full_model_forward, make_view
 from ..plan import SkipPlan
 from ..quantize import QuantSpec, quantize_frozen_layers
+from ..remat import RematSpec
 from ..runtime.contract import PRECISIONS
 from ..runtime.errors import UserError
 from ..skip_model import SkipModel, noisy_latents_and_target, residual_names
@@ -170,15 +171,8 @@ class StepProgram:
 
 
 def remat_every(remat: str) -> int:
-    """"none" -> 0, "blocks" -> 1, "every:K" -> K (K >= 1); anything else is a UserError."""
-    if remat == "none":
-        return 0
-    if remat == "blocks":
-        return 1
-    head, _, k = remat.partition(":")
-    if head == "every" and k.isdigit() and int(k) >= 1:
-        return int(k)
-    raise UserError(f"remat {remat!r}: expected none, blocks or every:K (K >= 1)")
+    """"none" -> 0, "blocks" -> 1, "every:K" -> K: ditskip_edge/remat.py's parse (the exporter's too)."""
+    return RematSpec.parse(remat).every
 
 
 def _remat_segments(view, every: int) -> None:

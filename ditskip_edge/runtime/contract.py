@@ -44,6 +44,9 @@ RUNTIMES = ("executorch", "ort")
 # groups of 32), and what the memory estimate can model (bf16 too: GPU baselines). Trainable LoRA stays fp32.
 PROGRAM_PRECISIONS = ("fp32", "int8", "int4")
 PRECISIONS = ("fp32", "bf16", "int8", "int4")
+# Where a program's frozen weights live: "resident" inside the program file, loaded into anonymous memory; "mapped"
+# in a data file beside it (ExecuTorch: the .ptd in the entry's `data`), memory-mapped: clean file-backed pages.
+WEIGHT_PLACEMENTS = ("resident", "mapped")
 TRAIN_STEP = "train_step"
 PREPROCESS = "preprocess"
 # The subject stage's forward-only programs (runtime/forward.py): the model's frozen forward, one block at a time.
@@ -85,7 +88,10 @@ class ProgramEntry:
     trainable_shapes: dict[str, list[int]] = field(default_factory=dict)
     precision: str = "fp32"         # frozen weights: fp32 | int8 | int4
     backend: str = "portable"       # executorch: portable | xnnpack; ort: cpu
-    data: list[str] = field(default_factory=list)                  # bundle-relative files the program also loads
+    data: list[str] = field(default_factory=list)                  # bundle-relative files the program also loads:
+                                    # executorch: the .ptd of its frozen weights (memory-mapped, not locked; empty
+                                    # when the weights are inside the .pte); ort: the checkpoint
+    remat: str = "none"             # block rematerialization the program runs: none | blocks | every:K
     block: int | None = None        # block programs: the block's index in the full model's order
     memory: dict | None = None
     ops: dict | None = None

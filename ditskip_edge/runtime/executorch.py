@@ -1,6 +1,8 @@
 """The ExecuTorch step adapter: a bundle's `train_step` program (a joint forward-backward .pte) under the loop.
 
-    module = _load_for_executorch_for_training(program)        # ExecuTorch's C++ TrainingModule
+    module = TrainingModule(_load_for_executorch(program, data_path=ptd))   # ExecuTorch's TrainingModule; the
+                                                                # frozen weights' .ptd (the entry's `data`)
+                                                                # memory-mapped, not locked
     loss = module.forward_backward("forward", inputs)[0]        # inputs in contract order (runtime/contract.py)
     module.named_parameters() / named_gradients()               # alias the runtime's memory; exist after one call
 
@@ -19,6 +21,7 @@ from . import bindings
 from .bundle import Bundle
 from .contract import METHOD, PREPROCESS, ordered_inputs
 from .errors import BundleError
+from .footprint import mlock_refused
 from .inputs import NamedInputs
 from .program_step import ProgramStep
 from .schedule import Sample
@@ -31,12 +34,12 @@ class ExecutorchStep(ProgramStep):
         import torch                     # ExecuTorch's Python bindings take torch tensors (no autograd is used)
         super().__init__(bundle, precision)
         self._torch = torch
-        self.module = bindings.executorch_training()._load_for_executorch_for_training(
-            str(bundle.root / self.program["path"]))
+        self.module = load_training_module(bundle, self.program)
 
     def _forward_backward(self, inputs: NamedInputs) -> float:
         tensors = [self._torch.from_numpy(a) for a in ordered_inputs(self.program, inputs)]
-        return float(self.module.forward_backward(METHOD, tensors)[0])
+        with mlock_refused():            # the first call loads the methods: the mapped constants stay unlocked
+            return float(self.module.forward_backward(METHOD, tensors)[0])
 
     def prepare(self, example: NamedInputs) -> None:
         if self._params is None:
@@ -51,6 +54,25 @@ class ExecutorchStep(ProgramStep):
         for n, g in self.module.named_gradients().items():
             self._grads[n] += g.numpy() / np.float32(grad_accum)
         return loss / grad_accum
+
+
+def load_training_module(bundle: Bundle, program: dict):
+    """The program's TrainingModule: the .pte and, when the entry lists one in `data`, its .ptd data file. Both are
+    memory-mapped by ExecuTorch's MmapDataLoader; mlock is refused while loading (runtime/footprint.py), so the
+    mapped frozen weights stay clean file-backed pages the system may drop, as a phone app's Module maps them."""
+    data = list(program.get("data", []))
+    if len(data) > 1:
+        raise BundleError(f"{bundle.root}: executorch program {program['path']} lists {len(data)} data files; "
+                          f"expected at most one .ptd")
+    if data and not data[0].endswith(".ptd"):
+        raise BundleError(f"{bundle.root}: executorch program {program['path']}: data file {data[0]} is not a .ptd")
+    load = bindings.executorch_inference()._load_for_executorch
+    with mlock_refused():
+        if data:
+            module = load(str(bundle.root / program["path"]), data_path=str(bundle.root / data[0]))
+        else:
+            module = load(str(bundle.root / program["path"]))
+    return bindings.executorch_training().TrainingModule(module)
 
 
 class Preprocessor:

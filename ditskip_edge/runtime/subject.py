@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from . import rng
-from .bundle import (CACHE_DIR, CACHE_FREE, CACHE_MODES, MODEL_BUNDLE, PHOTOS_DIR, SCHEDULE_FILE, STORED,
+from .bundle import (CACHE_DIR, CACHE_MODES, MODEL_BUNDLE, PHOTOS_DIR, SCHEDULE_FILE, STORED,
                      SUBJECT_BUNDLE, TEXT_FILE, Bundle, BundleWriter, cache_identity)
 from .cache import CacheWriter
 from .cache_format import X0, CacheCodec, entry_layout

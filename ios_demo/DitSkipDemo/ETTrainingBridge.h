@@ -23,8 +23,10 @@ NS_ASSUME_NONNULL_BEGIN
 @end
 
 @interface DSTrainingModule : NSObject
-/// Loads a joint forward-backward .pte (bundle programs/executorch/train_step_*.pte).
-- (nullable instancetype)initWithPath:(NSString *)path error:(NSError **)error;
+/// Loads a joint forward-backward .pte (bundle programs/executorch/train_step_*.pte) and, when `dataPath` is not nil,
+/// the .ptd with its frozen weights (the program entry's `data`). Both are memory-mapped without mlock: clean
+/// file-backed pages, not counted in the app's footprint.
+- (nullable instancetype)initWithPath:(NSString *)path dataPath:(nullable NSString *)dataPath error:(NSError **)error;
 /// Runs the joint graph; returns the loss (output 0). Gradients are then available through namedGradients.
 - (nullable NSNumber *)forwardBackward:(NSString *)method
                                 inputs:(NSArray<DSTensorInput *> *)inputs

@@ -1,6 +1,6 @@
 #import "ETTrainingBridge.h"
 
-#include <executorch/extension/data_loader/file_data_loader.h>
+#include <executorch/extension/data_loader/mmap_data_loader.h>
 #include <executorch/extension/tensor/tensor.h>
 #include <executorch/extension/training/module/training_module.h>
 
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-using executorch::extension::FileDataLoader;
+using executorch::extension::MmapDataLoader;
 using executorch::extension::TensorPtr;
 using executorch::extension::from_blob;
 using executorch::extension::training::TrainingModule;
@@ -60,14 +60,25 @@ static NSError *DSError(NSString *what, Error code) {
   std::unique_ptr<TrainingModule> _module;
 }
 
-- (nullable instancetype)initWithPath:(NSString *)path error:(NSError **)error {
+- (nullable instancetype)initWithPath:(NSString *)path dataPath:(nullable NSString *)dataPath error:(NSError **)error {
   if ((self = [super init])) {
-    auto loader = FileDataLoader::from(path.UTF8String);
+    // mapped, never locked: the frozen weights stay clean file-backed pages the system may drop
+    auto loader = MmapDataLoader::from(path.UTF8String, MmapDataLoader::MlockConfig::NoMlock);
     if (!loader.ok()) {
       if (error) *error = DSError([NSString stringWithFormat:@"cannot open %@", path], loader.error());
       return nil;
     }
-    _module = std::make_unique<TrainingModule>(std::make_unique<FileDataLoader>(std::move(loader.get())));
+    std::unique_ptr<MmapDataLoader> data;
+    if (dataPath != nil) {
+      auto d = MmapDataLoader::from(dataPath.UTF8String, MmapDataLoader::MlockConfig::NoMlock);
+      if (!d.ok()) {
+        if (error) *error = DSError([NSString stringWithFormat:@"cannot open %@", dataPath], d.error());
+        return nil;
+      }
+      data = std::make_unique<MmapDataLoader>(std::move(d.get()));
+    }
+    _module = std::make_unique<TrainingModule>(std::make_unique<MmapDataLoader>(std::move(loader.get())), nullptr,
+                                               nullptr, nullptr, std::move(data));
   }
   return self;
 }

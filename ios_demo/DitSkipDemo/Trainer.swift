@@ -22,7 +22,7 @@ final class Trainer {
         let betas = o["betas"] as! [Double]
         let adamw = AdamW(lr: o["lr"] as! Double, beta1: betas[0], beta2: betas[1], eps: o["eps"] as! Double,
                           weightDecay: o["weight_decay"] as! Double)
-        let module = try DSTrainingModule(path: bundle.programURL.path)
+        let module = try DSTrainingModule(path: bundle.programURL.path, dataPath: bundle.programDataURL?.path)
         let method = BundleContract.etMethod
         _ = try module.forwardBackward(method, inputs: try bundle.stepInputs(bundle.samples[0]))   // prepare
         let views = try module.namedParameters(method)

@@ -93,6 +93,10 @@ final class TrainingBundle {
     }
 
     var programURL: URL { root.appendingPathComponent(program[BundleContract.etProgramField] as! String) }
+    /// The program's .ptd (its frozen weights; the entry's `data`), nil when the weights are inside the .pte.
+    var programDataURL: URL? {
+        (program[BundleContract.etDataField] as? [String])?.first.map { root.appendingPathComponent($0) }
+    }
 
     var loraMetadata: [String: String] {
         ((manifest[BundleContract.loraFileField] as? [String: Any])?["metadata"] as? [String: String]) ?? ["format": "pt"]

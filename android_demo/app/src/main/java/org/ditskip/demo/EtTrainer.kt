@@ -11,7 +11,7 @@ import java.nio.FloatBuffer
  * The training loop on the phone, line for line the runtime package's loop (ditskip_edge/runtime/loop.py) with the
  * ExecuTorch step adapter (runtime/executorch.py):
  *
- *   module = TrainingModule.load(bundle/<program path>)
+ *   module = TrainingModule.load(bundle/<program path>, bundle/<program data[0]>)   // .pte + its weights' .ptd
  *   one forward-backward on the first sample: the named parameters exist only after it      (adapter.prepare)
  *   resume from RUN/checkpoint.safetensors if its identity is this run's                     (runtime/checkpoint.py)
  *   for step in start until steps:                       // one optimizer step = grad_accum scheduled samples
@@ -36,7 +36,12 @@ class EtTrainer(private val bundle: TrainingBundle, private val runDir: File) {
         val betas = o.getJSONArray("betas")
         val adamw = AdamW(o.getDouble("lr"), betas.getDouble(0), betas.getDouble(1), o.getDouble("eps"),
                           o.getDouble("weight_decay"))
-        val module = TrainingModule.load(bundle.programFile.absolutePath)
+        val data = bundle.programDataFile
+        // the .ptd with the frozen weights when the program has one (ExecuTorch's Java API reads it with a
+        // FileDataLoader: the weights land in anonymous memory here, unlike the Python runtime and the iOS app,
+        // which map it; docs/bundle_contract.md, known gaps)
+        val module = if (data != null) TrainingModule.load(bundle.programFile.absolutePath, data.absolutePath)
+                     else TrainingModule.load(bundle.programFile.absolutePath)
         try {
             fun forwardBackward(s: Sample): Float {
                 val inputs = bundle.stepInputs(s, x0ForSample?.invoke(s)).map { (spec, v) -> EValue.from(tensorOf(spec, v)) }

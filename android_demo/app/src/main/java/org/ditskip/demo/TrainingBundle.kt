@@ -89,6 +89,12 @@ class TrainingBundle(val root: File) {
     val programFile: File
         get() = File(root, etSection.getString(BundleContract.ET_PROGRAM_FIELD))
 
+    /** The program's data file (its frozen weights, .ptd; the entry's `data` list), or null when the weights are
+     *  inside the .pte. */
+    val programDataFile: File?
+        get() = etSection.optJSONArray(BundleContract.ET_DATA_FIELD)?.takeIf { it.length() > 0 }
+            ?.let { File(root, it.getString(0)) }
+
     /** LoRA file keys and safetensors metadata as the compiler recorded them from diffusers' save_lora_weights. */
     val loraMetadata: Map<String, String>
         get() = manifest.optJSONObject(BundleContract.LORA_FILE_FIELD)?.optJSONObject("metadata")?.let { m ->

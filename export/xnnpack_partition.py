@@ -1,0 +1,65 @@
+"""XNNPACK partitions for a training program: small, one op (chain) each, never merged.
+
+XNNPACK's own partitioner (`XnnpackPartitioner()`) builds the largest partitions it can, and merges even
+independent ones ("horizontal fusion" in `CapabilityBasedPartitioner.propose_partitions`): a delegate call runs
+when its last input is ready, so in a joint forward-backward graph forward operands merged with backward work stay
+alive until the backward, and everything inside a partition lives in XNNPACK's own workspace, outside the planned
+arena (causes D / D' in benchmarks/results/device_footprint_causes.md). One delegate per op avoids both, but the
+ops left to the portable kernels are slow: in the medium FLUX layout the portable `permute_copy` (weight and
+attention transposes) took 44% of the step.
+
+`MatmulChainPartitioner` makes one delegate per bmm together with the permute / view nodes that feed only that bmm
+(a transpose done by XNNPACK just before the multiply, its result internal to the call), and one delegate for each
+other permute and for each op in `single_ops` (elementwise ops XNNPACK runs faster than the portable kernels).
+Nothing is merged, so each delegate sits where its op was and holds nothing longer than the op itself would.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from executorch.backends.xnnpack.partition.config.generic_node_configs import (BMMConfig, GeluConfig,
+                                                                                PermuteConfig, SoftmaxConfig,
+                                                                                TanhConfig, ViewCopyConfig)
+from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+from torch.fx.passes.infra.partitioner import Partition
+
+CHAIN_OPS = ("permute_copy.default", "view_copy.default")
+SINGLE_CONFIGS = {"gelu.default": GeluConfig, "tanh.default": TanhConfig, "_softmax.default": SoftmaxConfig}
+
+
+def _name(node) -> str:
+    from executorch.exir.backend.canonical_partitioners.config_partitioner import format_target_name
+    return format_target_name(getattr(node.target, "__name__", str(node.target)))
+
+
+class MatmulChainPartitioner(XnnpackPartitioner):
+    def __init__(self, single_ops: tuple[str, ...] = ("gelu.default", "tanh.default", "_softmax.default")):
+        configs = [BMMConfig, PermuteConfig, ViewCopyConfig] + [SINGLE_CONFIGS[o] for o in single_ops]
+        super().__init__(configs=configs, per_op_mode=True)
+        self.single_ops = set(single_ops) | {"permute_copy.default"}
+
+    def generate_per_op_partitions(self, ep) -> list[Partition]:
+        supported = {n for match in self.get_matched_nodes_from_configs(ep) for n in match}
+        ids = itertools.count()
+        taken: set = set()
+        partitions = []
+        nodes = [n for n in ep.graph_module.graph.nodes if n.op == "call_function"]
+        for n in nodes:
+            if n not in supported or _name(n) != "bmm.default":
+                continue
+            group = {n}
+            frontier = list(n.all_input_nodes)
+            while frontier:
+                a = frontier.pop()
+                if (a in supported and a not in taken and a not in group and _name(a) in CHAIN_OPS
+                        and all(u in group for u in a.users)):
+                    group.add(a)
+                    frontier.extend(a.all_input_nodes)
+            taken |= group
+            partitions.append(Partition(id=next(ids), nodes=dict.fromkeys(group)))
+        for n in nodes:
+            if n in supported and n not in taken and _name(n) in self.single_ops:
+                taken.add(n)
+                partitions.append(Partition(id=next(ids), nodes={n: None}))
+        return partitions
