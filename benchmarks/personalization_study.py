@@ -70,12 +70,17 @@ def main() -> int:
     except ValueError as e:
         print(f"personalization_study: {e}", file=sys.stderr)
         return 2
-    result = run_study(cfg, prov["command"])
-    result["machine"] = (f"{prov['machine']}; {args.jobs} worker process(es) x 1 torch thread" if args.jobs > 1 else
-                         f"{prov['machine']}; {torch.get_num_threads()} torch thread(s)")
     out = Path(args.out)
-    (out / "personalization_study.json").write_text(json.dumps(result, indent=1))
-    (out / "personalization_study.md").write_text(to_markdown(result))
+    machine = (f"{prov['machine']}; {args.jobs} worker process(es) x 1 torch thread" if args.jobs > 1 else
+               f"{prov['machine']}; {torch.get_num_threads()} torch thread(s)")
+
+    def write(result: dict) -> None:            # after every unit (partial) and at the end
+        result["machine"] = machine
+        (out / "personalization_study.json").write_text(json.dumps(result, indent=1))
+        (out / "personalization_study.md").write_text(to_markdown(result))
+
+    result = run_study(cfg, prov["command"], on_unit=write)
+    write(result)
     shutil.rmtree(out / "work", ignore_errors=True)
     print(to_markdown(result))
     return 0

@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import platform
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -375,26 +375,43 @@ def check_names(cfg: StudyConfig) -> None:
             raise ValueError(f"unknown {kind}(s) {', '.join(bad)}: expected some of {', '.join(have)}")
 
 
-def run_study(cfg: StudyConfig, command: str = "") -> dict:
-    """Teachers (one per subject), then every unit (in cfg.jobs worker processes when > 1) -> table, orderings."""
+def run_study(cfg: StudyConfig, command: str = "", on_unit: Callable[[dict], None] | None = None) -> dict:
+    """Teachers (one per subject), then every unit (in cfg.jobs worker processes when > 1) -> table, orderings.
+    `on_unit` gets the study so far after each finished unit (to write partial results)."""
     t_start = time.perf_counter()
-    spec = resolve_spec(MODEL)
     check_names(cfg)
     Path(cfg.out).mkdir(parents=True, exist_ok=True)
-    units = [(s, seed, cfg) for s in cfg.subjects for seed in cfg.train_seeds]
+    # seed-major: a study stopped early still has every subject (units finish in about this order)
+    units = [(s, seed, cfg) for seed in cfg.train_seeds for s in cfg.subjects]
+    results: list[dict] = []
+
+    def done(r: dict) -> None:
+        results.append(r)
+        if on_unit is not None:
+            on_unit(_study_result(cfg, command, results, t_start))
+
     if cfg.jobs > 1 and len(units) > 1:
         import multiprocessing as mp
         with mp.get_context("spawn").Pool(min(cfg.jobs, len(units))) as pool:
             pool.map(_teacher_in_worker, [(s, cfg) for s in cfg.subjects], chunksize=1)
-            results = pool.map(_unit_in_worker, units, chunksize=1)
+            for r in pool.imap_unordered(_unit_in_worker, units, chunksize=1):
+                done(r)
     else:
-        results = [study_unit(*u) for u in units]
+        for u in units:
+            done(study_unit(*u))
+    order = {(s, seed): i for i, (s, seed, _) in enumerate(units)}
+    results.sort(key=lambda r: order[(r["subject"], r["train_seed"])])
+    return _study_result(cfg, command, results, t_start)
+
+
+def _study_result(cfg: StudyConfig, command: str, results: list[dict], t_start: float) -> dict:
     return {"command": command, "machine": f"{platform.platform()} ({platform.machine()}, "
             f"{torch.get_num_threads()} torch threads)",
             "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
-            "seconds": round(time.perf_counter() - t_start, 1), "model": spec.to_json(),
+            "seconds": round(time.perf_counter() - t_start, 1), "model": resolve_spec(MODEL).to_json(),
             "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
-            "default_probe": cfg.default_probe(), "units": results, **summarize(results)}
+            "default_probe": cfg.default_probe(), "units_planned": len(cfg.subjects) * len(cfg.train_seeds),
+            "units": list(results), **summarize(results)}
 
 
 # ------------------------------------------------------------------------------------------------- analysis
@@ -568,7 +585,9 @@ def to_markdown(result: dict) -> str:
     cfg = result["config"]
     t = result["table"]
     units = result["units"]
+    partial = len(units) < result.get("units_planned", len(units))
     lines = ["# Personalization study on the planted-subject instrument (flux-testbed)", "",
+             *([f"**Partial: {len(units)} of {result['units_planned']} units done.**", ""] if partial else []),
              f"Command: `{result['command']}`  ", f"Machine: {result['machine']}  ",
              f"Date (UTC): {result['date_utc']}; wall time {result['seconds']} s  ",
              f"Units: {len(units)} = subjects {', '.join(cfg['subjects'])} x training seeds {cfg['train_seeds']}; "
