@@ -35,7 +35,7 @@ PALETTE: dict[str, RGB] = {
     "pink": (250, 110, 185), "teal": (0, 160, 160), "brown": (140, 80, 35), "cyan": (60, 215, 240),
 }
 SHAPES = ("circle", "square", "triangle", "cross", "ring", "bar", "heart", "star", "bowtie", "crescent")
-INNER_SHARE = 0.25                 # scenes whose object has a centre of another colour ("with an orange centre")
+INNER_SHARE = 0.0                  # objects with a centre of another colour ("with an orange centre"): none (see pretrain log)
 HELD_OUT_PAIRS = {("heart", "pink"), ("star", "teal"), ("bowtie", "brown"), ("crescent", "cyan")}   # the subjects
 TEXTURES = ("plain", "striped", "dotted", "checkered")
 SIZES = {"small": 10.0, "large": 17.0}            # half-extent in px at 64 px
