@@ -1,7 +1,8 @@
 """Generated captioned scenes: one object (shape, colour, texture, size, placement) on a plain background.
 
-Pretraining draws from PALETTE x SHAPES x TEXTURES x SIZES x PLACES (a quarter of the objects with a centre of
-another colour, "a red square with a blue centre"); half the captions name every attribute, e.g.
+Pretraining draws from PALETTE x SHAPES x TEXTURES x SIZES x PLACES (INNER_SHARE of the objects with a centre of
+another colour, "a red square with a blue centre": 0.25 in the first three stages of the committed weights'
+pretraining, 0 in the last, benchmarks/results/pretrain/); half the captions name every attribute, e.g.
 "a large red striped circle on the left, on a blue background", the other half leave some out ("a star in the
 center"), so a prompt that does not name the colour or the background is one the model knows. Images are rendered
 at 64 px (2x supersampled), float32 [3, 64, 64] in [-1, 1].
@@ -10,9 +11,9 @@ Held-out subjects (SUBJECTS) are DreamBooth-like: each is a new *instance* of a 
 (heart, star, bowtie, crescent) and its colour (pink, teal, brown, cyan) each occur in pretraining, but never
 together (HELD_OUT_PAIRS: no pink heart, no teal star, ... is ever drawn); two have details pretraining never draws
 (white dots on pink, cyan stripes on brown); the star's orange centre and the crescent's dark checks are attributes
-pretraining draws on other objects. 5 reference photos each (varied size and placement, on 5 backgrounds, as
-DreamBooth photos vary), trained with one prompt "a large sks <shape> in the center" (DreamBooth's identifier + the
-class noun) and evaluated with "... , on a <colour> background" for 4 backgrounds no reference shows. Before
+pretraining drew on other objects (until its last stage). 5 reference photos each (varied size and placement, on
+5 backgrounds, as DreamBooth photos vary), trained with one prompt "a large sks <shape> in the center"
+(DreamBooth's identifier + the class noun) and evaluated with "... , on a <colour> background" for 4 backgrounds no reference shows. Before
 2026-12 the subjects' shapes and colours were both absent from pretraining ("a sks cross" for a star) and the
 references were all on white: a LoRA drew fragments, and even a 1500-step fine-tune of every weight drew the star
 on 1 of the 4 other backgrounds (benchmarks/results/fidelity.md).
@@ -35,7 +36,7 @@ PALETTE: dict[str, RGB] = {
     "pink": (250, 110, 185), "teal": (0, 160, 160), "brown": (140, 80, 35), "cyan": (60, 215, 240),
 }
 SHAPES = ("circle", "square", "triangle", "cross", "ring", "bar", "heart", "star", "bowtie", "crescent")
-INNER_SHARE = 0.0                  # objects with a centre of another colour ("with an orange centre"): none (see pretrain log)
+INNER_SHARE = 0.0                  # objects with a centre of another colour ("with an orange centre"); see above
 HELD_OUT_PAIRS = {("heart", "pink"), ("star", "teal"), ("bowtie", "brown"), ("crescent", "cyan")}   # the subjects
 TEXTURES = ("plain", "striped", "dotted", "checkered")
 SIZES = {"small": 10.0, "large": 17.0}            # half-extent in px at 64 px
