@@ -13,8 +13,8 @@ together (HELD_OUT_PAIRS: no pink heart, no teal star, ... is ever drawn); two h
 (white dots on pink, cyan stripes on brown); the star's orange centre and the crescent's dark checks are attributes
 pretraining drew on other objects (until its last stage). 5 reference photos each (varied size and placement, on
 5 backgrounds, as DreamBooth photos vary), trained with one prompt "a large sks <shape> in the center"
-(DreamBooth's identifier + the class noun) and evaluated with "... , on a <colour> background" for 4 backgrounds no reference shows. Before
-2026-12 the subjects' shapes and colours were both absent from pretraining ("a sks cross" for a star) and the
+(DreamBooth's identifier + the class noun) and evaluated with "... , on a <colour> background" for 4 backgrounds
+no reference shows. Before 2026-12 the subjects' shapes and colours were both absent from pretraining ("a sks cross" for a star) and the
 references were all on white: a LoRA drew fragments, and even a 1500-step fine-tune of every weight drew the star
 on 1 of the 4 other backgrounds (benchmarks/results/fidelity.md).
 """
