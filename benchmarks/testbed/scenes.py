@@ -8,15 +8,15 @@ center"), so a prompt that does not name the colour or the background is one the
 at 64 px (2x supersampled), float32 [3, 64, 64] in [-1, 1].
 
 Held-out subjects (SUBJECTS) are DreamBooth-like: each is a new *instance* of a class the model knows. Its shape
-(heart, star, bowtie, crescent) and its colour (pink, teal, brown, cyan) each occur in pretraining, but never
-together (HELD_OUT_PAIRS: no pink heart, no teal star, ... is ever drawn); two have details pretraining never draws
-(white dots on pink, cyan stripes on brown); the star's orange centre and the crescent's dark checks are attributes
-pretraining drew on other objects (until its last stage). 5 reference photos each (varied size and placement, on
-5 backgrounds, as DreamBooth photos vary), trained with one prompt "a large sks <shape> in the center"
-(DreamBooth's identifier + the class noun) and evaluated with "... , on a <colour> background" for 4 backgrounds
-no reference shows. Before 2026-12 the subjects' shapes and colours were both absent from pretraining ("a sks cross" for a star) and the
-references were all on white: a LoRA drew fragments, and even a 1500-step fine-tune of every weight drew the star
-on 1 of the 4 other backgrounds (benchmarks/results/fidelity.md).
+(heart, star, bowtie, crescent) and its colour (pink, teal, brown, cyan) each occur in pretraining, but never together
+(HELD_OUT_PAIRS: no pink heart, no teal star, ... is ever drawn); two have details pretraining never draws (white dots
+on pink, cyan stripes on brown); the star's orange centre and the crescent's dark checks are attributes pretraining
+drew on other objects (until its last stage). 5 reference photos each (varied size and placement, on 5 backgrounds, as
+DreamBooth photos vary), trained with one prompt "a large sks <shape> in the center" (DreamBooth's identifier + the
+class noun) and evaluated with "... , on a <colour> background" for 4 backgrounds no reference shows. Before 2026-12
+the subjects' shapes and colours were both absent from pretraining ("a sks cross" for a star) and the references were
+all on white: a LoRA drew fragments, and even a 1500-step fine-tune of every weight drew the star on 1 of the 4 other
+backgrounds (benchmarks/results/fidelity.md).
 """
 
 from __future__ import annotations
