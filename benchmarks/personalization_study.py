@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from _meta import provenance                                                   # noqa: E402
 
 from benchmarks.testbed.instrument import TeacherConfig                               # noqa: E402
-from benchmarks.testbed.study import StudyConfig, check_names, run_study, to_markdown   # noqa: E402
+from benchmarks.testbed.study import StudyConfig, check_names, run_study, summarize, to_markdown   # noqa: E402
 
 
 def main() -> int:
@@ -54,7 +54,18 @@ def main() -> int:
     ap.add_argument("--guidance", type=float, default=3.0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--jobs", type=int, default=1, help="subjects in parallel worker processes (1 thread each)")
+    ap.add_argument("--from-json", default=None, metavar="JSON",
+                    help="no training: recompute the table and verdicts of a saved personalization_study.json (its "
+                         "units) with this code's analysis, and rewrite it and its .md beside it")
     args = ap.parse_args()
+    if args.from_json:
+        path = Path(args.from_json)
+        result = json.loads(path.read_text())
+        result.update(summarize(result["units"]))
+        path.write_text(json.dumps(result, indent=1))
+        path.with_suffix(".md").write_text(to_markdown(result))
+        print(to_markdown(result))
+        return 0
     torch.set_num_threads(args.threads)
     cfg = StudyConfig(out=Path(args.out), steps=args.steps, grad_accum=args.grad_accum, rank=args.rank, lr=args.lr,
                       train_seeds=args.train_seeds, seeds=args.seeds, prompts=args.prompts,

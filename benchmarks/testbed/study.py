@@ -461,8 +461,14 @@ def ratio(results: list[dict], a: str = "blockskip_50", b: str = "full_lora") ->
         if den.mean() <= 0:
             continue
         est, lo, hi = bootstrap_ratio(num, den)
-        verdict = ("confirmed (95% inside the CI)" if lo <= 0.95 <= hi else
-                   "refuted: above 95%" if lo > 0.95 else "refuted: below 95%")
+        d = mean_ci(den)
+        if len(both) < 4 or not d["mean"] - d["ci95"] > 0:
+            # a ratio to a denominator whose CI reaches 0 has no upper bound: no verdict either way
+            verdict = (f"unresolved: full LoRA's {measure} {d['mean']:.3f} +- {d['ci95']:.3f} is not clear of 0"
+                       if len(both) >= 4 else f"unresolved: {len(both)} units (a bootstrap needs more)")
+        else:
+            verdict = ("confirmed (95% inside the CI)" if lo <= 0.95 <= hi else
+                       "refuted: above 95%" if lo > 0.95 else "refuted: below 95%")
         out[measure] = {"ratio": round(est, 4), "ci95": [round(lo, 4), round(hi, 4)], "units": len(both),
                         "paper": 0.95, "verdict": verdict}
     return out
@@ -600,7 +606,7 @@ def to_markdown(result: dict) -> str:
              "velocity / sample closure: the share of the base -> teacher distance a method closes (base 0, teacher "
              "1 by construction; instrument.py). subject_sim: the fixed embedder's cosine to the references (a "
              "fresh photo of the subject scores as the `fresh photos` row). background_ok: the prompted background. "
-             "Mean over units +- 95% CI (normal approximation, units = subject x training seed).", "",
+             "Mean over units +- 95% Student-t CI (units = subject x training seed).", "",
              "| method | plan (front/back) | velocity closure | sample closure | subject_sim | background_ok |",
              "|---|---|---|---|---|---|"]
     for n, r in t.items():
