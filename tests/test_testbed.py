@@ -89,22 +89,28 @@ def test_the_instrument_scores_the_teacher_one_the_base_zero_and_an_untrained_lo
         assert scores["sample_closure"] == pytest.approx(want, abs=1e-6), scores
 
 
-def test_full_lora_separates_from_the_base_on_a_reduced_study(tmp_path):
-    """A short teacher, 2 training seeds, 20 LoRA steps: full LoRA closes a clear share of the base -> teacher
-    distance (mean well above its CI), and the summary carries the ratio and orderings machinery."""
+def test_a_reduced_study_reports_table_ratio_orderings_and_grid(tmp_path):
+    """A short teacher, 2 training seeds, 20 LoRA steps: the study's outputs end to end. Not the signal: at this size
+    full LoRA's velocity closure measured -0.001 +- 0.066 with the 2026-12 weights (it was meant to stand 5 CIs above
+    0), and at the study's size it does not stand clear of 0 either (benchmarks/results/personalization_study.md)."""
     from benchmarks.testbed.instrument import TeacherConfig
     from benchmarks.testbed.study import StudyConfig, run_study, to_markdown
     cfg = StudyConfig(out=tmp_path, subjects=["teal_star"], train_seeds=[0, 1], methods=["full_lora", "blockskip_50"],
                       steps=20, grad_accum=2, seeds=[0], prompts=2, photos_per_prompt=1, sample_steps=4,
                       n_references=4, teacher=TeacherConfig(steps=40, lr=1e-3, prior_weight=0.0), fixed_plans=True)
-    result = run_study(cfg, "pytest")
+    partial = []
+    result = run_study(cfg, "pytest", on_unit=partial.append)
+    assert [len(p["units"]) for p in partial] == [1, 2] and partial[0]["units_planned"] == 2
     t = result["table"]
     assert t["base (no LoRA)"]["velocity_closure"]["mean"] == 0.0 and t["teacher"]["velocity_closure"]["mean"] == 1.0
     full = t["full_lora"]["velocity_closure"]
-    assert full["n"] == 2 and full["mean"] > 0.05 and full["mean"] > 5 * full["ci95"], full
-    assert "velocity_closure" in result["ratio"]
+    assert full["n"] == 2 and np.isfinite(full["mean"]) and np.isfinite(full["ci95"]), full
+    for r in result["ratio"].values():           # 2 units: never a verdict either way
+        assert r["verdict"].startswith("unresolved"), r
+    assert "full LoRA > BlockSkip 30%" not in result["orderings"]      # no blockskip_30 row: no comparison
     assert (tmp_path / "fidelity_teal_star.png").is_file() and list((tmp_path / "teachers").glob("*.safetensors"))
-    assert "| full_lora |" in to_markdown(result)
+    md = to_markdown(result)
+    assert "| full_lora |" in md and "Partial" not in md
     json.dumps(result)
 
 
@@ -183,6 +189,25 @@ def test_paired_verdicts_follow_the_confidence_interval():
     assert verdict_greater({"mean": 0.01, "ci95": 0.05, "n": 12}).startswith("unresolved")
     assert verdict_same({"mean": 0.001, "ci95": 0.005, "n": 12}).startswith("confirmed")
     assert verdict_same({"mean": 0.1, "ci95": 0.01, "n": 12}) == "refuted"
+
+
+def test_the_ratio_gets_a_verdict_only_over_a_denominator_clear_of_zero():
+    from benchmarks.testbed.metrics import mean_ci
+    from benchmarks.testbed.study import ratio
+
+    def units(full, skip):
+        return [{"rows": {"full_lora": {"velocity_closure": f, "sample_closure": f},
+                          "blockskip_50": {"velocity_closure": b, "sample_closure": b}}} for f, b in zip(full, skip)]
+    clear = ratio(units([0.50, 0.52, 0.48, 0.51], [0.48, 0.50, 0.45, 0.49]))["velocity_closure"]
+    assert clear["verdict"].startswith("confirmed") and clear["units"] == 4, clear
+    assert ratio(units([0.5, 0.5, 0.5, 0.5], [0.3, 0.31, 0.29, 0.3]))["velocity_closure"]["verdict"] == \
+        "refuted: below 95%"
+    noisy = ratio(units([0.3, -0.2, 0.25, -0.1], [0.1, 0.0, 0.1, 0.05]))["velocity_closure"]
+    assert noisy["verdict"].startswith("unresolved: full LoRA's"), noisy
+    few = ratio(units([0.5, 0.5], [0.45, 0.48]))["velocity_closure"]
+    assert few["verdict"].startswith("unresolved: 2 units"), few
+    # Student-t: 3 values get a 4.30 x SE interval, not 1.96 x
+    assert mean_ci([0.0, 1.0, 2.0])["ci95"] == pytest.approx(4.303 / 3 ** 0.5, abs=1e-3)
 
 
 def test_unknown_subjects_or_methods_are_refused_before_any_work(tmp_path):
