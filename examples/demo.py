@@ -28,7 +28,7 @@ SUBJECT = "teal_star"
 TRAIN = ["--steps", "200", "--grad-accum", "4", "--rank", "8", "--lr", "5e-3"]
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     from ditskip_edge.images import to_uint8_image
     from ditskip_edge.models.loading import resolve_spec
     from benchmarks.testbed.instrument import fresh_photos
@@ -37,7 +37,9 @@ def main() -> int:
     from benchmarks.testbed.scenes import SUBJECTS, eval_prompts, reference_images, subject_prompt
 
     torch.set_num_threads(1)   # 2 threads on a busy 2-core machine spin in OpenMP barriers
-    subject = SUBJECTS[SUBJECT]
+    argv = sys.argv[1:] if argv is None else argv
+    name = argv[0] if argv else SUBJECT          # `python -m examples.demo pink_heart`: another held-out subject
+    subject = SUBJECTS[name]
     photos = OUT / "photos"
     photos.mkdir(parents=True, exist_ok=True)
     refs = reference_images(subject, 5)
@@ -68,7 +70,7 @@ def main() -> int:
     s0, s1, s2 = (score_images(list(x), bgs, refs, subject.colour) for x in (before, after, fresh))
     sim = [s["subject_sim"]["mean"] for s in (s0, s1, s2)]
     others = max(subject_similarity(fresh_photos(o, bg, 1, spec.train_px)[0], refs, SubjectEmbedder())
-                 for o in SUBJECTS.values() if o.name != SUBJECT for bg in bgs)
+                 for o in SUBJECTS.values() if o.name != name for bg in bgs)
     print(f"\nbundle: {bundle} (skipped: {plan['n_front']} front / {plan['n_back']} back of {plan['num_blocks']} "
           f"blocks, chosen by {plan['chosen_by']})\nLoRA:   {summary['lora']}\n"
           f"loss:   first step {summary['losses'][0]:.4f} -> last step {summary['losses'][-1]:.4f}\n"
