@@ -1,7 +1,7 @@
 """The main job (`make demo`): personalize the pretrained testbed model (`flux-testbed`) on a subject it never saw,
 with BlockSkip 50%, and show the subject being learned.
 
-    reference photos of the held-out "teal star" (on white) -> demo_out/photos/
+    reference photos of the held-out "teal star" (on 5 backgrounds) -> demo_out/photos/
     ditskip-edge compile --model flux-testbed ... --skip-ratio 0.5   (6 of 12 blocks; split chosen by selection)
     ditskip-edge train demo_out/bundle                                           (eager runtime)
     LoRA -> full diffusers model (load_lora_adapter) -> "a large sks star in the center, on a <colour> background"
