@@ -1,11 +1,13 @@
-"""Personalization study on the pretrained testbed model (benchmarks/testbed/study.py does the work).
+"""Personalization study on the planted-subject instrument (benchmarks/testbed/study.py and instrument.py do the work).
 
-Personalizes each held-out subject with full LoRA, BlockSkip 30% / 50%, and the paper's ablations (no residual,
-skip first / last 50%, fixed resize), generates the eval prompts x seeds with the LoRA loaded into the full
-diffusers model, and writes benchmarks/results/personalization_study.{json,md} and
-benchmarks/results/personalization_<subject>.png. Run it niced on a shared machine:
+Trains one teacher per held-out subject (a long full fine-tune, kept in <out>/teachers), then for every subject x
+training seed personalizes with full LoRA, BlockSkip 30% / 50% (splits by selection with the base and the tuned
+probe), the compressed cache, the ExecuTorch and ORT trainers, the paper's split scaled and the paper's ablations
+(no residual, skip first / last 50%, fixed resize), loads each LoRA into the full diffusers model and scores how much
+of the base -> teacher distance it closes. Writes benchmarks/results/personalization_study.{json,md} and
+benchmarks/results/fidelity_<subject>.{png,txt}. Run it niced on a shared machine:
 
-    nice -n 19 python benchmarks/personalization_study.py --steps 200 --seeds 0 1 2
+    nice -n 10 python benchmarks/personalization_study.py --jobs 2
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _meta import provenance                                                   # noqa: E402
 
-from benchmarks.testbed.study import StudyConfig, check_names, run_study, to_markdown   # noqa: E402
+from benchmarks.testbed.instrument import TeacherConfig                               # noqa: E402
+from benchmarks.testbed.study import StudyConfig, check_names, run_study, summarize, to_markdown   # noqa: E402
 
 
 def main() -> int:
@@ -32,24 +35,44 @@ def main() -> int:
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     ap.add_argument("--subjects", nargs="*", default=None)
     ap.add_argument("--methods", nargs="*", default=None)
-    ap.add_argument("--steps", type=int, default=200)
-    ap.add_argument("--grad-accum", type=int, default=1)
-    ap.add_argument("--rank", type=int, default=4)
-    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--train-seeds", type=int, nargs="*", default=[0, 1, 2], help="units = subjects x these")
+    ap.add_argument("--steps", type=int, default=400)
+    ap.add_argument("--grad-accum", type=int, default=4)
+    ap.add_argument("--rank", type=int, default=8)
+    ap.add_argument("--lr", type=float, default=5e-3)
     ap.add_argument("--lora-targets", nargs="*", default=[],
                     help="module suffixes inside a block (default: the arch default, attention projections)")
-    ap.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2])
+    ap.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2], help="sample noise seeds (paired samples)")
     ap.add_argument("--prompts", type=int, default=None)
+    ap.add_argument("--photos-per-prompt", type=int, default=2, help="fresh photos per prompt (velocity inputs)")
+    ap.add_argument("--teacher-steps", type=int, default=TeacherConfig.steps)
+    ap.add_argument("--teacher-lr", type=float, default=TeacherConfig.lr)
+    ap.add_argument("--teacher-prior", type=float, default=TeacherConfig.prior_weight)
+    ap.add_argument("--probe", default=None, choices=["base", "tuned"],
+                    help="the probe of the blockskip_30 / _50 rows (default: SelectionConfig's)")
     ap.add_argument("--sample-steps", type=int, default=20)
     ap.add_argument("--guidance", type=float, default=3.0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--jobs", type=int, default=1, help="subjects in parallel worker processes (1 thread each)")
+    ap.add_argument("--from-json", default=None, metavar="JSON",
+                    help="no training: recompute the table and verdicts of a saved personalization_study.json (its "
+                         "units) with this code's analysis, and rewrite it and its .md beside it")
     args = ap.parse_args()
+    if args.from_json:
+        path = Path(args.from_json)
+        result = json.loads(path.read_text())
+        result.update(summarize(result["units"]))
+        path.write_text(json.dumps(result, indent=1))
+        path.with_suffix(".md").write_text(to_markdown(result))
+        print(to_markdown(result))
+        return 0
     torch.set_num_threads(args.threads)
     cfg = StudyConfig(out=Path(args.out), steps=args.steps, grad_accum=args.grad_accum, rank=args.rank, lr=args.lr,
-                      seeds=args.seeds, prompts=args.prompts, sample_steps=args.sample_steps,
-                      guidance=args.guidance, methods=args.methods, jobs=args.jobs,
-                      lora_targets=args.lora_targets)
+                      train_seeds=args.train_seeds, seeds=args.seeds, prompts=args.prompts,
+                      photos_per_prompt=args.photos_per_prompt, sample_steps=args.sample_steps,
+                      guidance=args.guidance, methods=args.methods, jobs=args.jobs, lora_targets=args.lora_targets,
+                      teacher=TeacherConfig(steps=args.teacher_steps, lr=args.teacher_lr,
+                                            prior_weight=args.teacher_prior), probe=args.probe)
     if args.subjects:
         cfg.subjects = args.subjects
     prov = provenance()
@@ -58,12 +81,17 @@ def main() -> int:
     except ValueError as e:
         print(f"personalization_study: {e}", file=sys.stderr)
         return 2
-    result = run_study(cfg, prov["command"])
-    result["machine"] = (f"{prov['machine']}; {args.jobs} worker process(es) x 1 torch thread" if args.jobs > 1 else
-                         f"{prov['machine']}; {torch.get_num_threads()} torch thread(s)")
     out = Path(args.out)
-    (out / "personalization_study.json").write_text(json.dumps(result, indent=1))
-    (out / "personalization_study.md").write_text(to_markdown(result))
+    machine = (f"{prov['machine']}; {args.jobs} worker process(es) x 1 torch thread" if args.jobs > 1 else
+               f"{prov['machine']}; {torch.get_num_threads()} torch thread(s)")
+
+    def write(result: dict) -> None:            # after every unit (partial) and at the end
+        result["machine"] = machine
+        (out / "personalization_study.json").write_text(json.dumps(result, indent=1))
+        (out / "personalization_study.md").write_text(to_markdown(result))
+
+    result = run_study(cfg, prov["command"], on_unit=write)
+    write(result)
     shutil.rmtree(out / "work", ignore_errors=True)
     print(to_markdown(result))
     return 0

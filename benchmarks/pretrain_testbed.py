@@ -84,8 +84,13 @@ def main() -> int:
     ap.add_argument("--ema", type=float, default=0.999, help="EMA decay of the saved weights (0: no EMA)")
     ap.add_argument("--num-heads", type=int, default=None,
                     help="override the spec's attention heads (width = heads x 32), to try a size before the spec")
+    ap.add_argument("--init", default=None,
+                    help="start from these weights (a safetensors file of the same config), e.g. the committed ones")
+    ap.add_argument("--device", default="cpu", help="cpu (default) or cuda: the model, its inputs and the optimizer "
+                    "on that device; scenes are still rendered on the CPU")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
     torch.manual_seed(args.seed)
     spec = builtin_spec("flux-testbed")
     out = Path(args.out) if args.out else builtin_weights_path(spec)
@@ -98,7 +103,15 @@ def main() -> int:
     config = dict(spec.transformer_config)
     if args.num_heads:
         config["num_attention_heads"] = args.num_heads
-    model = transformer_class(spec.arch).from_config(config).train()
+    model = transformer_class(spec.arch).from_config(config)
+    init_sha = None
+    if args.init:
+        from safetensors.torch import load_file
+        from ditskip_edge.bundle import sha256_file
+        model.load_state_dict(load_file(args.init), strict=True)
+        init_sha = sha256_file(Path(args.init))
+    model = model.to(device).train()
+    txt_pool, pooled_pool = txt_pool.to(device), pooled_pool.to(device)
     view = make_view(spec.arch, model)
     encoder = LatentEncoder(spec.arch, build_vae(spec))
     sampler = PatchSampler(spec.train_px)
@@ -113,13 +126,13 @@ def main() -> int:
            "processor": platform.processor() or platform.machine(), "threads": args.threads,
            "started_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"), "batch": args.batch,
            "lr": args.lr, "captions": len(captions), "params": sum(p.numel() for p in params), "ema": args.ema,
-           "config": config, "losses": []}
+           "config": config, "device": str(device), "init": args.init, "init_sha256": init_sha, "losses": []}
     t0 = time.time()
     step, last_save, ema = 0, t0, None
 
     def save(final: bool) -> None:
         by_id = {id(p): e for p, e in zip(params, ema_params)}
-        sd = {k: (by_id.get(id(v), v) if args.ema else v).detach().contiguous()
+        sd = {k: (by_id.get(id(v), v) if args.ema else v).detach().cpu().contiguous()
               for k, v in model.state_dict(keep_vars=True).items()}
         save_file(sd, str(out))
         log.update(steps=step, samples=step * args.batch, train_seconds=round(time.time() - t0, 1), final=final,
@@ -143,15 +156,16 @@ def main() -> int:
                 box = torch.tensor([0.0, 0.0, float(SCENE_PX)])
             imgs.append(sampler(big, box))
         with torch.no_grad():
-            x0 = view.pack(encoder(torch.cat(imgs)))                           # [B, 64, 48]
+            x0 = view.pack(encoder(torch.cat(imgs).to(device)))               # [B, 64, 48]
         drop = torch.tensor([rnd.random() < 0.1 for _ in idx])
-        rows = torch.tensor(idx).masked_fill(drop, len(scenes))              # dropped -> the empty prompt
+        rows = torch.tensor(idx).masked_fill(drop, len(scenes)).to(device)   # dropped -> the empty prompt
         cond = {"txt": txt_pool[rows], "pooled": pooled_pool[rows]}
         u = torch.rand(args.batch)
-        t = torch.where(torch.rand(args.batch) < 0.5, u, torch.sigmoid(torch.randn(args.batch)))
+        t = torch.where(torch.rand(args.batch) < 0.5, u, torch.sigmoid(torch.randn(args.batch))).to(device)
         noise = torch.randn_like(x0)
         x_t = (1 - t[:, None, None]) * x0 + t[:, None, None] * noise
-        loss = F.mse_loss(view(x_t, t, cond), noise - x0)
+        with device:                     # tensors the view makes itself (position ids) on the model's device
+            loss = F.mse_loss(view(x_t, t, cond), noise - x0)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)

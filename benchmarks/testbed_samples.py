@@ -24,17 +24,26 @@ from ditskip_edge.generate import generate, grid                       # noqa: E
 
 PROMPTS = [("white", "circle", "red"), ("blue", "square", "yellow"), ("yellow", "triangle", "purple"),
            ("green", "ring", "black"), ("red", "cross", "white"), ("orange", "bar", "blue"),
-           ("purple", "circle", "green"), ("black", "square", "orange")]
+           ("pink", "star", "black"), ("teal", "heart", "yellow"), ("orange", "bowtie", "green"),
+           ("yellow", "crescent", "purple"), ("brown", "square", "white"), ("purple", "star", "green")]
 
 
 def main() -> int:
+    import argparse
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--weights", default=None, help="a weights file to sample instead of the committed one")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    args = ap.parse_args()
     torch.set_num_threads(1)
     spec = resolve_spec("flux-testbed")
     model = build_transformer(spec)
+    if args.weights:
+        from safetensors.torch import load_file
+        model.load_state_dict(load_file(args.weights))
     texts = [f"a large {c} {s} in the center, on a {bg} background" for c, s, bg in PROMPTS]
     seeds = [0, 1, 2]
     ims = generate(spec, model, [t for _ in seeds for t in texts], [s for s in seeds for _ in texts])
-    out = ROOT / "benchmarks" / "results"
+    out = Path(args.out)
     picture = to_uint8_image(grid(ims, len(texts)))
     picture.resize((picture.width * 4, picture.height * 4), 0).save(out / "testbed_samples.png")
     objs = [(c, bg) for _ in seeds for c, _, bg in PROMPTS]

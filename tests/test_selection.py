@@ -159,6 +159,26 @@ def test_proxy_method_scores_every_split_from_the_photos():
         make_probe(spec, transformer, vae, None, PROMPT, 0, SelectionConfig(method="proxy"))
 
 
+@pytest.mark.parametrize("name", ["flux-tiny", "sana-tiny"])
+def test_tuned_probe_masks_a_lora_tuned_copy_and_leaves_the_callers_model_alone(name):
+    """The paper's probe: a short LoRA on the photos first. The caller's transformer (which the compiler builds the
+    bundle from) keeps its weights and gets no adapter; the probe's unmasked images differ from the base's."""
+    spec, transformer, vae = tiny(name)
+    photos = load_photos(PHOTOS, spec.data_px)
+    before = {k: v.clone() for k, v in transformer.state_dict().items()}
+    cfg = SelectionConfig(steps=2, num_seeds=1, probe="tuned", tune_steps=3, tune_lr=1e-2, tune_batch=2)
+    tuned = make_probe(spec, transformer, vae, photos, PROMPT, 0, cfg)
+    base = make_probe(spec, transformer, vae, photos, PROMPT, 0, SelectionConfig(steps=2, num_seeds=1))
+    assert set(transformer.state_dict()) == set(before)
+    assert all(torch.equal(v, before[k]) for k, v in transformer.state_dict().items())
+    assert any("lora_" in n for n, _ in tuned.view.named_parameters())
+    assert not torch.allclose(tuned.images(()), base.images(()))
+    plan = select_plan(spec, transformer, vae, photos, PROMPT, 0.5, seed=0, config=cfg)
+    assert plan.selection["config"]["probe"] == "tuned" and "LoRA" in plan.selection["scored_on"]
+    with pytest.raises(UserError, match="photos"):
+        make_probe(spec, transformer, vae, None, PROMPT, 0, cfg)
+
+
 @pytest.mark.parametrize("k", [0, -1, 6, 7])
 def test_budget_out_of_range_is_a_clear_error(k):
     with pytest.raises(UserError, match="need 0 < k < 6"):

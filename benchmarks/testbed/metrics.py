@@ -14,7 +14,8 @@ Subject fidelity
 Prompt fidelity
 - `background_match`: the estimated background's nearest palette colour is the one the prompt asked for.
 
-`mean_ci` gives a mean and a 95% normal-approximation interval over images (seeds x prompts).
+`mean_ci` gives a mean and a 95% Student-t interval (over images, seeds x prompts, or over study units; before
+2026-12-01 a normal approximation, too narrow for a few units).
 """
 
 from __future__ import annotations
@@ -119,11 +120,17 @@ def background_match(image: torch.Tensor, colour_name: str) -> float:
     return float(nearest_palette_name(background_colour(to_rgb255(image))) == colour_name)
 
 
+def t95(df: int) -> float:
+    """Two-sided 95% Student-t quantile (1.96 as df -> inf; 4.30 at df 2): small samples, e.g. a few study units."""
+    from scipy.stats import t
+    return float(t.ppf(0.975, df))
+
+
 def mean_ci(values) -> dict:
     v = np.asarray(list(values), np.float64)
     if v.size == 0:
         return {"mean": float("nan"), "ci95": float("nan"), "n": 0}
-    half = 1.96 * v.std(ddof=1) / math.sqrt(v.size) if v.size > 1 else float("nan")
+    half = t95(v.size - 1) * v.std(ddof=1) / math.sqrt(v.size) if v.size > 1 else float("nan")
     return {"mean": round(float(v.mean()), 4), "ci95": round(float(half), 4), "n": int(v.size)}
 
 

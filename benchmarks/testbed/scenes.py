@@ -1,13 +1,22 @@
 """Generated captioned scenes: one object (shape, colour, texture, size, placement) on a plain background.
 
-Pretraining draws from PALETTE x SHAPES x TEXTURES x SIZES x PLACES; a caption names every attribute, e.g.
-"a large red striped circle on the left, on a blue background". Images are rendered at 64 px (2x supersampled),
-float32 [3, 64, 64] in [-1, 1].
+Pretraining draws from PALETTE x SHAPES x TEXTURES x SIZES x PLACES (INNER_SHARE of the objects with a centre of
+another colour, "a red square with a blue centre": 0.25 in the first three stages of the committed weights'
+pretraining, 0 in the last, benchmarks/results/pretrain/); half the captions name every attribute, e.g.
+"a large red striped circle on the left, on a blue background", the other half leave some out ("a star in the
+center"), so a prompt that does not name the colour or the background is one the model knows. Images are rendered
+at 64 px (2x supersampled), float32 [3, 64, 64] in [-1, 1].
 
-Held-out subjects (SUBJECTS) use shapes and colours the pretraining never shows (heart, star, bowtie, crescent;
-pink, teal, brown, cyan): a distinctive object, 5 reference photos each (varied size and placement, on white),
-trained with "a large sks <class noun> in the center, on a white background" (DreamBooth's identifier + the nearest
-shape the model knows) and evaluated with the same prompt on backgrounds the references never show.
+Held-out subjects (SUBJECTS) are DreamBooth-like: each is a new *instance* of a class the model knows. Its shape
+(heart, star, bowtie, crescent) and its colour (pink, teal, brown, cyan) each occur in pretraining, but never together
+(HELD_OUT_PAIRS: no pink heart, no teal star, ... is ever drawn); two have details pretraining never draws (white dots
+on pink, cyan stripes on brown); the star's orange centre and the crescent's dark checks are attributes pretraining
+drew on other objects (until its last stage). 5 reference photos each (varied size and placement, on 5 backgrounds, as
+DreamBooth photos vary), trained with one prompt "a large sks <shape> in the center" (DreamBooth's identifier + the
+class noun) and evaluated with "... , on a <colour> background" for 4 backgrounds no reference shows. Before 2026-12
+the subjects' shapes and colours were both absent from pretraining ("a sks cross" for a star) and the references were
+all on white: a LoRA drew fragments, and even a 1500-step fine-tune of every weight drew the star on 1 of the 4 other
+backgrounds (benchmarks/results/fidelity.md).
 """
 
 from __future__ import annotations
@@ -24,8 +33,11 @@ SCENE_PX = 64
 PALETTE: dict[str, RGB] = {
     "red": (215, 40, 40), "green": (40, 165, 60), "blue": (40, 80, 215), "yellow": (240, 210, 40),
     "purple": (135, 55, 175), "orange": (245, 135, 25), "white": (238, 238, 238), "black": (22, 22, 22),
+    "pink": (250, 110, 185), "teal": (0, 160, 160), "brown": (140, 80, 35), "cyan": (60, 215, 240),
 }
-SHAPES = ("circle", "square", "triangle", "cross", "ring", "bar")
+SHAPES = ("circle", "square", "triangle", "cross", "ring", "bar", "heart", "star", "bowtie", "crescent")
+INNER_SHARE = 0.0                  # objects with a centre of another colour ("with an orange centre"); see above
+HELD_OUT_PAIRS = {("heart", "pink"), ("star", "teal"), ("bowtie", "brown"), ("crescent", "cyan")}   # the subjects
 TEXTURES = ("plain", "striped", "dotted", "checkered")
 SIZES = {"small": 10.0, "large": 17.0}            # half-extent in px at 64 px
 PLACES = {"in the center": (0.5, 0.5), "on the left": (0.28, 0.5), "on the right": (0.72, 0.5),
@@ -125,20 +137,35 @@ def render(scene: Scene, px: int = SCENE_PX, rng: np.random.Generator | None = N
 # -------------------------------------------------------------------------------------------- pretraining data
 def random_scene(rnd: random.Random) -> tuple[Scene, str]:
     """A random pretraining scene and its caption."""
-    colour = rnd.choice(list(PALETTE))
+    while True:
+        colour, shape = rnd.choice(list(PALETTE)), rnd.choice(SHAPES)
+        if (shape, colour) not in HELD_OUT_PAIRS:
+            break
     bg = rnd.choice([c for c in PALETTE if c != colour])
-    shape, texture = rnd.choice(SHAPES), rnd.choice(TEXTURES)
+    texture = rnd.choice(TEXTURES)
     size, place = rnd.choice(list(SIZES)), rnd.choice(list(PLACES))
     fx, fy = PLACES[place]
     jitter = 0.05
     centre = (fx + rnd.uniform(-jitter, jitter), fy + rnd.uniform(-jitter, jitter))
     r = SIZES[size] * rnd.uniform(0.9, 1.1)
-    scene = Scene(shape, PALETTE[colour], texture, second_colour(PALETTE[colour]), PALETTE[bg], centre, r)
+    inner, centre_words = None, ""
+    if rnd.random() < INNER_SHARE:          # "with an orange centre": a centred disc of another colour
+        ic = rnd.choice([c for c in PALETTE if c not in (colour, bg)])
+        inner, centre_words = ("circle", PALETTE[ic], 0.3), f" with a {ic} centre"
+    scene = Scene(shape, PALETTE[colour], texture, second_colour(PALETTE[colour]), PALETTE[bg], centre, r, inner)
     tex = "" if texture == "plain" else f" {texture}"
+    shape_words = shape + centre_words
     templates = ["a {size} {colour}{tex} {shape} {place}, on a {bg} background",
                  "a {colour}{tex} {shape}, {size}, {place} on a {bg} background",
                  "{bg} background with a {size} {colour}{tex} {shape} {place}"]
-    caption = rnd.choice(templates).format(size=size, colour=colour, tex=tex, shape=shape, place=place, bg=bg)
+    if rnd.random() < 0.5:
+        caption = rnd.choice(templates).format(size=size, colour=colour, tex=tex, shape=shape_words, place=place,
+                                               bg=bg)
+    else:       # attributes left out, as users leave them out: the model learns to fill them in itself
+        words = (["a"] + [size] * (rnd.random() > 0.2) + [colour] * (rnd.random() > 0.2)
+                 + [texture] * (texture != "plain" and rnd.random() > 0.3) + [shape_words]
+                 + [place] * (rnd.random() > 0.3))
+        caption = " ".join(words) + (f", on a {bg} background" if rnd.random() > 0.3 else "")
     return scene, caption
 
 
@@ -151,8 +178,8 @@ class Subject:
     texture: str
     texture_colour: RGB
     inner: tuple[str, RGB, float] | None
-    reference_backgrounds: tuple[str, ...]
-    class_word: str                    # DreamBooth's class noun: the nearest shape the model knows
+    reference_backgrounds: tuple[str, ...]      # photo i is on background i mod len (never an EVAL_BACKGROUNDS one)
+    class_word: str                    # DreamBooth's class noun: the subject's shape, a class the model knows
 
     def scene(self, background: RGB, centre: tuple[float, float], half_extent_px: float) -> Scene:
         return Scene(self.shape, self.colour, self.texture, self.texture_colour, background, centre,
@@ -161,22 +188,23 @@ class Subject:
 
 SUBJECTS: dict[str, Subject] = {
     "pink_heart": Subject("pink_heart", "heart", (250, 110, 185), "dotted", (250, 250, 250), None,
-                          ("white",), "circle"),
+                          ("blue", "teal", "brown", "orange", "red"), "heart"),
     "teal_star": Subject("teal_star", "star", (0, 160, 160), "plain", (0, 160, 160), ("circle", (245, 135, 25), 0.3),
-                         ("white",), "cross"),
+                         ("white", "red", "blue", "pink", "brown"), "star"),
     "brown_bowtie": Subject("brown_bowtie", "bowtie", (140, 80, 35), "striped", (90, 230, 230), None,
-                            ("white",), "bar"),
+                            ("white", "red", "blue", "pink", "orange"), "bowtie"),
     "cyan_crescent": Subject("cyan_crescent", "crescent", (60, 215, 240), "checkered", (20, 75, 85), None,
-                             ("white",), "ring"),
+                             ("white", "red", "pink", "brown", "orange"), "crescent"),
 }
 EVAL_BACKGROUNDS = ("green", "black", "yellow", "purple")
 
 
 def subject_prompt(subject: Subject, background: str | None = None) -> str:
     """DreamBooth-style identifier + class noun, in the captions' phrasing. Without `background`: the training
-    prompt, naming the references' background (so the LoRA has no reason to tie that colour to the subject)."""
-    bg = background or subject.reference_backgrounds[0]
-    return f"a large sks {subject.class_word} in the center, on a {bg} background"
+    prompt, one for every reference (as DreamBooth's "a photo of sks dog"); it names no background, because the
+    references show several."""
+    where = f", on a {background} background" if background else ""
+    return f"a large sks {subject.class_word} in the center{where}"
 
 
 def eval_prompts(subject: Subject) -> list[tuple[str, str]]:

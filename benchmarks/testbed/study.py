@@ -1,21 +1,27 @@
-"""The personalization study: every held-out subject x every method -> LoRA -> generations -> fidelity scores.
+"""The personalization study on the planted-subject instrument (instrument.py): every held-out subject x training
+seed x method -> LoRA -> how much of the base -> teacher distance it closes.
 
-    for subject in SUBJECTS:      reference photos (64 px) -> folder
-      for method in METHODS:      compile a bundle (plan, schedule, residual cache) -> train -> LoRA file
-                                  -> load into the full diffusers model -> generate eval prompts x seeds -> score
-    -> table (per method, pooled over subjects, 95% CI) + per-subject rows + grids + the orderings the paper reports
+    for subject in SUBJECTS:       teacher = the base + a long full fine-tune on the references (kept by key)
+      for train_seed in seeds:     one unit = (subject, train seed)
+        selection                  30% / 50% splits with the base probe and the tuned probe (ditskip_edge.selection)
+        for method in METHODS:     plan -> compile_bundle -> TRAINERS[runtime] -> LoRA file -> the full diffusers
+                                   model (load_lora_adapter) -> velocity closure, sample closure (paired samples),
+                                   subject similarity to the references, background as prompted
+    -> per method: mean +- 95% CI over units; the paper's orderings as paired differences over units; the ratio
+       BlockSkip 50% / full LoRA with a paired bootstrap CI
 
-Methods (PAPER.md): full LoRA (plan 0/0); BlockSkip 30% and 50% (splits chosen per subject by
-`ditskip_edge.selection` (cross-attention masking, as `compile --skip-ratio` does) when that module exists, else the
-paper's FLUX splits scaled to this model's blocks, or fixed with StudyConfig.fixed_plans); the ablations at the 50% plan:
-no residual (residuals zeroed), fixed resize (no dynamic patches); and skipping the first / last 50% of blocks.
+Methods (PAPER.md) name a plan, resolved per unit:
+    "none" (full LoRA, 0/0); "sel30" / "sel50" (selection by cross-attention masking with the study's probe, or
+    "sel50:base" / "sel50:tuned" for a given probe); "paper30" / "paper50" (the paper's FLUX splits scaled to 12
+    blocks); "first50" / "last50" (the ablations). Rows with the same plan, data, codec and trainer on a unit are
+    one training (the later row reuses it and says so).
 
 Cache codec and trainer per method:
 - `Method.codec`: a key of `CODECS` (name -> the `compile --cache-codec` spec): "fp32" (uncompressed) or "default"
-  (the compiler's default compressed codec). Every row names its codec; the ablations use fp32.
+  (the compiler's default compressed codec).
 - `Method.runtime`: a key of `TRAINERS`: "eager" (the reference trainer), "executorch" (the bundle also gets the
-  fp32 ExecuTorch training program and `export.executorch_trainer` trains with the ExecuTorch runtime alone) or
-  "ort" (fp32 ONNX Runtime Training artifacts, `export.ort_trainer`; ORT's AdamW is the Hugging Face variant).
+  fp32 ExecuTorch training program and the runtime package trains it (ditskip_edge.runtime.run.train_bundle)) or
+  "ort" (fp32 ONNX Runtime Training artifacts, the same runtime loop).
   A runtime row's LoRA is compared tensor by tensor with the eager row of the same plan and codec.
 """
 
@@ -24,34 +30,37 @@ from __future__ import annotations
 import json
 import platform
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import torch
 
 from ditskip_edge.cache import DEFAULT_CODEC
 from ditskip_edge.compile import CompileRequest, compile_bundle
-from ditskip_edge.generate import generate, grid, load_model
+from ditskip_edge.generate import grid, load_model
 from ditskip_edge.images import to_uint8_image
 from ditskip_edge.lora import LoraSpec
-from ditskip_edge.models.loading import builtin_weights_path, resolve_spec
+from ditskip_edge.models.loading import build_transformer, builtin_weights_path, resolve_spec
 from ditskip_edge.runtime.bundle import CACHE_DIR, OptimizerSpec, sha256_file
 from ditskip_edge.runtime.schedule import ScheduleConfig
 from export.executorch_stage import ExecutorchPrograms
 from export.ort_stage import OrtPrograms
 
-from .metrics import mean_ci, score_images
-from .scenes import SUBJECTS, eval_prompts, reference_images, subject_prompt
+from . import instrument as ins
+from .metrics import SubjectEmbedder, background_match, mean_ci, subject_similarity
+from .scenes import SUBJECTS, reference_images, subject_prompt
 
 MODEL = "flux-testbed"
+PRIMARY = "velocity_closure"          # the instrument's main measure; sample_closure is reported beside it
 
 
 @dataclass(frozen=True)
 class Method:
     name: str
-    n_front: int
-    n_back: int
+    plan: str                        # "none" | "sel30" | "sel50" | "sel30:<probe>" | "sel50:<probe>" | "paper30" |
+                                     # "paper50" | "first50" | "last50"
     dynamic_patches: bool = True
     zero_residuals: bool = False     # ablation: skip the spans but add nothing in their place
     codec: str = "fp32"              # residual-cache codec: a key of CODECS
@@ -59,59 +68,56 @@ class Method:
     note: str = ""
 
 
+METHODS: dict[str, Method] = {m.name: m for m in [
+    Method("full_lora", "none", note="LoRA on all blocks"),
+    Method("blockskip_30", "sel30", note="split by selection (the study's probe)"),
+    Method("blockskip_50", "sel50", note="split by selection (the study's probe)"),
+    Method("blockskip_30_base_probe", "sel30:base", note="split by selection probing the base model"),
+    Method("blockskip_50_base_probe", "sel50:base", note="split by selection probing the base model"),
+    Method("blockskip_30_tuned_probe", "sel30:tuned", note="split by selection probing a short-LoRA-tuned model"),
+    Method("blockskip_50_tuned_probe", "sel50:tuned", note="split by selection probing a short-LoRA-tuned model"),
+    Method("blockskip_50_default_codec", "sel50", codec="default", note="compressed residual cache"),
+    Method("blockskip_50_executorch", "sel50", runtime="executorch", note="ExecuTorch runtime trainer (fp32)"),
+    Method("blockskip_50_ort", "sel50", runtime="ort", note="ONNX Runtime Training trainer (fp32, ORT's AdamW)"),
+    Method("paper_split_30", "paper30", note="the paper's FLUX 30% split (7/10 of 57) scaled, not selected"),
+    Method("paper_split_50", "paper50", note="the paper's FLUX 50% split (19/10 of 57) scaled, not selected"),
+    Method("no_residual_50", "sel50", zero_residuals=True, note="ablation: residuals zeroed"),
+    Method("skip_first_50", "first50", note="ablation: front span only"),
+    Method("skip_last_50", "last50", note="ablation: back span only"),
+    Method("fixed_resize_50", "sel50", dynamic_patches=False, note="ablation: whole photo resized, no crops"),
+]}
+
+
 def _split(k: int, front_share: float) -> tuple[int, int]:
     n = int(round(k * front_share))
     return n, k - n
 
 
-def default_plans(num_blocks: int) -> dict[str, tuple[int, int, str]]:
-    """30% / 50% plans: selection by cross-attention masking when available on this checkout, else the paper's FLUX
-    splits (30%: 7 front / 10 back; 50%: 19 / 10 of 57 blocks) scaled to `num_blocks`."""
+def paper_plans(num_blocks: int) -> dict[str, tuple[int, int]]:
+    """The paper's FLUX splits (30%: 7 front / 10 back; 50%: 19 / 10 of 57 blocks) scaled to `num_blocks`."""
     k30, k50 = int(round(0.3 * num_blocks)), int(round(0.5 * num_blocks))
-    return {"30": (*_split(k30, 7 / 17), "paper split scaled"), "50": (*_split(k50, 19 / 29), "paper split scaled")}
+    return {"30": _split(k30, 7 / 17), "50": _split(k50, 19 / 29)}
 
 
-def selected_plans(subject_dir: Path, prompt: str, seed: int = 0) -> dict[str, tuple[int, int, str]] | None:
-    """30% / 50% splits chosen by cross-attention masking (ditskip_edge.selection, the same verb
-    `compile --skip-ratio` uses) on the base model with the subject's photos; None when that module is absent."""
-    try:
-        from ditskip_edge.selection import SelectionConfig, make_probe, select_splits
-    except ImportError:
-        return None
+def selected_plans(subject_dir: Path, prompt: str, seed: int, probe: str,
+                   tune_steps: int | None = None) -> dict[str, dict]:
+    """30% / 50% splits chosen by cross-attention masking (ditskip_edge.selection, the verb `compile --skip-ratio`
+    uses) with the base or the tuned probe: {"30": {"plan": [n, m], "splits": [...], "seconds": s}, "50": ...}."""
     from ditskip_edge.images import load_photos
-    from ditskip_edge.models.loading import build_transformer, build_vae
+    from ditskip_edge.models.loading import build_vae
     from ditskip_edge.plan import skip_budget
+    from ditskip_edge.selection import SelectionConfig, make_probe, select_splits
     spec = resolve_spec(MODEL)
     transformer, vae = build_transformer(spec), build_vae(spec)
     num_blocks = spec.transformer_config["num_layers"] + spec.transformer_config["num_single_layers"]
-    probe = make_probe(spec, transformer, vae, load_photos(subject_dir, spec.data_px), prompt, seed,
-                       SelectionConfig())
+    cfg = SelectionConfig(probe=probe, **({} if tune_steps is None else {"tune_steps": tune_steps}))
+    t0 = time.perf_counter()
+    p = make_probe(spec, transformer, vae, load_photos(subject_dir, spec.data_px), prompt, seed, cfg)
     ratios = {"30": 0.3, "50": 0.5}
-    results = select_splits(probe, [skip_budget(num_blocks, r) for r in ratios.values()], list(ratios.values()))
-    how = f"selection ({probe.config.method}, {getattr(probe.embedder, 'name', '?')})"
-    return {key: (r["chosen"][0], r["chosen"][1], how) for key, r in zip(ratios, results)}
-
-
-def methods(num_blocks: int, plans: dict[str, tuple[int, int, str]] | None = None) -> dict[str, Method]:
-    plans = plans or default_plans(num_blocks)
-    f30, b30, how30 = plans["30"]
-    f50, b50, how50 = plans["50"]
-    half = num_blocks // 2
-    ms = [Method("full_lora", 0, 0, note="LoRA on all blocks"),
-          Method("blockskip_30", f30, b30, note=how30),
-          Method("blockskip_50", f50, b50, note=how50),
-          Method("blockskip_50_default_codec", f50, b50, codec="default", note=f"{how50}; compressed cache"),
-          Method("blockskip_50_executorch", f50, b50, runtime="executorch",
-                 note=f"{how50}; ExecuTorch runtime trainer (fp32 program)"),
-          Method("blockskip_50_ort", f50, b50, runtime="ort",
-                 note=f"{how50}; ONNX Runtime Training trainer (fp32 weights, ORT's AdamW)"),
-          Method("paper_split_50", *default_plans(num_blocks)["50"][:2],
-                 note="the paper's FLUX 50% split (19/10 of 57) scaled, not selected"),
-          Method("no_residual_50", f50, b50, zero_residuals=True, note="ablation: residuals zeroed"),
-          Method("skip_first_50", half, 0, note="ablation: front span only"),
-          Method("skip_last_50", 0, half, note="ablation: back span only"),
-          Method("fixed_resize_50", f50, b50, dynamic_patches=False, note="ablation: whole photo resized, no crops")]
-    return {m.name: m for m in ms}
+    results = select_splits(p, [skip_budget(num_blocks, r) for r in ratios.values()], list(ratios.values()))
+    secs = round(time.perf_counter() - t0, 1)
+    return {key: {"plan": list(r["chosen"]), "splits": r["splits"], "seconds": secs}
+            for key, r in zip(ratios, results)}
 
 
 # ------------------------------------------------------------------------------------------ codecs, trainers
@@ -164,37 +170,48 @@ class StudyConfig:
     out: Path
     subjects: list[str] = field(default_factory=lambda: list(SUBJECTS))
     methods: list[str] | None = None         # None: all
-    steps: int = 200
-    grad_accum: int = 1
-    rank: int = 4
+    train_seeds: list[int] = field(default_factory=lambda: [0, 1, 2])    # units = subjects x train seeds
+    steps: int = 400
+    grad_accum: int = 4
+    rank: int = 8
     lora_targets: list[str] = field(default_factory=list)    # module suffixes in a block; [] = the arch default
-    lr: float = 1e-3
-    train_seed: int = 0
-    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    lr: float = 5e-3
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])          # sample noise seeds (paired samples)
     prompts: int | None = None               # None: every eval prompt
+    photos_per_prompt: int = 2               # fresh photos per eval prompt (velocity inputs)
     sample_steps: int = 20
     guidance: float = 3.0
     n_references: int = 5
+    teacher: ins.TeacherConfig = field(default_factory=ins.TeacherConfig)
+    teacher_dir: Path | None = None          # None: out / "teachers" (kept between runs, keyed)
+    probe: str | None = None                 # the probe of the blockskip_30 / _50 rows; None: SelectionConfig's
+    tune_steps: int | None = None            # tuned probe's LoRA steps; None: SelectionConfig's
     keep_bundles: bool = False
-    fixed_plans: bool = False                # True: the paper's splits scaled, no selection
-    jobs: int = 1                            # subjects studied in parallel worker processes (1 torch thread each)
+    fixed_plans: bool = False                # True: the paper's splits scaled in place of every selection
+    jobs: int = 1                            # units studied in parallel worker processes (1 torch thread each)
+
+    def default_probe(self) -> str:
+        from ditskip_edge.selection import SelectionConfig
+        return self.probe or SelectionConfig().probe
 
 
-def personalize(subject_dir: Path, prompt: str, work: Path, method: Method, cfg: StudyConfig) -> tuple[Path, dict]:
+def personalize(subject_dir: Path, prompt: str, work: Path, method: Method, plan: tuple[int, int], seed: int,
+                cfg: StudyConfig) -> tuple[Path, dict]:
+    """compile_bundle + the method's trainer -> the LoRA file and what it cost."""
     spec = resolve_spec(MODEL)
     if method.codec not in CODECS:
         raise ValueError(f"cache codec {method.codec!r}: expected one of {list(CODECS)}")
     if method.runtime not in TRAINERS:
         raise ValueError(f"runtime {method.runtime!r}: expected one of {list(TRAINERS)}")
     sched = ScheduleConfig(steps=cfg.steps, grad_accum=cfg.grad_accum, s_min_px=spec.train_px,
-                           s_max_px=spec.data_px, multiple_px=spec.pixel_multiple, seed=cfg.train_seed,
+                           s_max_px=spec.data_px, multiple_px=spec.pixel_multiple, seed=seed,
                            dynamic_patches=method.dynamic_patches)
     bundle = work / "bundle"
     programs = {"eager": [], "executorch": [ExecutorchPrograms((DEVICE_PRECISION,), preprocess=False)],
                 "ort": [OrtPrograms((DEVICE_PRECISION,))]}[method.runtime]
     t0 = time.perf_counter()
     summary = compile_bundle(CompileRequest(model=MODEL, images=str(subject_dir), prompt=prompt,
-                                            out=str(bundle), n_front=method.n_front, n_back=method.n_back,
+                                            out=str(bundle), n_front=plan[0], n_back=plan[1],
                                             schedule=sched, lora=LoraSpec(rank=cfg.rank, alpha=float(cfg.rank),
                                                           targets=list(cfg.lora_targets)),
                                             optimizer=OptimizerSpec(lr=cfg.lr), overwrite=True,
@@ -216,150 +233,319 @@ def _cache_bytes(bundle: Path) -> int:
     return int(sum(f["bytes"] for name, f in manifest["files"].items() if name.startswith(CACHE_DIR + "/")))
 
 
-def study_subject(sname: str, cfg: StudyConfig) -> dict:
-    """One held-out subject, every method: scores (pooled-ready per-image lists too), methods, prompts, grid PNG.
-    Saved as work/<subject>/subject_result.json; a rerun with the same config and model weights reuses it (nothing
-    lost when a later subject fails)."""
+def _config_key(cfg: StudyConfig) -> dict:
+    spec = resolve_spec(MODEL)
+    d = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()
+         if k not in ("subjects", "jobs", "train_seeds", "out", "teacher_dir")}
+    return {"model_sha256": sha256_file(builtin_weights_path(spec)), "default_probe": cfg.default_probe(), **d}
+
+
+def teacher_for(sname: str, cfg: StudyConfig) -> Path:
+    folder = Path(cfg.teacher_dir) if cfg.teacher_dir else Path(cfg.out) / "teachers"
+    return ins.train_teacher(resolve_spec(MODEL), SUBJECTS[sname], cfg.n_references, cfg.teacher, folder)
+
+
+def _resolve_plan(plan: str, default_probe: str, selections: dict, num_blocks: int) -> tuple[int, int]:
+    half = num_blocks // 2
+    fixed = {"none": (0, 0), "first50": (half, 0), "last50": (0, half),
+             "paper30": paper_plans(num_blocks)["30"], "paper50": paper_plans(num_blocks)["50"]}
+    if plan in fixed:
+        return tuple(fixed[plan])
+    ratio, _, probe = plan.removeprefix("sel").partition(":")
+    return tuple(selections[probe or default_probe][ratio]["plan"])
+
+
+def study_unit(sname: str, train_seed: int, cfg: StudyConfig) -> dict:
+    """One (subject, train seed): every method's closures and scores. Saved as work/<subject>_s<seed>/unit.json; a
+    rerun with the same config and model weights reuses it (nothing lost when a later unit fails)."""
     spec = resolve_spec(MODEL)
     num_blocks = spec.transformer_config["num_layers"] + spec.transformer_config["num_single_layers"]
-    names = cfg.methods or list(methods(num_blocks))
-    out = Path(cfg.out)
-    work = out / "work" / sname
-    saved = work / "subject_result.json"
-    key = json.dumps({"model_sha256": sha256_file(builtin_weights_path(spec)),      # retrained model: no reuse
-                      **{k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()
-                         if k not in ("subjects", "jobs")}}, sort_keys=True)
+    names = cfg.methods or list(METHODS)
+    work = Path(cfg.out) / "work" / f"{sname}_s{train_seed}"
+    saved = work / "unit.json"
+    key = json.dumps(_config_key(cfg), sort_keys=True)
     if saved.is_file() and json.loads(saved.read_text()).get("config_key") == key:
         return json.loads(saved.read_text())
     subject = SUBJECTS[sname]
-    prompts = eval_prompts(subject)[: cfg.prompts]
-    gen_prompts = [p for p, _ in prompts for _ in cfg.seeds]
-    gen_bgs = [bg for _, bg in prompts for _ in cfg.seeds]
-    gen_seeds = [s for _ in prompts for s in cfg.seeds]
     refs = reference_images(subject, cfg.n_references)
     sdir = work / "photos"
     sdir.mkdir(parents=True, exist_ok=True)
     for i, r in enumerate(refs):
         to_uint8_image(r).save(sdir / f"{i:02d}.png")
-    plans = None if cfg.fixed_plans else selected_plans(sdir, subject_prompt(subject), cfg.train_seed)
-    chosen = [methods(num_blocks, plans)[m] for m in names]
-    images = {"base (no LoRA)": generate(spec, load_model(spec), gen_prompts, gen_seeds, cfg.sample_steps,
-                                         cfg.guidance)}
-    info: dict[str, dict] = {"base (no LoRA)": {}}
-    loras: dict[str, Path] = {}
-    for m in chosen:
-        lora, info[m.name] = personalize(sdir, subject_prompt(subject), work / m.name, m, cfg)
-        loras[m.name] = lora
-        if m.runtime != "eager" and (twin := _eager_twin(m, chosen)) is not None and twin.name in loras:
-            info[m.name]["lora_vs_eager"] = {"eager_method": twin.name, **lora_difference(loras[twin.name], lora)}
-        images[m.name] = generate(spec, load_model(spec, lora), gen_prompts, gen_seeds, cfg.sample_steps,
-                                  cfg.guidance)
+    prompt = subject_prompt(subject)
+
+    # the two ends of the scale
+    teacher = ins.load_weights(spec, teacher_for(sname, cfg))
+    base = build_transformer(spec).eval()
+    held = ins.held_out(spec, subject, cfg.photos_per_prompt, cfg.seeds, prompts=cfg.prompts)
+    anchors = ins.anchors(spec, base, teacher, held, cfg.sample_steps, cfg.guidance)
+    del teacher, base
+
+    # the splits
+    default_probe = cfg.default_probe()
+    probes = sorted({m.plan.partition(":")[2] or default_probe for m in (METHODS[n] for n in names)
+                     if m.plan.startswith("sel")})
+    if cfg.fixed_plans:
+        pp = paper_plans(num_blocks)
+        selections = {p: {r: {"plan": list(pp[r]), "splits": [], "seconds": 0.0} for r in ("30", "50")}
+                      for p in probes}
+    else:
+        selections = {p: selected_plans(sdir, prompt, train_seed, p, cfg.tune_steps) for p in probes}
+
+    emb = SubjectEmbedder()
+    rows: dict[str, dict] = {}
+    images: dict[str, torch.Tensor] = {"fresh photos": _fresh_grid_row(subject, held, spec.train_px),
+                                       "base (no LoRA)": anchors.x_base, "teacher": anchors.x_teacher}
+    done: dict[tuple, str] = {}            # training identity -> the first row that trained it
+    loras: dict[tuple, Path] = {}
+    for name in names:
+        m = METHODS[name]
+        plan = _resolve_plan(m.plan, default_probe, selections, num_blocks)
+        ident = (plan, m.dynamic_patches, m.zero_residuals, m.codec, m.runtime)
+        if ident in done:
+            rows[name] = {**rows[done[ident]], "plan": list(plan), "same_training_as": done[ident]}
+            images[name] = images[done[ident]]
+            continue
+        lora, info = personalize(sdir, prompt, work / name, m, plan, train_seed, cfg)
+        model = load_model(spec, lora)
+        scores, x = ins.closures(spec, model, held, anchors, cfg.sample_steps, cfg.guidance)
+        rows[name] = {**scores, **_image_scores(x, held, refs, emb), "plan": list(plan), **info}
+        twin = (plan, m.dynamic_patches, m.zero_residuals, m.codec, "eager")
+        if m.runtime != "eager" and twin in loras:
+            rows[name]["lora_vs_eager"] = {"eager_method": done[twin], **lora_difference(loras[twin], lora)}
+        images[name] = x
+        done[ident], loras[ident] = name, lora
         if not cfg.keep_bundles:
-            _rm_tree(work / m.name / "bundle")
-    scores, per_image = {}, {}
-    for name, ims in images.items():
-        sc = score_images(list(ims), gen_bgs, refs, subject.colour)
-        scores[name] = {k: v for k, v in sc.items() if k != "per_image"} | info[name]
-        per_image[name] = sc["per_image"]
-    _save_grid(out / f"personalization_{sname}.png", refs, images, cols=len(gen_prompts))
-    result = {"config_key": key, "subject": sname, "scores": scores, "per_image": per_image,
-              "methods": {f"{m.name}@{sname}": asdict(m) for m in chosen},
-              "prompts": {"train": subject_prompt(subject), "eval": [p for p, _ in prompts]}}
+            _rm_tree(work / name / "bundle")
+    anchor_rows = {"base (no LoRA)": {"velocity_closure": 0.0, "sample_closure": 0.0,
+                                      **_image_scores(anchors.x_base, held, refs, emb)},
+                   "teacher": {"velocity_closure": 1.0, "sample_closure": 1.0,
+                               **_image_scores(anchors.x_teacher, held, refs, emb)},
+                   "fresh photos": _image_scores(images["fresh photos"], held, refs, emb)}
+    if train_seed == min(cfg.train_seeds):
+        _save_grid(Path(cfg.out) / f"fidelity_{sname}.png", refs, images, cols=len(held.gen_prompts))
+    result = {"config_key": key, "subject": sname, "train_seed": train_seed, "rows": {**anchor_rows, **rows},
+              "selections": selections, "methods": {n: asdict(METHODS[n]) for n in names},
+              "prompts": {"train": prompt, "eval": held.prompts},
+              "distances": {"velocity_base_teacher_mse": float(((anchors.v_base - anchors.v_teacher) ** 2).mean()),
+                            "sample_base_teacher_mse": float(((anchors.x_base - anchors.x_teacher) ** 2).mean())}}
     saved.write_text(json.dumps(result, indent=1))
     return json.loads(saved.read_text())          # the same form a reuse returns
 
 
-def _study_subject_in_worker(args: tuple[str, StudyConfig]) -> dict:
+def _fresh_grid_row(subject, held: ins.HeldOut, px: int) -> torch.Tensor:
+    """Fresh photos laid out like the paired samples (one per prompt x sample seed)."""
+    n = len(held.gen_prompts) // len(held.prompts)
+    return torch.cat([ins.fresh_photos(subject, bg, n, px) for bg in held.backgrounds])
+
+
+def _image_scores(x: torch.Tensor, held: ins.HeldOut, refs, emb) -> dict:
+    return {"subject_sim": float(np.mean([subject_similarity(im, refs, emb) for im in x])),
+            "background_ok": float(np.mean([background_match(im, bg) for im, bg in zip(x, held.gen_backgrounds)]))}
+
+
+def _unit_in_worker(args: tuple[str, int, StudyConfig]) -> dict:
     torch.set_num_threads(1)           # one thread per worker: 2 threads per process on 2 shared cores spin
-    return study_subject(*args)
+    return study_unit(*args)
+
+
+def _teacher_in_worker(args: tuple[str, StudyConfig]) -> str:
+    torch.set_num_threads(1)
+    return str(teacher_for(*args))
 
 
 def check_names(cfg: StudyConfig) -> None:
     """Unknown subjects or methods: one clear ValueError before any work (not a KeyError mid-study)."""
-    known = list(methods(2))          # the names do not depend on the block count
-    for kind, asked, have in [("subject", cfg.subjects, list(SUBJECTS)), ("method", cfg.methods or [], known)]:
+    for kind, asked, have in [("subject", cfg.subjects, list(SUBJECTS)), ("method", cfg.methods or [], list(METHODS))]:
         bad = [n for n in asked if n not in have]
         if bad:
             raise ValueError(f"unknown {kind}(s) {', '.join(bad)}: expected some of {', '.join(have)}")
 
 
-def run_study(cfg: StudyConfig, command: str = "") -> dict:
-    """Every subject (in cfg.jobs worker processes when > 1) -> pooled table, per-subject rows, orderings."""
+def run_study(cfg: StudyConfig, command: str = "", on_unit: Callable[[dict], None] | None = None) -> dict:
+    """Teachers (one per subject), then every unit (in cfg.jobs worker processes when > 1) -> table, orderings.
+    `on_unit` gets the study so far after each finished unit (to write partial results)."""
     t_start = time.perf_counter()
-    spec = resolve_spec(MODEL)
     check_names(cfg)
     Path(cfg.out).mkdir(parents=True, exist_ok=True)
-    if cfg.jobs > 1 and len(cfg.subjects) > 1:
+    # seed-major: a study stopped early still has every subject (units finish in about this order)
+    units = [(s, seed, cfg) for seed in cfg.train_seeds for s in cfg.subjects]
+    results: list[dict] = []
+
+    def done(r: dict) -> None:
+        results.append(r)
+        if on_unit is not None:
+            on_unit(_study_result(cfg, command, results, t_start))
+
+    if cfg.jobs > 1 and len(units) > 1:
         import multiprocessing as mp
-        with mp.get_context("spawn").Pool(min(cfg.jobs, len(cfg.subjects))) as pool:
-            results = pool.map(_study_subject_in_worker, [(s, cfg) for s in cfg.subjects], chunksize=1)
+        with mp.get_context("spawn").Pool(min(cfg.jobs, len(units))) as pool:
+            pool.map(_teacher_in_worker, [(s, cfg) for s in cfg.subjects], chunksize=1)
+            for r in pool.imap_unordered(_unit_in_worker, units, chunksize=1):
+                done(r)
     else:
-        results = [study_subject(s, cfg) for s in cfg.subjects]
-    pooled: dict[str, dict[str, list[float]]] = {}
-    for r in results:
-        for name, per in r["per_image"].items():
-            for k, v in per.items():
-                pooled.setdefault(name, {}).setdefault(k, []).extend(v)
-    rows = {name: {k: mean_ci(v) for k, v in d.items()} for name, d in pooled.items()}
+        for u in units:
+            done(study_unit(*u))
+    order = {(s, seed): i for i, (s, seed, _) in enumerate(units)}
+    results.sort(key=lambda r: order[(r["subject"], r["train_seed"])])
+    return _study_result(cfg, command, results, t_start)
+
+
+def _study_result(cfg: StudyConfig, command: str, results: list[dict], t_start: float) -> dict:
     return {"command": command, "machine": f"{platform.platform()} ({platform.machine()}, "
             f"{torch.get_num_threads()} torch threads)",
             "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
-            "seconds": round(time.perf_counter() - t_start, 1), "model": spec.to_json(),
+            "seconds": round(time.perf_counter() - t_start, 1), "model": resolve_spec(MODEL).to_json(),
             "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
-            "methods": {k: v for r in results for k, v in r["methods"].items()},
-            "prompts": {r["subject"]: r["prompts"] for r in results},
-            "table": rows, "per_subject": {r["subject"]: r["scores"] for r in results}, "orderings": orderings(rows)}
+            "default_probe": cfg.default_probe(), "units_planned": len(cfg.subjects) * len(cfg.train_seeds),
+            "units": list(results), **summarize(results)}
 
 
-def _eager_twin(m: Method, chosen: list[Method]) -> Method | None:
-    """The eager method with the same plan, codec and data as a runtime-trained one (its reference)."""
-    for o in chosen:
-        if o.runtime == "eager" and replace(o, name=m.name, runtime=m.runtime, note=m.note) == m:
-            return o
-    return None
+# ------------------------------------------------------------------------------------------------- analysis
+MEASURES = ("velocity_closure", "sample_closure", "subject_sim", "background_ok")
 
 
-def _verdict(a: dict, b: dict) -> str:
-    """a >= b? 'holds' / 'does not hold', and whether the gap exceeds the larger 95% half-width."""
-    gap = a["mean"] - b["mean"]
-    sure = abs(gap) > max(a["ci95"], b["ci95"])
-    return ("holds" if gap >= 0 else "does not hold") + ("" if sure else " (within noise)")
+def unit_values(results: list[dict], row: str, measure: str) -> np.ndarray:
+    return np.array([r["rows"][row][measure] for r in results if row in r["rows"]], np.float64)
 
 
-def orderings(rows: dict) -> dict:
-    """The paper's claims as checks on subject similarity (means; 'within noise' when the gap is inside the CI)."""
-    checks = {}
-    pairs = [("residuals far above none", "blockskip_50", "no_residual_50"),
-             ("selected split above skip-first-50%", "blockskip_50", "skip_first_50"),
-             ("selected split above skip-last-50%", "blockskip_50", "skip_last_50"),
-             ("dynamic patches at least fixed resize", "blockskip_50", "fixed_resize_50"),
-             ("selected split at least the paper's split scaled", "blockskip_50", "paper_split_50")]
-    for label, a, b in pairs:
-        if a in rows and b in rows:
-            ra, rb = rows[a]["subject_sim"], rows[b]["subject_sim"]
-            checks[label] = {"verdict": _verdict(ra, rb), "holds": bool(ra["mean"] >= rb["mean"]),
-                             a: ra["mean"], b: rb["mean"]}
-    for label, other in [("compressed cache keeps blockskip_50's subject similarity", "blockskip_50_default_codec"),
-                         ("ExecuTorch-trained LoRA matches the eager one", "blockskip_50_executorch"),
-                         ("ORT-trained LoRA matches the eager one", "blockskip_50_ort")]:
-        if "blockskip_50" in rows and other in rows:
-            a, b = rows[other]["subject_sim"], rows["blockskip_50"]["subject_sim"]
-            same = abs(a["mean"] - b["mean"]) <= max(a["ci95"], b["ci95"])
-            checks[label] = {"verdict": "holds (within CI)" if same else "does not hold", "holds": bool(same),
-                             other: a["mean"], "blockskip_50": b["mean"]}
-    if "blockskip_50" in rows and "full_lora" in rows and rows["full_lora"]["subject_sim"]["mean"] > 0:
-        ratio = rows["blockskip_50"]["subject_sim"]["mean"] / rows["full_lora"]["subject_sim"]["mean"]
-        checks["blockskip_50 keeps >= 90% of full LoRA subject similarity"] = {
-            "verdict": "holds" if ratio >= 0.9 else "does not hold", "holds": bool(ratio >= 0.9),
-            "ratio": round(ratio, 4)}
-        a, b = rows["blockskip_50"]["background_ok"], rows["full_lora"]["background_ok"]
-        same = abs(a["mean"] - b["mean"]) <= max(a["ci95"], b["ci95"])
-        checks["blockskip_50 prompt fidelity within CI of full LoRA"] = {
-            "verdict": "holds" if same else "does not hold", "holds": bool(same),
-            "blockskip_50": a["mean"], "full_lora": b["mean"]}
-    return checks
+def summarize(results: list[dict]) -> dict:
+    """Table (mean +- 95% CI over units), the paper's orderings and the selection comparison."""
+    names = list(dict.fromkeys(n for r in results for n in r["rows"]))
+    table = {n: {k: mean_ci(unit_values(results, n, k)) for k in MEASURES if all(k in r["rows"][n] for r in results
+                                                                                   if n in r["rows"])}
+             for n in names}
+    return {"table": table, "orderings": orderings(results), "ratio": ratio(results),
+            "selection": selection_summary(results)}
 
 
+def paired(results: list[dict], a: str, b: str, measure: str = PRIMARY) -> dict | None:
+    """a - b per unit (units holding both): mean +- 95% CI."""
+    both = [r for r in results if a in r["rows"] and b in r["rows"]]
+    if not both:
+        return None
+    d = np.array([r["rows"][a][measure] - r["rows"][b][measure] for r in both])
+    return mean_ci(d)
+
+
+def bootstrap_ratio(num: np.ndarray, den: np.ndarray, n: int = 10000, seed: int = 0) -> tuple[float, float, float]:
+    """mean(num) / mean(den) and its 95% paired-bootstrap interval over units."""
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(num), size=(n, len(num)))
+    r = num[idx].mean(1) / den[idx].mean(1)
+    return float(num.mean() / den.mean()), float(np.percentile(r, 2.5)), float(np.percentile(r, 97.5))
+
+
+def ratio(results: list[dict], a: str = "blockskip_50", b: str = "full_lora") -> dict:
+    """The paper's headline: BlockSkip 50% keeps 95% of LoRA's subject fidelity (0.6963 / 0.7324 DINO)."""
+    out = {}
+    for measure in ("velocity_closure", "sample_closure"):
+        both = [r for r in results if a in r["rows"] and b in r["rows"]]
+        if len(both) < 2:
+            continue
+        num = np.array([r["rows"][a][measure] for r in both])
+        den = np.array([r["rows"][b][measure] for r in both])
+        if den.mean() <= 0:
+            continue
+        est, lo, hi = bootstrap_ratio(num, den)
+        d = mean_ci(den)
+        if len(both) < 4 or not d["mean"] - d["ci95"] > 0:
+            # a ratio to a denominator whose CI reaches 0 has no upper bound: no verdict either way
+            verdict = (f"unresolved: full LoRA's {measure} {d['mean']:.3f} +- {d['ci95']:.3f} is not clear of 0"
+                       if len(both) >= 4 else f"unresolved: {len(both)} units (a bootstrap needs more)")
+        else:
+            verdict = ("confirmed (95% inside the CI)" if lo <= 0.95 <= hi else
+                       "refuted: above 95%" if lo > 0.95 else "refuted: below 95%")
+        out[measure] = {"ratio": round(est, 4), "ci95": [round(lo, 4), round(hi, 4)], "units": len(both),
+                        "paper": 0.95, "verdict": verdict}
+    return out
+
+
+# (label, a, b, the paper's evidence): the claim is a > b
+CLAIMS = [
+    ("residuals: with > zeroed", "blockskip_50", "no_residual_50", "DINO 0.7150 vs 0.4301"),
+    ("selected split > skip first 50%", "blockskip_50", "skip_first_50", "DINO 0.7150 vs 0.6651"),
+    ("selected split > skip last 50%", "blockskip_50", "skip_last_50", "DINO 0.7150 vs 0.4808"),
+    ("skip first 50% > skip last 50%", "skip_first_50", "skip_last_50", "DINO 0.6651 vs 0.4808"),
+    ("dynamic patches > fixed resize", "blockskip_50", "fixed_resize_50", "DINO 0.7253 vs 0.7164"),
+    ("full LoRA > BlockSkip 30%", "full_lora", "blockskip_30", "DINO 0.7324 vs 0.7194"),
+    ("BlockSkip 30% > BlockSkip 50%", "blockskip_30", "blockskip_50", "DINO 0.7194 vs 0.6963"),
+    ("selected split > the paper's split scaled (ours)", "blockskip_50", "paper_split_50", "-"),
+    ("tuned probe > base probe, 50% (ours)", "blockskip_50_tuned_probe", "blockskip_50_base_probe", "-"),
+    ("tuned probe > base probe, 30% (ours)", "blockskip_30_tuned_probe", "blockskip_30_base_probe", "-"),
+]
+# (label, a, b): the claim is a == b (within EQUIVALENCE of the primary measure)
+SAME = [
+    ("compressed cache = fp32 cache", "blockskip_50_default_codec", "blockskip_50"),
+    ("ExecuTorch-trained LoRA = eager", "blockskip_50_executorch", "blockskip_50"),
+    ("ORT-trained LoRA = eager", "blockskip_50_ort", "blockskip_50"),
+]
+EQUIVALENCE = 0.02
+
+
+def verdict_greater(d: dict) -> str:
+    lo, hi = d["mean"] - d["ci95"], d["mean"] + d["ci95"]
+    if d["n"] < 2:
+        return "unresolved (one unit)"
+    return "confirmed" if lo > 0 else "refuted" if hi < 0 else "unresolved (CI includes 0)"
+
+
+def verdict_same(d: dict) -> str:
+    lo, hi = d["mean"] - d["ci95"], d["mean"] + d["ci95"]
+    if d["n"] < 2:
+        return "unresolved (one unit)"
+    if -EQUIVALENCE <= lo and hi <= EQUIVALENCE:
+        return f"confirmed (difference within +-{EQUIVALENCE})"
+    return "refuted" if lo > EQUIVALENCE or hi < -EQUIVALENCE else f"unresolved (CI reaches past +-{EQUIVALENCE})"
+
+
+def orderings(results: list[dict]) -> dict:
+    """Each claim as a paired difference over units on both closures; the verdict is the primary measure's."""
+    out = {}
+    for label, a, b, paper in CLAIMS:
+        d = paired(results, a, b)
+        if d is None:
+            continue
+        if _same_plan_everywhere(results, a, b):
+            out[label] = {"a": a, "b": b, "verdict": "empty comparison (the same plan on every unit)",
+                          "paper": paper, PRIMARY: d}
+            continue
+        out[label] = {"a": a, "b": b, "verdict": verdict_greater(d), "paper": paper, PRIMARY: d,
+                      "sample_closure": paired(results, a, b, "sample_closure"),
+                      "subject_sim": paired(results, a, b, "subject_sim")}
+    for label, a, b in SAME:
+        d = paired(results, a, b)
+        if d is not None:
+            out[label] = {"a": a, "b": b, "verdict": verdict_same(d), "paper": "-", PRIMARY: d,
+                          "sample_closure": paired(results, a, b, "sample_closure")}
+    return out
+
+
+def _same_plan_everywhere(results: list[dict], a: str, b: str) -> bool:
+    ma, mb = [r["methods"].get(n) for n in (a, b) for r in results[:1]]
+    if ma is None or mb is None or (ma["dynamic_patches"], ma["zero_residuals"]) != (mb["dynamic_patches"],
+                                                                                        mb["zero_residuals"]):
+        return False
+    return all(r["rows"][a]["plan"] == r["rows"][b]["plan"] for r in results if a in r["rows"] and b in r["rows"])
+
+
+def selection_summary(results: list[dict]) -> dict:
+    """Per unit: the splits each probe chose and the closures they reached."""
+    rows = []
+    for r in results:
+        row = {"subject": r["subject"], "train_seed": r["train_seed"]}
+        for probe, sel in r["selections"].items():
+            for ratio_key, v in sel.items():
+                row[f"{probe}_{ratio_key}"] = v["plan"]
+                m = f"blockskip_{ratio_key}_{probe}_probe"
+                if m in r["rows"]:
+                    row[f"{m}_{PRIMARY}"] = round(r["rows"][m][PRIMARY], 4)
+            row[f"{probe}_seconds"] = next(iter(sel.values()))["seconds"]
+        rows.append(row)
+    return {"units": rows}
+
+
+# ------------------------------------------------------------------------------------------------- outputs
 def _save_grid(path: Path, refs: list[torch.Tensor], images: dict[str, torch.Tensor], cols: int) -> None:
     px = next(iter(images.values())).shape[-1]
     ref_row = torch.nn.functional.interpolate(torch.stack(refs), size=(px, px), mode="area")
@@ -368,6 +554,7 @@ def _save_grid(path: Path, refs: list[torch.Tensor], images: dict[str, torch.Ten
     g = grid(torch.cat(padded), cols)
     im = to_uint8_image(g)
     im.resize((im.width * 3, im.height * 3), 0).save(path)
+    (path.with_suffix(".txt")).write_text("rows: references, " + ", ".join(images) + "\n")
 
 
 def _rm_tree(p: Path) -> None:
@@ -375,53 +562,91 @@ def _rm_tree(p: Path) -> None:
     shutil.rmtree(p, ignore_errors=True)
 
 
+def _fmt(c: dict | None) -> str:
+    return "-" if c is None else f"{c['mean']:.3f} +- {c['ci95']:.3f}"
+
+
+def _plans(result: dict, name: str) -> str:
+    plans = [tuple(u["rows"][name]["plan"]) for u in result["units"] if "plan" in u["rows"].get(name, {})]
+    if not plans:
+        return "-"
+    counts = {p: plans.count(p) for p in dict.fromkeys(plans)}
+    return ", ".join(f"{p[0]}/{p[1]}" + (f" x{c}" if len(counts) > 1 else "") for p, c in counts.items())
+
+
 def to_markdown(result: dict) -> str:
-    names = list(result["table"])
-    lines = ["# Personalization study (flux-testbed)", "",
+    cfg = result["config"]
+    t = result["table"]
+    units = result["units"]
+    partial = len(units) < result.get("units_planned", len(units))
+    lines = ["# Personalization study on the planted-subject instrument (flux-testbed)", "",
+             *([f"**Partial: {len(units)} of {result['units_planned']} units done.**", ""] if partial else []),
              f"Command: `{result['command']}`  ", f"Machine: {result['machine']}  ",
              f"Date (UTC): {result['date_utc']}; wall time {result['seconds']} s  ",
-             f"Subjects: {', '.join(result['config']['subjects'])}; eval prompts per subject: "
-             f"{len(next(iter(result['prompts'].values()))['eval'])}; "
-             f"seeds: {result['config']['seeds']}; steps {result['config']['steps']} x accum "
-             f"{result['config']['grad_accum']}, rank {result['config']['rank']}, lr {result['config']['lr']}", "",
-             "Mean over subjects x prompts x seeds, +- 95% CI. subject_sim: fixed embedder (shape + colour "
-             "histogram) cosine to the references; colour_ok / shape_iou: attribute checks; background_ok: the "
-             "prompt's background colour realised (prompt fidelity).", "",
-             "| method | plan (front/back) | subject_sim | colour_ok | shape_iou | background_ok |",
+             f"Units: {len(units)} = subjects {', '.join(cfg['subjects'])} x training seeds {cfg['train_seeds']}; "
+             f"per unit {len(units[0]['prompts']['eval'])} eval prompts x sample seeds {cfg['seeds']} (paired "
+             f"samples) and {cfg['photos_per_prompt']} fresh photos x {len(ins.PROBE_TIMES)} times per prompt "
+             f"(velocity inputs); LoRA {cfg['steps']} steps x accum {cfg['grad_accum']}, rank {cfg['rank']}, lr "
+             f"{cfg['lr']}; teacher: full fine-tune {cfg['teacher']['steps']} steps x {cfg['teacher']['batch']}, lr "
+             f"{cfg['teacher']['lr']}, prior weight {cfg['teacher']['prior_weight']}; blockskip_30 / _50 rows use "
+             f"the {result['default_probe']} probe", "",
+             "velocity / sample closure: the share of the base -> teacher distance a method closes (base 0, teacher "
+             "1 by construction; instrument.py). subject_sim: the fixed embedder's cosine to the references (a "
+             "fresh photo of the subject scores as the `fresh photos` row). background_ok: the prompted background. "
+             "Mean over units +- 95% Student-t CI (units = subject x training seed).", "",
+             "| method | plan (front/back) | velocity closure | sample closure | subject_sim | background_ok |",
              "|---|---|---|---|---|---|"]
-    for n in names:
-        r = result["table"][n]
-        ms = [m for k, m in result["methods"].items() if k.split("@")[0] == n]
-        plan = ", ".join(sorted({f"{m['n_front']}/{m['n_back']}" for m in ms})) + \
-            ("" if not ms or ms[0]["dynamic_patches"] else ", fixed resize") + \
-            (", zeroed residuals" if ms and ms[0]["zero_residuals"] else "") if ms else "-"
-        cells = [f"{r[k]['mean']:.3f} +- {r[k]['ci95']:.3f}" for k in
-                 ("subject_sim", "colour_ok", "shape_iou", "background_ok")]
-        lines.append(f"| {n} | {plan} | " + " | ".join(cells) + " |")
-    notes = sorted({f"{k.split('@')[0]} {m['n_front']}/{m['n_back']} on {k.split('@')[1]}: {m['note']}"
-                    for k, m in result["methods"].items() if k.startswith(("blockskip_", "paper_split"))})
-    lines += ["", "Splits (front/back of 12 blocks):", ""] + [f"- {n}" for n in notes]
-    lines += ["", "## Cache, training time, runtime agreement (per subject)", "",
-              "| subject | method | cache codec | cache bytes | train s | LoRA vs eager twin (max rel diff) |",
-              "|---|---|---|---|---|---|"]
-    for s, d in result["per_subject"].items():
-        for n, r in d.items():
-            if "cache_bytes" not in r:
-                continue
-            diff = r.get("lora_vs_eager")
-            cell = f"{diff['max_rel_diff']:.2e} vs {diff['eager_method']}" if diff else "-"
-            lines.append(f"| {s} | {n} | `{r['cache_codec']}` | {r['cache_bytes']} | {r['train_s']} | {cell} |")
-    lines += ["", "## The paper's orderings on this testbed", ""]
+    for n, r in t.items():
+        lines.append(f"| {n} | {_plans(result, n)} | {_fmt(r.get('velocity_closure'))} | "
+                     f"{_fmt(r.get('sample_closure'))} | {_fmt(r.get('subject_sim'))} | "
+                     f"{_fmt(r.get('background_ok'))} |")
+    full = t.get("full_lora", {}).get(PRIMARY)
+    if full:
+        lines += ["", f"Signal: full LoRA's {PRIMARY} {full['mean']:.3f} +- {full['ci95']:.3f} stands "
+                  f"{full['mean'] / max(full['ci95'], 1e-12):.1f} CI half-widths above the base's 0."]
+    lines += ["", "## The paper's claims on this instrument", ""]
+    for measure, r in result["ratio"].items():
+        lines.append(f"- BlockSkip 50% / full LoRA ({measure}): **{r['ratio']:.3f}** (95% bootstrap CI "
+                     f"{r['ci95'][0]:.3f} - {r['ci95'][1]:.3f}, {r['units']} units); paper 0.95: {r['verdict']}")
+    lines += ["", "| claim (a > b unless =) | paper | a - b, velocity closure | a - b, sample closure | verdict |",
+              "|---|---|---|---|---|"]
     for label, c in result["orderings"].items():
-        vals = ", ".join(f"{k} {v}" for k, v in c.items() if k not in ("holds", "verdict"))
-        lines.append(f"- {label}: **{c['verdict']}** ({vals})")
-    lines += ["", "## Per subject (subject_sim / background_ok)", "",
-              "| subject | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
-    for s, d in result["per_subject"].items():
-        lines.append(f"| {s} | " + " | ".join(f"{d[n]['subject_sim']['mean']:.3f} / {d[n]['background_ok']['mean']:.2f}"
-                                               for n in names) + " |")
-    lines += ["", "Prompts (train / eval):", ""] + [f"- {s}: `{d['train']}` / " + ", ".join(f"`{p}`" for p in d["eval"])
-                                                   for s, d in result["prompts"].items()]
-    lines += ["", "Grids: `personalization_<subject>.png`: first row the references, then one row per method "
-              "(base model first), columns = prompts x seeds."]
+        lines.append(f"| {label} | {c['paper']} | {_fmt(c.get(PRIMARY))} | {_fmt(c.get('sample_closure'))} | "
+                     f"**{c['verdict']}** |")
+    lines += ["", "Verdicts on the paired velocity-closure difference over units: confirmed = the 95% CI lies on "
+              f"the claimed side of 0 (for '=' claims: inside +-{EQUIVALENCE}), refuted = on the other side, "
+              "unresolved = it straddles.", "", "## Selection: base probe vs tuned probe (per unit)", "",
+              "| subject | seed | 30%: base / tuned | 50%: base / tuned | 50% velocity closure: base / tuned |",
+              "|---|---|---|---|---|"]
+    for row in result["selection"]["units"]:
+        def pl(k):
+            return f"{row[k][0]}/{row[k][1]}" if k in row else "-"
+        vb, vt = row.get(f"blockskip_50_base_probe_{PRIMARY}"), row.get(f"blockskip_50_tuned_probe_{PRIMARY}")
+        lines.append(f"| {row['subject']} | {row['train_seed']} | {pl('base_30')} / {pl('tuned_30')} | "
+                     f"{pl('base_50')} / {pl('tuned_50')} | {'-' if vb is None else f'{vb:.3f}'} / "
+                     f"{'-' if vt is None else f'{vt:.3f}'} |")
+    lines += ["", "## Cost and runtime agreement (mean over units)", "",
+              "| method | cache codec | cache MB | train s | LoRA vs eager twin (max rel diff, max over units) |",
+              "|---|---|---|---|---|"]
+    for n in t:
+        rs = [u["rows"][n] for u in units if n in u["rows"] and "cache_bytes" in u["rows"][n]]
+        if not rs:
+            continue
+        diffs = [r["lora_vs_eager"]["max_rel_diff"] for r in rs if "lora_vs_eager" in r]
+        reused = sorted({r["same_training_as"] for r in rs if "same_training_as" in r})
+        lines.append(f"| {n} | `{rs[0]['cache_codec']}` | {np.mean([r['cache_bytes'] for r in rs]) / 1e6:.1f} | "
+                     f"{np.mean([r['train_s'] for r in rs]):.1f} | "
+                     f"{f'{max(diffs):.2e}' if diffs else '-'}{' (reused: ' + ', '.join(reused) + ')' if reused else ''} |")
+    lines += ["", "## Per unit (velocity closure)", "",
+              "| unit | " + " | ".join(t) + " |", "|---|" + "---|" * len(t)]
+    for u in units:
+        lines.append(f"| {u['subject']} s{u['train_seed']} | " + " | ".join(
+            f"{u['rows'][n]['velocity_closure']:.3f}" if n in u["rows"] and "velocity_closure" in u["rows"][n]
+            else "-" for n in t) + " |")
+    lines += ["", "Prompts (train / eval):", ""] + [f"- {u['subject']}: `{u['prompts']['train']}` / " +
+                                                   ", ".join(f"`{p}`" for p in u["prompts"]["eval"])
+                                                   for u in units if u["train_seed"] == units[0]["train_seed"]]
+    lines += ["", "Grids: `fidelity_<subject>.png` (first training seed): rows = references, then the rows listed "
+              "in `fidelity_<subject>.txt` (fresh photos, base, teacher, each method); columns = eval prompts x "
+              "sample seeds, the same noise in every row."]
     return "\n".join(lines) + "\n"

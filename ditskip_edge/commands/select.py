@@ -8,13 +8,14 @@ from pathlib import Path
 
 from ..runtime.errors import UserError
 from ..selection.embedders import DEFAULT_EMBEDDER
-from ..selection.scorer import METHODS
+from ..selection.scorer import METHODS, PROBES, SelectionConfig
 
 
 def register(sub, add_json_flag) -> None:
     p = sub.add_parser("select", help="choose which blocks to skip, by cross-attention masking (PAPER.md sec. 3)")
     p.add_argument("--model", default="flux-tiny", help="flux-tiny | sana-tiny | a local diffusers pipeline folder")
-    p.add_argument("--images", default=None, help="folder of the subject's photos (needed by --method proxy)")
+    p.add_argument("--images", default=None,
+                   help="folder of the subject's photos (needed by --probe tuned and --method proxy)")
     p.add_argument("--prompt", required=True, help="the subject prompt, e.g. 'a photo of sks dog'")
     p.add_argument("--skip-ratio", type=float, nargs="+", default=[], help="fractions of blocks to skip, in (0, 1)")
     p.add_argument("--budget", type=int, nargs="+", default=[], help="numbers of blocks to skip (instead of ratios)")
@@ -25,6 +26,9 @@ def register(sub, add_json_flag) -> None:
     p.add_argument("--proxy-times", type=float, nargs="+", default=[0.8, 0.5, 0.2], help="proxy: times t in (0, 1]")
     p.add_argument("--embedder", default=DEFAULT_EMBEDDER,
                    help=f"{DEFAULT_EMBEDDER} (offline default) or a local transformers CLIP / DINO folder")
+    p.add_argument("--probe", default=SelectionConfig.probe, choices=list(PROBES),
+                   help="tuned: a short LoRA on the photos first, then mask (the paper's); base: mask the model as is")
+    p.add_argument("--tune-steps", type=int, default=SelectionConfig.tune_steps, help="tuned probe: LoRA steps")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="also write the JSON report to this file")
     p.add_argument("--plot", default=None, help="also draw score vs split into this PNG")
@@ -37,7 +41,7 @@ def run(args) -> dict:
     from ..models.loading import build_transformer, build_vae, resolve_spec
     from ..models.views import block_names_of
     from ..plan import skip_budget
-    from ..selection import SCORED_ON, SelectionConfig, check_budget, make_probe, select_splits
+    from ..selection import check_budget, make_probe, scored_on, select_splits
     from ..selection.plot import plot_scores
 
     if not args.skip_ratio and not args.budget:
@@ -49,7 +53,8 @@ def run(args) -> dict:
         raise UserError(f"model '{spec.name}' has no weights here: select needs a built-in tiny model or a local "
                         f"diffusers folder")
     config = SelectionConfig(method=args.method, steps=args.steps, num_seeds=args.seeds,
-                             proxy_times=tuple(args.proxy_times), embedder=args.embedder)
+                             proxy_times=tuple(args.proxy_times), embedder=args.embedder, probe=args.probe,
+                             tune_steps=args.tune_steps)
     config.validate()
     photos = load_photos(args.images, spec.data_px) if args.images else None
     transformer = build_transformer(spec)
@@ -67,7 +72,7 @@ def run(args) -> dict:
         "model": spec.name, "num_blocks": num_blocks, "block_names": block_names_of(transformer),
         "method": config.method, "config": config.to_json(), "embedder": probe.embedder.name,
         "embedder_description": probe.embedder.description, "seeds": probe.seeds, "prompt": args.prompt,
-        "scored_on": SCORED_ON, "chosen": {str(r["skip_ratio"] if r["skip_ratio"] is not None else f"k={r['budget']}"):
+        "scored_on": scored_on(config), "chosen": {str(r["skip_ratio"] if r["skip_ratio"] is not None else f"k={r['budget']}"):
                                            r["chosen"] for r in results},
         "results": results, "plot": str(Path(args.plot).resolve()) if args.plot else None,
         "seconds": round(time.perf_counter() - t0, 3),

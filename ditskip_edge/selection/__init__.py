@@ -4,6 +4,7 @@
     sampling.py   the images compared: Euler generation, or the one-forward x0_hat proxy
     embedders.py  D = 1 - cosine of image embeddings: offline "pixel-stats" default, or CLIP / DINO from a folder
     scorer.py     score every split n + m = k, take the argmin
+    tuning.py     the tuned-model probe: a short LoRA on the photos before masking (the paper's probe)
     plot.py       score vs split, PNG
 
 `select_splits(...)` scores several budgets at once (shared masked images); `select_plan(...)` is the one-ratio
@@ -28,17 +29,34 @@ from ..plan import SkipPlan, skip_budget
 from .embedders import load_embedder
 from .scorer import Probe, SelectionConfig, check_budget, choose, photo_latents, score_splits
 
-__all__ = ["SCORED_ON", "SelectionConfig", "make_probe", "select_splits", "select_plan", "check_budget"]
+__all__ = ["SCORED_ON", "SelectionConfig", "make_probe", "select_splits", "select_plan", "check_budget",
+           "scored_on"]
 
 log = logging.getLogger(__name__)
-SCORED_ON = "base model (no subject LoRA exists before selection); proxy: noised photo latents of the subject"
+SCORED_ON = {"base": "base model (no subject LoRA); proxy: noised photo latents of the subject",
+             "tuned": "a copy of the model with a short LoRA on the subject's photos (the paper's LoRA-tuned probe)"}
+
+
+def scored_on(config: SelectionConfig) -> str:
+    return SCORED_ON[config.probe]
 
 
 def make_probe(spec: ModelSpec, transformer: nn.Module, vae: nn.Module, photos: Sequence[Photo] | None,
                prompt: str, seed: int, config: SelectionConfig, embedder=None) -> Probe:
+    """The masked-generation probe. With config.probe "tuned", it probes a LoRA-tuned copy of `transformer`
+    (trained here on `photos`); `transformer` itself is never changed."""
     config.validate()
     if config.method == "proxy" and not photos:
         raise UserError("selection method 'proxy' needs the subject's photos (--images)")
+    if config.probe == "tuned":
+        if not photos:
+            raise UserError("selection probe 'tuned' needs the subject's photos (--images): it trains a short LoRA "
+                            "on them first; or use probe 'base'")
+        from .tuning import tuned_copy
+        t0 = time.perf_counter()
+        transformer = tuned_copy(spec, transformer, vae, photos, prompt, config.tune_steps, config.tune_lr,
+                                 config.tune_rank, config.tune_batch, seed)
+        log.info("tuned probe: %d LoRA steps in %.1f s", config.tune_steps, time.perf_counter() - t0)
     view = make_view(spec.arch, transformer)
     decoder = LatentEncoder(spec.arch, vae)
     side = spec.train_px // spec.vae_scale_factor
@@ -70,7 +88,7 @@ def selection_record(probe: Probe, result: dict, prompt: str) -> dict:
     emb = probe.embedder
     return {"method": probe.config.method, "config": probe.config.to_json(), "embedder": getattr(emb, "name", "?"),
             "embedder_description": getattr(emb, "description", ""), "seeds": probe.seeds, "prompt": prompt,
-            "scored_on": SCORED_ON, "budget": result["budget"], "skip_ratio": result["skip_ratio"],
+            "scored_on": scored_on(probe.config), "budget": result["budget"], "skip_ratio": result["skip_ratio"],
             "scores": result["splits"]}
 
 

@@ -9,8 +9,10 @@ What the images are (`SelectionConfig.method`):
 - "generation" (the paper's): the model's own Euler sampler from noise, one image per seed, for the prompt.
 - "proxy": x0_hat = x_t - t v at `proxy_times`, one forward each, x_t from the subject's photo latents and the
   seed's noise (photo j mod P for seed j); D is averaged over the times too.
-Both score the *base* model: the paper probes a LoRA-tuned model, but selection runs before any LoRA exists here.
-The proxy is the one place where the photos carry the subject into the probe.
+Which model is probed (`SelectionConfig.probe`):
+- "tuned" (the paper's): a copy of the model with a short LoRA on the subject's photos (`tuning.py`,
+  `tune_steps` steps), so the masking sees where this subject's text binding lives.
+- "base" (the default): the model as it is (no subject LoRA); only the proxy method carries the photos in.
 
 The probe caches the embeddings of each masked set, so all budgets of one run share the 2 k_max + 1 image sets.
 """
@@ -31,6 +33,7 @@ from .masking import text_masked
 from .sampling import generate, predict_clean
 
 METHODS = ("generation", "proxy")
+PROBES = ("base", "tuned")
 
 
 @dataclass(frozen=True)
@@ -40,10 +43,20 @@ class SelectionConfig:
     num_seeds: int = 2                                      # seeds seed, seed + 1, ...
     proxy_times: tuple[float, ...] = (0.8, 0.5, 0.2)        # proxy: rectified-flow times (1 = noise)
     embedder: str = DEFAULT_EMBEDDER
+    probe: str = "base"                                     # "base" | "tuned" (short LoRA first, the paper's)
+    tune_steps: int = 100                                   # tuned: LoRA steps on the photos
+    tune_lr: float = 5e-3
+    tune_rank: int = 8
+    tune_batch: int = 4
 
     def validate(self) -> None:
         if self.method not in METHODS:
             raise UserError(f"selection method {self.method!r}: expected one of {', '.join(METHODS)}")
+        if self.probe not in PROBES:
+            raise UserError(f"selection probe {self.probe!r}: expected one of {', '.join(PROBES)}")
+        if self.probe == "tuned" and (self.tune_steps < 1 or self.tune_batch < 1 or self.tune_rank < 1):
+            raise UserError(f"tuned probe: tune_steps, tune_batch and tune_rank must be >= 1, got "
+                            f"{self.tune_steps}, {self.tune_batch}, {self.tune_rank}")
         if self.steps < 1:
             raise UserError(f"selection steps must be >= 1, got {self.steps}")
         if self.num_seeds < 1:
@@ -58,6 +71,9 @@ class SelectionConfig:
             d.pop("proxy_times")
         else:
             d.pop("steps")
+        if self.probe == "base":
+            for k in ("tune_steps", "tune_lr", "tune_rank", "tune_batch"):
+                d.pop(k)
         return d
 
 
