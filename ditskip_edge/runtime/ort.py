@@ -21,6 +21,16 @@ from .inputs import NamedInputs
 from .program_step import ProgramStep
 
 
+def session_options(program: dict):
+    """SessionOptions with the program's session config entries (`graph_passes.session_config`: e.g. CSE off, so
+    the recomputed dequantized weights of the gradient graph are not merged back into the forward's)."""
+    import onnxruntime
+    so = onnxruntime.SessionOptions()
+    for key, value in ((program.get("graph_passes") or {}).get("session_config") or {}).items():
+        so.add_session_config_entry(key, str(value))
+    return so
+
+
 class OrtStep(ProgramStep):
     runtime = "ort"
 
@@ -31,7 +41,8 @@ class OrtStep(ProgramStep):
         if len(checkpoint) != 1:
             raise BundleError(f"{bundle.root}: ORT program {self.program['path']} lists no checkpoint in data")
         self.state = api.CheckpointState.load_checkpoint(str(bundle.root / checkpoint[0]))
-        self.module = api.Module(str(bundle.root / self.program["path"]), self.state)
+        self.module = api.Module(str(bundle.root / self.program["path"]), self.state,
+                                 session_options=session_options(self.program))
         self.module.train()
         missing = [n for n in self.names if n not in self.state.parameters]
         if missing:
