@@ -47,6 +47,8 @@ def estimate_prediction(bundle: Bundle, program: dict, subject_stage: bool = Fal
         precision=program["precision"], resolution_px=int(sched["s_min_px"]), rank=int(m["lora"]["rank"]),
         text_tokens=int(m["model"]["text"]["seq_len"]), runtime_overhead_mib=0, steps=int(sched["steps"]),
         grad_accum=int(sched["grad_accum"]), subject_stage=subject_stage or cache_free,
+        remat=program.get("remat", "none"),
+        weights="mapped" if program.get("runtime") == "executorch" and program.get("data") else "resident",
         forward_precision=subject[0]["precision"] if subject else None))
     mem = doc["memory"]
     derived = ("footprint_bytes", "peak_bytes", "file_backed_bytes", "file_backed_working_set_bytes")

@@ -75,7 +75,7 @@ def test_paper_splits_for_flux_and_a_documented_default_otherwise():
 @pytest.mark.parametrize("command", ["estimate", "plan"])
 def test_estimate_json_prints_one_document_with_the_breakdown(capsys, command):
     rc = main([command, "--model", "sana-tiny", "--skip-front", "1", "--skip-back", "2", "--precision", "int8",
-               "--resolution", "256", "--text-tokens", "8", "--rank", "4", "--json"])
+               "--resolution", "256", "--text-tokens", "8", "--rank", "4", "--weights", "resident", "--json"])
     assert rc == 0
     doc = json.loads(capsys.readouterr().out)
     mem = doc["memory"]
@@ -131,7 +131,7 @@ def test_block_remat_traces_a_smaller_arena_and_more_flops_and_segments_sit_betw
 def test_mapped_weights_leave_the_footprint_and_count_as_file_backed():
     from ditskip_edge.memory_estimate.request import EstimateRequest, estimate_memory
     req = dict(model="sana-tiny", skip_front=1, skip_back=2, precision="int8", text_tokens=8, rank=4)
-    resident = estimate_memory(EstimateRequest(**req))["memory"]
+    resident = estimate_memory(EstimateRequest(**req, weights="resident"))["memory"]
     mapped = estimate_memory(EstimateRequest(**req, weights="mapped"))["memory"]
     assert resident["file_backed_bytes"] == 0 and mapped["file_backed_bytes"] == resident["frozen_weights_bytes"] > 0
     assert mapped["footprint_bytes"] == resident["footprint_bytes"] - resident["frozen_weights_bytes"]

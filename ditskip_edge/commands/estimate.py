@@ -27,12 +27,12 @@ def register(sub, add_json_flag) -> None:
                    help="process / runtime library overhead added to the peak (assumed)")
     p.add_argument("--steps", type=int, default=500, help="optimizer steps (storage of the residual cache)")
     p.add_argument("--grad-accum", type=int, default=4, help="samples per step (storage of the residual cache)")
-    p.add_argument("--remat", default="none",
+    p.add_argument("--remat", default="blocks",
                    help="block rematerialization in the step: none | blocks | every:K (kept blocks recomputed in "
-                        "backward, K a segment)")
-    p.add_argument("--weights", default="resident", choices=list(WEIGHT_PLACEMENTS),
+                        "backward, K a segment; default blocks, what compile exports)")
+    p.add_argument("--weights", default="mapped", choices=list(WEIGHT_PLACEMENTS),
                    help="frozen weights in anonymous memory, or memory-mapped from the bundle's data file (clean, "
-                        "file-backed: not in the footprint)")
+                        "file-backed: not in the footprint; default mapped, what compile exports)")
     p.add_argument("--subject-stage", action="store_true",
                    help="also predict the on-device subject stage (footprint, time in FLOPs per sample) and the "
                         "cache-free mode (storage saved, footprint, extra FLOPs per step)")

@@ -29,8 +29,8 @@ class EstimateRequest:
     runtime_overhead_mib: float = DEFAULT_RUNTIME_OVERHEAD_MIB
     steps: int = 500
     grad_accum: int = 4
-    remat: str = "none"                  # block rematerialization: none | blocks | every:K
-    weights: str = "resident"            # frozen weights resident (anonymous) or mapped from the data file
+    remat: str = "blocks"                # block rematerialization: none | blocks | every:K (compile's default)
+    weights: str = "mapped"              # frozen weights resident (anonymous) or mapped from the data file
     subject_stage: bool = False          # also the on-device subject stage and the cache-free mode (subject.py)
     cache_codec: str = "int8-channel,front.txt=lowrank-r16"    # the stored cache's codec (cache-free comparison)
     forward_precision: str | None = None  # the subject stage's forward programs (default: precision)
