@@ -65,8 +65,24 @@ def device_vs_diffusers(bundle: Path, lora: Path | None, prompts: list[str], see
     images = torch.from_numpy(np.stack(host + device)).permute(0, 3, 1, 2) * 2 - 1
     picture = to_uint8_image(grid(images, len(prompts)))
     path = out_dir / "device_generation.png"
-    picture.resize((picture.width * 4, picture.height * 4), 0).save(path)
+    labelled(picture.resize((picture.width * 4, picture.height * 4), 0), images.shape[-1] * 4 + 4,
+             ["diffusers (host, LoRA loaded)", f"device runtime ({rows[0]['precision']}, LoRA merged)"],
+             [f"prompt {i + 1}" for i in range(len(prompts))]).save(path)
     return {"picture": str(path), "rows": "diffusers (host), device runtime", "images": rows}
+
+
+def labelled(picture, step_px: int, row_labels: list[str], col_labels: list[str]):
+    """The picture with a label left of each row and above each column (tiles `step_px` apart)."""
+    from PIL import Image, ImageDraw
+    left, top = 210, 22
+    canvas = Image.new("RGB", (picture.width + left, picture.height + top), "white")
+    canvas.paste(picture, (left, top))
+    draw = ImageDraw.Draw(canvas)
+    for i, text in enumerate(row_labels):
+        draw.text((6, top + i * step_px + step_px // 2 - 6), text, fill="black")
+    for j, text in enumerate(col_labels):
+        draw.text((left + j * step_px + 6, 5), text, fill="black")
+    return canvas
 
 
 def build_demo_bundle(out: Path) -> tuple[Path, Path]:
