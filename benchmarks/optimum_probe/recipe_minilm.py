@@ -11,18 +11,7 @@ from transformers import AutoModel, AutoTokenizer
 SEQ_LEN = 16
 
 
-class MiniLMEncoder(torch.nn.Module):
-    """(input_ids, attention_mask) int64 [1, 16] -> txt [1, 16, 384] (padding zeroed), pooled [1, 384] (L2-normed)."""
-
-    def __init__(self, bert):
-        super().__init__()
-        self.bert = bert
-
-    def forward(self, input_ids, attention_mask):
-        hidden = self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        m = attention_mask.to(hidden.dtype)
-        txt = hidden * m[..., None]
-        return txt, F.normalize(txt.sum(1) / m.sum(1, keepdim=True), dim=-1)
+from export.generation_modules import MiniLMEncoder  # noqa: E402  (the product's wrapper, not a copy)
 
 
 out = Path(sys.argv[1]); out.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,7 @@ dependency-free; the bundle carries the vocabulary (one token a line, line numbe
     template         [CLS] pieces [SEP], padded with [PAD] to the encoder's length; attention mask 1 on real tokens
 
 Checked against Hugging Face `tokenizers` on MiniLM's own tokenizer.json (tests/test_generation.py; the reference
-port and its 500-prompt check: benchmarks/optimum_probe/wordpiece_ref.py, docs/optimum.md section 5). Generation
+port and its 500-prompt check: docs/optimum.md section 5). Generation
 refuses a prompt whose pieces do not fit (`count_tokens`) instead of truncating it.
 """
 
