@@ -10,6 +10,7 @@ from transformers import AutoModel, AutoTokenizer
 SEQ_LEN = 16
 
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))      # the repo root: export/
 from export.generation_modules import MiniLMEncoder  # noqa: E402  (the product's wrapper, not a copy)
 
 
