@@ -64,6 +64,7 @@ def _values(c: dict) -> list[tuple[str, object]]:
         ("CHECKPOINT_FILE", c["checkpoint"]["name"]),
         ("CHECKPOINT_IDENTITY_PREFIX", c["checkpoint"]["identity_prefix"]),
         ("GEN_FIELD", c["generation"]["field"]),
+        ("GEN_FORMAT_VERSION", c["generation"]["format_version"]),
         ("GEN_TEXT_ENCODER", c["generation"]["programs"]["text_encoder"]),
         ("GEN_EMBED", c["generation"]["programs"]["embed"]),
         ("GEN_BLOCK_PREFIX", c["generation"]["programs"]["block_prefix"]),

@@ -8,7 +8,10 @@ writes under `programs/executorch/generation/` (the full model: a picture needs 
                                          encoder is computed by the runtime itself: runtime/hash_text.py)
   decode.pte                             latents -> image (the model's autoencoder decoder; fp32)
   <precision>/embed.pte, head.pte        the transformer's embedders and head, frozen weights at the precision
-  <precision>/block_<kind>.pte           one block's forward, every weight an input (one program per block kind)
+  <precision>/block_<kind>.pte           one block's forward, every weight an input (one program per block kind);
+                                         every transformer program at batch 1: the runtime runs the guidance
+                                         branches (uncond, cond) one after the other through each block, so a
+                                         program's arena holds one branch's activations
   <precision>/weights.safetensors        every block's frozen weights at the precision, `<block>.<state>` keys, read
                                          memory-mapped by the runtime; the device merges the trained LoRA into a
                                          copy of the LoRA'd linears (runtime/weights.py)
@@ -34,8 +37,8 @@ from ditskip_edge.models.text import encode_prompt
 from ditskip_edge.models.views import block_names_of, make_view
 from ditskip_edge.quantize import QuantSpec, quantize_frozen_layers
 from ditskip_edge.runtime.bundle import PROGRAMS_DIR, BundleWriter
-from ditskip_edge.runtime.contract import (COND_PREFIX, DECODE, GEN_BLOCK, GEN_EMBED, GEN_HEAD, TEXT_ENCODER,
-                                           ProgramEntry, check_precisions)
+from ditskip_edge.runtime.contract import (CFG_BRANCHES, COND_PREFIX, DECODE, GEN_BLOCK, GEN_EMBED, GEN_HEAD,
+                                           GENERATION_FORMAT_VERSION, TEXT_ENCODER, ProgramEntry, check_precisions)
 from ditskip_edge.runtime.errors import UserError
 from ditskip_edge.runtime.weights import write_weights
 
@@ -152,9 +155,9 @@ def _text_part(writer: BundleWriter, spec: ModelSpec) -> tuple[dict, list[dict]]
 
 
 def _example_cond(spec: ModelSpec) -> dict[str, torch.Tensor]:
-    """The CFG batch's conditioning for export examples: [uncond, cond] along the batch."""
-    u, c = encode_prompt(spec, ""), encode_prompt(spec, "a photo of sks toy")
-    return {k: torch.cat([u[k], c[k]]) for k in u}
+    """One branch's conditioning for export examples (batch 1: the runtime runs the guidance branches one after the
+    other through each program, so one block's activations are those of one branch)."""
+    return encode_prompt(spec, "a photo of sks toy")
 
 
 def _transformer_part(writer: BundleWriter, spec: ModelSpec, precision: str, group_size: int, latent_shape,
@@ -166,8 +169,8 @@ def _transformer_part(writer: BundleWriter, spec: ModelSpec, precision: str, gro
     d = f"{GEN_DIR}/{precision}"
     acts = ACTIVATIONS[spec.arch]
     hw = tuple(latent_shape[2:])
-    x = torch.randn(2, *latent_shape[1:], generator=torch.Generator().manual_seed(0))
-    t = torch.tensor([0.7, 0.7])
+    x = torch.randn(1, *latent_shape[1:], generator=torch.Generator().manual_seed(0))
+    t = torch.tensor([0.7])
     embed = GenEmbed(view, list(cond))
     example = (x, t, *[cond[k] for k in embed.cond_keys])
     entries = [_export(writer, f"{d}/embed.pte", embed, embed.input_names(), example, acts["embed"], GEN_EMBED,
@@ -223,11 +226,13 @@ def add_generation_programs(writer: BundleWriter, config: GenerationPrograms) ->
     names = block_names_of(build_transformer(spec, "meta"))
     lora = writer.manifest["lora"]
     writer.manifest["generation"] = {
-        "format_version": 1, "px": px, "latent_shape": latent_shape, "image_tokens": image_tokens,
+        "format_version": GENERATION_FORMAT_VERSION, "px": px, "latent_shape": latent_shape, "image_tokens": image_tokens,
         "cond_keys": sorted(cond), "text": text,
         "guidance_embeds": spec.guidance if tc.get("guidance_embeds") else None,
         "sampler": {**scheduler_record(spec, image_tokens), "guidance_scale": config.guidance,
-                    "default_steps": config.steps, "uncond_prompt": "", "cfg_batch": ["uncond", "cond"]},
+                    "default_steps": config.steps, "uncond_prompt": "", "cfg_branches": list(CFG_BRANCHES),
+                    "cfg_rule": "each program runs once per branch at batch 1; guidance 1 runs the cond branch "
+                                "only (diffusers' pipelines skip the negative pass there too)"},
         "blocks": [{"name": n, "kind": block_kind(spec.arch, n)} for n in names],
         "weights": weights, "precisions": list(config.precisions), "group_size": config.group_size,
         "lora_scale": float(lora["alpha"]) / float(lora["rank"]),

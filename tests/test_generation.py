@@ -111,6 +111,25 @@ def test_runtime_picture_equals_diffusers_for_the_same_model_lora_prompt_seed_an
     assert float(np.abs(got - base).mean()) > 10 * TOLERANCE          # the LoRA is really in the picture
 
 
+@pytest.mark.parametrize("fixture", ["gen_flux", "gen_sana"])
+def test_guidance_one_runs_the_cond_branch_alone_and_still_equals_diffusers(request, fixture, tmp_path, monkeypatch):
+    """At guidance 1 the uncond pass is skipped (diffusers' pipelines skip it too): half the program calls, the same
+    picture as diffusers'."""
+    from ditskip_edge.runtime import generation
+    bundle = request.getfixturevalue(fixture)
+    calls = []
+    real = generation.Programs.__call__
+    monkeypatch.setattr(generation.Programs, "__call__", lambda self, e, named: calls.append(e["name"]) or
+                        real(self, e, named))
+    got = _run(bundle, "fp32", None, guidance=1.0)
+    assert float(np.abs(got - _reference(bundle, None, guidance=1.0)).mean()) <= TOLERANCE
+    cond_only = [n for n in calls if n not in ("decode", "text_encoder")]
+    calls.clear()
+    _run(bundle, "fp32", None, guidance=3.0)
+    both = [n for n in calls if n not in ("decode", "text_encoder")]
+    assert len(both) == 2 * len(cond_only) and sorted(both) == sorted(cond_only * 2)
+
+
 @pytest.mark.parametrize("fixture,precision", [("gen_flux", "int8"), ("gen_flux", "int4"), ("gen_sana", "int8")])
 def test_quantized_merged_weights_stay_within_the_stated_bound(request, fixture, precision, tmp_path):
     bundle = request.getfixturevalue(fixture)

@@ -41,8 +41,8 @@ def register(sub, add_json_flag) -> None:
     p.add_argument("--forward-precision", default=None, choices=PRECISIONS,
                    help="the subject stage's forward programs' frozen weights (default: --precision)")
     p.add_argument("--generation-px", type=int, nargs="*", default=None,
-                   help="also estimate on-device generation (full model one block at a time, CFG batch 2, weights "
-                        "mapped) at these image sides (no value: the train resolution and the model's data "
+                   help="also estimate on-device generation (full model one block at a time, each guidance branch at batch 1, "
+                        "weights mapped) at these image sides (no value: the train resolution and the model's data "
                         "resolution)")
     add_json_flag(p)
     p.set_defaults(func=run)

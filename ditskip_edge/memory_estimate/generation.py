@@ -1,14 +1,15 @@
 """Predicted memory of generation on a device, as the runtime runs it (runtime/generation.py), from the architecture
-alone: the full transformer one block at a time, classifier-free guidance as a batch of 2, every frozen weight
-memory-mapped from the bundle's file (the LoRA'd linears merged into a second mapped file).
+alone: the full transformer one block at a time, every program at batch 1 with the classifier-free guidance branches
+(uncond, cond) run one after the other through each block, every frozen weight memory-mapped from the bundle's file
+(the LoRA'd linears merged into a second mapped file).
 
     footprint_bytes  (dirty anonymous: what a phone counts)
                = program_arena      the largest of: embed's, one block's (per block kind), head's traced transient
-                                    peak at batch 2 (dequantized weights included: int8/int4 are dequantized in the
+                                    peak at batch 1 (dequantized weights included: int8/int4 are dequantized in the
                                     graph), the weights themselves excluded (inputs read in place from the mapping)
-               + streams            what lives between programs: the streams and the context at batch 2 (FLUX: img,
-                                    txt, temb, rotary; SANA: img, timestep, caption, caption bias), the previous block's
-                                    streams while the next block's outputs are written, x, v (batch 2) and the
+               + streams            what lives between programs: each branch's streams and context at batch 1 (FLUX:
+                                    img, txt, temb, rotary; SANA: img, timestep, caption, caption bias) plus one
+                                    branch's block outputs while they are written, x, each branch's v and the
                                     conditioning of both prompts
                + runtime_overhead   the process (given, as for training)
     file_backed_bytes = every block's frozen weights + embedders + head at the precision (the whole model: a picture
@@ -33,7 +34,8 @@ from ..quantize import QuantSpec, quantize_frozen_layers
 from .memory import GIB, _sdpa_context
 from .tracker import StepMemoryTracker, storage_keys
 
-CFG_BATCH = 2
+CFG_BRANCHES = 2          # uncond, cond: one after the other through each program (runtime/generation.py)
+PROGRAM_BATCH = 1
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,7 @@ class GenerationConfig:
         c = self.spec.transformer_config
         side = self.resolution_px // self.spec.vae_scale_factor
         ch = int(c["in_channels"]) // 4 if self.spec.arch == FLUX_ARCH else int(c["in_channels"])
-        return (CFG_BATCH, ch, side, side)
+        return (PROGRAM_BATCH, ch, side, side)
 
 
 def _nbytes(tensors) -> int:
@@ -90,7 +92,7 @@ def trace_generation(cfg: GenerationConfig, attention: str = "math") -> dict:
                 quantize_frozen_layers(m, quant)
         for name, p in list(view.named_parameters(recurse=False)):
             setattr(view, name, torch.nn.Parameter(torch.zeros(p.shape), requires_grad=False))
-        b, L = CFG_BATCH, cfg.text_tokens
+        b, L = PROGRAM_BATCH, cfg.text_tokens
         x = torch.zeros(cfg.latent_shape)
         t = torch.full((b,), 0.5)
         if spec.arch == FLUX_ARCH:
@@ -126,7 +128,7 @@ def trace_generation(cfg: GenerationConfig, attention: str = "math") -> dict:
     per_block = [block_bytes["single" if n.startswith("single_") else "double" if spec.arch == FLUX_ARCH else "sana"]
                  for n in names]
     non_block_bytes = sum(_module_bytes(m) for m in non_block) + _nbytes(list(view.parameters(recurse=False)))
-    latents = 2 * _nbytes([x]) + _nbytes([v]) + _nbytes(list(cond.values()))
+    latents = 2 * _nbytes([x]) + CFG_BRANCHES * (_nbytes([v]) + _nbytes(list(cond.values())))
     return {"arenas_bytes": arenas, "streams_bytes": resident, "latents_and_cond_bytes": latents,
             "frozen_weights_bytes": sum(per_block) + non_block_bytes, "largest_block_bytes": max(block_bytes.values()),
             "non_block_bytes": non_block_bytes, "image_tokens": (cfg.resolution_px // spec.pixel_multiple) ** 2}
@@ -135,12 +137,13 @@ def trace_generation(cfg: GenerationConfig, attention: str = "math") -> dict:
 def generation_estimate(cfg: GenerationConfig, runtime_overhead_bytes: int, attention: str = "math") -> dict:
     tr = trace_generation(cfg, attention)
     arena = max(tr["arenas_bytes"].values())
-    # streams: the block's inputs stay alive while its outputs are written, so twice the streams at a boundary
-    footprint = arena + 2 * tr["streams_bytes"] + tr["latents_and_cond_bytes"] + runtime_overhead_bytes
+    # streams: every branch's, plus one branch's block outputs while they are written (its inputs stay alive)
+    streams = (CFG_BRANCHES + 1) * tr["streams_bytes"]
+    footprint = arena + streams + tr["latents_and_cond_bytes"] + runtime_overhead_bytes
     working = tr["largest_block_bytes"] + tr["non_block_bytes"]
     out = {"resolution_px": cfg.resolution_px, "image_tokens": tr["image_tokens"], "text_tokens": cfg.text_tokens,
-           "cfg_batch": CFG_BATCH, "precision": cfg.precision, "program_arena_bytes": arena,
-           "arenas_bytes": tr["arenas_bytes"], "streams_bytes": 2 * tr["streams_bytes"],
+           "cfg_branches": CFG_BRANCHES, "program_batch": PROGRAM_BATCH, "precision": cfg.precision, "program_arena_bytes": arena,
+           "arenas_bytes": tr["arenas_bytes"], "streams_bytes": streams,
            "latents_and_cond_bytes": tr["latents_and_cond_bytes"], "runtime_overhead_bytes": runtime_overhead_bytes,
            "footprint_bytes": footprint, "file_backed_bytes": tr["frozen_weights_bytes"],
            "file_backed_working_set_bytes": working, "peak_bytes": footprint + working,

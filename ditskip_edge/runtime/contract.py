@@ -62,6 +62,8 @@ GEN_EMBED = "gen_embed"
 GEN_BLOCK = "gen_block"            # one program per block kind: "gen_block.<kind>" (double / single / sana)
 GEN_HEAD = "gen_head"
 DECODE = "decode"
+GENERATION_FORMAT_VERSION = 2      # 2: programs at batch 1, the guidance branches run one after the other
+CFG_BRANCHES = ("uncond", "cond")  # classifier-free guidance: v = v_uncond + g (v_cond - v_uncond)
 
 
 def step_input_names(cond_keys, entry_keys) -> list[str]:

@@ -5,14 +5,17 @@
     x      = rng.normal(seed, latent_shape)          [1, C, h, w], the portable RNG every runtime shares
     weights= the bundle's weights file, memory-mapped; with a LoRA, its linears merged at the weights' bit width
              into a file beside the LoRA (once), mapped the same way (runtime/weights.py)
-    for i in 0 .. N-1 (sigmas: runtime/sampler.py):
-        values  = gen_embed([x, x], [t, t], [uncond, cond])                 classifier-free guidance as one batch
-        for each block in order: values |= gen_block.<kind>(values, that block's weights)     one at a time
-        v_u, v_c = gen_head(values);  x = x + (sigma_{i+1} - sigma_i) (v_u + g (v_c - v_u))
+    for i in 0 .. N-1 (sigmas: runtime/sampler.py), branches b = uncond, cond (cond alone at guidance 1):
+        values[b] = gen_embed(x, t, b's conditioning)                        every program at batch 1
+        for each block in order, for each branch b:
+            values[b] |= gen_block.<kind>(values[b], that block's weights)  one block, one branch at a time
+        v_b = gen_head(values[b]);  x = x + (sigma_{i+1} - sigma_i) (v_u + g (v_c - v_u))
     image  = clip(decode(x) * 0.5 + 0.5, 0, 1)  -> PNG, written to a temporary name and renamed
 
 A program's inputs are looked up by name among the values computed so far (`w.<state>`: the block's weights), its
 outputs stored under their names (export/generation_modules.py), so the loop knows nothing of the architecture.
+The guidance branches pass through a block one after the other (the block's weights read once per step, its
+activations those of one branch: half the arena of a batch of 2), as diffusers' FluxPipeline runs true CFG.
 Programs are loaded when their phase starts and dropped after it: the text encoder before sampling, the transformer
 programs before decoding. Footprint (runtime/footprint.py) is read after every program call.
 """
@@ -29,7 +32,8 @@ import numpy as np
 
 from . import bindings, hash_text, rng, sampler
 from .bundle import MANIFEST, Bundle, sha256_file, verify_files
-from .contract import DECODE, GEN_BLOCK, GEN_EMBED, GEN_HEAD, TEXT_ENCODER, ordered_inputs
+from .contract import (CFG_BRANCHES, DECODE, GEN_BLOCK, GEN_EMBED, GEN_HEAD, GENERATION_FORMAT_VERSION, TEXT_ENCODER,
+                       ordered_inputs)
 from .errors import BundleError, UserError
 from .footprint import read_footprint
 from .progress import Progress
@@ -105,6 +109,9 @@ class Generator:
         if "generation" not in bundle.manifest:
             raise BundleError(f"{bundle.root / MANIFEST}: no generation part (compile with --generation)")
         self.gen = bundle.field("generation")
+        if self.gen.get("format_version") != GENERATION_FORMAT_VERSION:
+            raise BundleError(f"{bundle.root / MANIFEST}: generation part format {self.gen.get('format_version')}, "
+                              f"this runtime reads {GENERATION_FORMAT_VERSION}: recompile with --generation")
         precisions = self.gen["precisions"]
         self.precision = precision or precisions[0]
         if self.precision not in precisions:
@@ -215,24 +222,28 @@ class Generator:
         merged = self.lora_weights(lora, base) if lora is not None else None
         t_merge = time.perf_counter() - t0
         programs = Programs(self.bundle, watch)
-        uncond, cond = self.encode("", programs), self.encode(prompt, programs)
+        branches = cfg_branches(guidance)
+        conds = {b: self.encode("" if b == "uncond" else prompt, programs) for b in branches}
         programs.drop()
-        both = {k: np.concatenate([uncond[k], cond[k]]) for k in cond}
         if "guidance" in self.gen["cond_keys"]:
-            both["cond.guidance"] = np.full((2,), self.gen["guidance_embeds"], np.float32)
+            for c in conds.values():
+                c["cond.guidance"] = np.full((1,), self.gen["guidance_embeds"], np.float32)
         t_text = time.perf_counter() - t0 - t_merge
         x = rng.normal(seed, tuple(self.gen["latent_shape"]))
         sig = sampler.sigmas_for(self.gen["sampler"], steps)
         bar = Progress("generate", steps, enabled=progress)
         t1 = time.perf_counter()
         for i in range(steps):
-            values = programs(self.entries[GEN_EMBED], {"x": np.concatenate([x, x]),
-                                                         "t": np.full((2,), sig[i], np.float32), **both})
+            t = np.full((1,), sig[i], np.float32)
+            values = {b: programs(self.entries[GEN_EMBED], {"x": x, "t": t, **conds[b]}) for b in branches}
             for block in self.gen["blocks"]:
-                values.update(programs(self.entries[f"{GEN_BLOCK}.{block['kind']}"],
-                                       BlockInputs(values, block["name"], base, merged)))
-            v = programs(self.entries[GEN_HEAD], values)["v"]
-            x = sampler.euler_step(x, sampler.guided(v[0:1], v[1:2], guidance), sig[i], sig[i + 1])
+                entry = self.entries[f"{GEN_BLOCK}.{block['kind']}"]
+                for b in branches:
+                    values[b].update(programs(entry, BlockInputs(values[b], block["name"], base, merged)))
+            v = {b: programs(self.entries[GEN_HEAD], values[b])["v"] for b in branches}
+            del values
+            v_guided = v["cond"] if len(branches) == 1 else sampler.guided(v["uncond"], v["cond"], guidance)
+            x = sampler.euler_step(x, v_guided, sig[i], sig[i + 1])
             bar.update()
         bar.close()
         t_loop = time.perf_counter() - t1
@@ -245,6 +256,12 @@ class Generator:
                         "seconds_text": round(t_text, 3), "seconds_sampling": round(t_loop, 3),
                         "seconds_per_step": round(t_loop / steps, 4),
                         "seconds_decode": round(total - t_loop - t_text - t_merge, 3), "footprint": watch.to_json()}
+
+
+def cfg_branches(guidance: float) -> tuple[str, ...]:
+    """The branches one sampler step runs: at guidance 1 the guided velocity is the cond one, so the uncond pass is
+    skipped (as diffusers' pipelines do when the guidance scale is not above 1 and a negative prompt is given)."""
+    return ("cond",) if guidance == 1.0 else CFG_BRANCHES
 
 
 class BlockInputs(dict):

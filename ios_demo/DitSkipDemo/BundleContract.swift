@@ -35,6 +35,7 @@ enum BundleContract {
     static let checkpointFile = "checkpoint.safetensors"
     static let checkpointIdentityPrefix = "ditskip-edge checkpoint v1"
     static let genField = "generation"
+    static let genFormatVersion = 2
     static let genTextEncoder = "text_encoder"
     static let genEmbed = "gen_embed"
     static let genBlockPrefix = "gen_block."

@@ -6,9 +6,10 @@ import Foundation
 ///
 ///   cond = text(prompt), uncond = text("")          HashText (built-in tiny models) | Wordpiece + text_encoder.pte
 ///   x    = PortableRng.normal(seed, latent_shape)
-///   for each sigma: values = gen_embed([x, x], [t, t], [uncond, cond])
-///                   for each block in order: values += gen_block.<kind>(values, that block's weights)
-///                   v = gen_head(values);  x += (sigma_next - sigma) (v_u + g (v_c - v_u))
+///   branches: uncond, cond (cond alone at guidance 1); every program at batch 1, once per branch
+///   for each sigma: values[b] = gen_embed(x, t, b's conditioning)
+///                   for each block in order, each branch b: values[b] += gen_block.<kind>(values[b], block weights)
+///                   v_b = gen_head(values[b]);  x += (sigma_next - sigma) (v_u + g (v_c - v_u))
 ///   image = clip(decode(x) * 0.5 + 0.5, 0, 1)        [H, W, 3] row-major
 ///
 /// A program's inputs are found by name among the values computed so far; `w.<state>` inputs are the block's weights,
@@ -26,6 +27,8 @@ final class Generator {
         root = bundle.root
         guard let gen = bundle.manifest[BundleContract.genField] as? [String: Any]
         else { throw TrainError.bundle("manifest.json: no generation part (compile with --generation)") }
+        guard gen["format_version"] as? Int == BundleContract.genFormatVersion
+        else { throw TrainError.bundle("generation part format \(gen["format_version"] ?? "none"), this app reads \(BundleContract.genFormatVersion): recompile with --generation") }
         self.gen = gen
         arch = ((bundle.manifest["model"] as? [String: Any])?["arch"] as? String) ?? "flux"
         self.precision = precision ?? ((gen["precisions"] as? [String])?.first ?? "fp32")
@@ -100,9 +103,13 @@ final class Generator {
         let base = try MappedWeights(root.appendingPathComponent(weights))
         let merged = try mergedLora.map { try MappedWeights($0) }
         let textProgram = programs[BundleContract.genTextEncoder] != nil ? try load(BundleContract.genTextEncoder) : nil
-        let u = try encode("", textProgram), c = try encode(prompt, textProgram)
-        var cond: [String: ([Int], [Float])] = [:]
-        for (k, cv) in c { var shape = cv.0; shape[0] = 2; cond[k] = (shape, u[k]!.1 + cv.1) }
+        // the guidance branches' prompts: [uncond = "", cond] (cond alone at guidance 1)
+        let branchPrompts = guidance == 1 ? [prompt] : ["", prompt]
+        var conds: [[String: ([Int], [Float])]] = []
+        for p in branchPrompts { conds.append(try encode(p, textProgram)) }
+        if (gen["cond_keys"] as? [String] ?? []).contains("guidance"), let g = gen["guidance_embeds"] as? Double {
+            for b in conds.indices { conds[b][BundleContract.condPrefix + "guidance"] = ([1], [Float(g)]) }
+        }
         let latent = gen["latent_shape"] as? [Int] ?? []
         var x = PortableRng.normal(seed: seed, count: latent.reduce(1, *))
         let s = gen["sampler"] as? [String: Any] ?? [:]
@@ -110,28 +117,33 @@ final class Generator {
                                  mu: s["mu"] as? Double, timeShiftType: s["time_shift_type"] as? String ?? "exponential")
         let embed = try load(BundleContract.genEmbed), head = try load(BundleContract.genHead)
         var blocks: [String: (DSModule, [String: Any])] = [:]
-        var batch2 = latent; batch2[0] = 2
         for i in 0..<steps {
-            var values: [String: NSObject] = [:]
-            for (k, o) in try run(embed, { name, _, shape in
-                if name == "x" { return Generator.input(x + x, batch2) }
-                if name == "t" { return Generator.input([sig[i], sig[i]], shape) }
-                return Generator.input(cond[name]!.1, shape)
-            }) { values[k] = Generator.input(Generator.floats(o), o.shape.map { $0.intValue }) }
+            var values: [[String: NSObject]] = Array(repeating: [:], count: conds.count)
+            for b in conds.indices {
+                for (k, o) in try run(embed, { name, _, shape in
+                    if name == "x" { return Generator.input(x, shape) }
+                    if name == "t" { return Generator.input([sig[i]], shape) }
+                    return Generator.input(conds[b][name]!.1, shape)
+                }) { values[b][k] = Generator.input(Generator.floats(o), o.shape.map { $0.intValue }) }
+            }
             for block in gen["blocks"] as? [[String: Any]] ?? [] {
                 let blockName = block["name"] as! String, kind = block["kind"] as! String
                 if blocks[kind] == nil { blocks[kind] = try load(BundleContract.genBlockPrefix + kind) }
-                let out = try run(blocks[kind]!) { name, dtype, shape in
-                    guard name.hasPrefix(BundleContract.genWeightPrefix) else { return values[name]! }
-                    let key = blockName + "." + name.dropFirst(BundleContract.genWeightPrefix.count)
-                    let source = (merged?.contains(key) ?? false) ? merged! : base
-                    return try source.input(key, dtype: dtype, shape: shape)
+                for b in conds.indices {
+                    let own = values[b]
+                    let out = try run(blocks[kind]!) { name, dtype, shape in
+                        guard name.hasPrefix(BundleContract.genWeightPrefix) else { return own[name]! }
+                        let key = blockName + "." + name.dropFirst(BundleContract.genWeightPrefix.count)
+                        let source = (merged?.contains(key) ?? false) ? merged! : base
+                        return try source.input(key, dtype: dtype, shape: shape)
+                    }
+                    for (k, o) in out { values[b][k] = Generator.input(Generator.floats(o), o.shape.map { $0.intValue }) }
                 }
-                for (k, o) in out { values[k] = Generator.input(Generator.floats(o), o.shape.map { $0.intValue }) }
             }
-            let headOut = try run(head) { name, _, _ in values[name]! }
-            let v = Generator.floats(headOut[Generator.velocity]!)
-            Sampler.guidedEulerStep(&x, v, guidance: guidance, sigma: sig[i], sigmaNext: sig[i + 1])
+            var v: [[Float]] = []
+            for b in conds.indices { v.append(Generator.floats(try run(head) { name, _, _ in values[b][name]! }[Generator.velocity]!)) }
+            Sampler.guidedEulerStep(&x, uncond: v.count == 2 ? v[0] : nil, cond: v[v.count - 1], guidance: guidance,
+                                    sigma: sig[i], sigmaNext: sig[i + 1])
             onStep(i + 1, steps)
         }
         blocks.removeAll()

@@ -19,9 +19,14 @@ enum Sampler {
         return out
     }
 
-    /// x += (sigmaNext - sigma) * (vu + g (vc - vu)) in place; v holds [uncond, cond] (batch 2, row-major).
-    static func guidedEulerStep(_ x: inout [Float], _ v: [Float], guidance: Float, sigma: Float, sigmaNext: Float) {
-        let n = x.count, dt = sigmaNext - sigma
-        for i in 0..<n { let vu = v[i], vc = v[n + i]; x[i] = x[i] + dt * (vu + guidance * (vc - vu)) }
+    /// x += (sigmaNext - sigma) * (vu + g (vc - vu)) in place; vUncond nil (guidance 1: the cond branch alone):
+    /// x += (sigmaNext - sigma) * vc.
+    static func guidedEulerStep(_ x: inout [Float], uncond vUncond: [Float]?, cond vCond: [Float], guidance: Float,
+                                sigma: Float, sigmaNext: Float) {
+        let dt = sigmaNext - sigma
+        for i in 0..<x.count {
+            let vc = vCond[i]
+            if let vu = vUncond { x[i] = x[i] + dt * (vu[i] + guidance * (vc - vu[i])) } else { x[i] = x[i] + dt * vc }
+        }
     }
 }

@@ -35,6 +35,7 @@ object BundleContract {
     const val CHECKPOINT_FILE = "checkpoint.safetensors"
     const val CHECKPOINT_IDENTITY_PREFIX = "ditskip-edge checkpoint v1"
     const val GEN_FIELD = "generation"
+    const val GEN_FORMAT_VERSION = 2
     const val GEN_TEXT_ENCODER = "text_encoder"
     const val GEN_EMBED = "gen_embed"
     const val GEN_BLOCK_PREFIX = "gen_block."

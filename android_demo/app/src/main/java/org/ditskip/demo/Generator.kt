@@ -16,9 +16,10 @@ import java.nio.channels.FileChannel
  *
  *   cond = text(prompt), uncond = text("")          HashText (built-in tiny models) | Wordpiece + text_encoder.pte
  *   x    = PortableRng.normal(seed, latent_shape)
- *   for each sigma: values = gen_embed([x, x], [t, t], [uncond, cond])
- *                   for each block in order: values += gen_block.<kind>(values, that block's weights)
- *                   v = gen_head(values);  x += (sigma_next - sigma) (v_u + g (v_c - v_u))
+ *   branches: uncond, cond (cond alone at guidance 1); every program at batch 1, once per branch
+ *   for each sigma: values[b] = gen_embed(x, t, b's conditioning)
+ *                   for each block in order, each branch b: values[b] += gen_block.<kind>(values[b], block weights)
+ *                   v_b = gen_head(values[b]);  x += (sigma_next - sigma) (v_u + g (v_c - v_u))
  *   image = clip(decode(x) * 0.5 + 0.5, 0, 1)        [H, W, 3] row-major, the caller shows it
  *
  * A program's inputs are found by name among the values computed so far; `w.<state>` inputs are the block's
@@ -38,6 +39,8 @@ class Generator(private val root: File, manifest: JSONObject, precision: String?
         Wordpiece.fromFile(File(root, it.getString("vocab")), it.getInt("max_len")) }
 
     init {
+        require(gen.optInt("format_version") == BundleContract.GEN_FORMAT_VERSION) {
+            "generation part format ${gen.optInt("format_version")}, this app reads ${BundleContract.GEN_FORMAT_VERSION}: recompile with --generation" }
         val list = manifest.getJSONArray(BundleContract.PROGRAMS_FIELD)
         for (i in 0 until list.length()) {
             val p = list.getJSONObject(i)
@@ -87,9 +90,12 @@ class Generator(private val root: File, manifest: JSONObject, precision: String?
         val base = MappedWeights(File(root, gen.getJSONObject("weights").getString(precision)))
         val merged = mergedLora?.let { MappedWeights(it) }
         val textProgram = if (programs.containsKey(BundleContract.GEN_TEXT_ENCODER)) load(BundleContract.GEN_TEXT_ENCODER) else null
-        val u = encode("", textProgram); val c = encode(prompt, textProgram)
+        val branches = if (guidance == 1f) listOf("cond") else listOf("uncond", "cond")
+        val conds = branches.associateWith { b -> encode(if (b == "uncond") "" else prompt, textProgram).toMutableMap() }
         textProgram?.first?.destroy()
-        val cond = c.mapValues { (k, cv) -> val uv = u.getValue(k); val sh = cv.first.copyOf(); sh[0] = 2; sh to (uv.second + cv.second) }
+        val condKeys = gen.getJSONArray("cond_keys").let { a -> (0 until a.length()).map { a.getString(it) } }
+        if ("guidance" in condKeys) conds.values.forEach {
+            it[BundleContract.COND_PREFIX + "guidance"] = longArrayOf(1) to floatArrayOf(gen.getDouble("guidance_embeds").toFloat()) }
         val numel = latentShape.fold(1L) { a, b -> a * b }.toInt()
         val x = PortableRng.normal(seed, numel)
         val sig = Sampler.sigmas(steps, sampler.getDouble("shift").toFloat(), sampler.getBoolean("use_dynamic_shifting"),
@@ -97,29 +103,30 @@ class Generator(private val root: File, manifest: JSONObject, precision: String?
         val embed = load(BundleContract.GEN_EMBED); val head = load(BundleContract.GEN_HEAD)
         val blocks = HashMap<String, Pair<Module, JSONObject>>()
         val order = gen.getJSONArray("blocks")
-        val batch2 = latentShape.copyOf().also { it[0] = 2 }
         try {
             for (i in 0 until steps) {
-                val xx = x + x
-                val values = HashMap<String, Tensor>()
-                values.putAll(run(embed) { name, _, shape -> when (name) {
-                    "x" -> Tensor.fromBlob(xx, batch2)
-                    "t" -> Tensor.fromBlob(floatArrayOf(sig[i], sig[i]), shape)
-                    else -> Tensor.fromBlob(cond.getValue(name).second, shape)
-                } })
-                for (b in 0 until order.length()) {
-                    val blockName = order.getJSONObject(b).getString("name")
-                    val kind = order.getJSONObject(b).getString("kind")
+                val values = branches.associateWith { b -> HashMap(run(embed) { name, _, shape -> when (name) {
+                    "x" -> Tensor.fromBlob(x, shape)
+                    "t" -> Tensor.fromBlob(floatArrayOf(sig[i]), shape)
+                    else -> Tensor.fromBlob(conds.getValue(b).getValue(name).second, shape)
+                } }) }
+                for (k in 0 until order.length()) {
+                    val blockName = order.getJSONObject(k).getString("name")
+                    val kind = order.getJSONObject(k).getString("kind")
                     val program = blocks.getOrPut(kind) { load(BundleContract.GEN_BLOCK_PREFIX + kind) }
-                    values.putAll(run(program) { name, dtype, shape ->
-                        if (name.startsWith(BundleContract.GEN_WEIGHT_PREFIX)) {
-                            val key = "$blockName.${name.removePrefix(BundleContract.GEN_WEIGHT_PREFIX)}"
-                            (merged?.takeIf { key in it } ?: base).tensor(key, dtype, shape)
-                        } else values.getValue(name)
-                    })
+                    for (b in branches) {
+                        val own = values.getValue(b)
+                        own.putAll(run(program) { name, dtype, shape ->
+                            if (name.startsWith(BundleContract.GEN_WEIGHT_PREFIX)) {
+                                val key = "$blockName.${name.removePrefix(BundleContract.GEN_WEIGHT_PREFIX)}"
+                                (merged?.takeIf { key in it } ?: base).tensor(key, dtype, shape)
+                            } else own.getValue(name)
+                        })
+                    }
                 }
-                val v = run(head) { name, _, _ -> values.getValue(name) }.getValue("v").dataAsFloatArray
-                Sampler.guidedEulerStep(x, v, guidance, sig[i], sig[i + 1])
+                val v = branches.associateWith { b ->
+                    run(head) { name, _, _ -> values.getValue(b).getValue(name) }.getValue("v").dataAsFloatArray }
+                Sampler.guidedEulerStep(x, v["uncond"], v.getValue("cond"), guidance, sig[i], sig[i + 1])
                 onStep(i + 1, steps)
             }
         } finally {

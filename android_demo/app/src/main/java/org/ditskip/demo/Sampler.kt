@@ -25,13 +25,13 @@ object Sampler {
         return out
     }
 
-    /** x += (sigmaNext - sigma) * (vu + g (vc - vu)), in place; v holds [uncond, cond] (batch 2, row-major). */
-    fun guidedEulerStep(x: FloatArray, v: FloatArray, guidance: Float, sigma: Float, sigmaNext: Float) {
-        val n = x.size
+    /** x += (sigmaNext - sigma) * (vu + g (vc - vu)), in place; vUncond null (guidance 1: the cond branch alone):
+     *  x += (sigmaNext - sigma) * vc. */
+    fun guidedEulerStep(x: FloatArray, vUncond: FloatArray?, vCond: FloatArray, guidance: Float, sigma: Float, sigmaNext: Float) {
         val dt = sigmaNext - sigma
-        for (i in 0 until n) {
-            val vu = v[i]; val vc = v[n + i]
-            x[i] = x[i] + dt * (vu + guidance * (vc - vu))
+        for (i in x.indices) {
+            val vc = vCond[i]
+            x[i] = x[i] + dt * (if (vUncond == null) vc else vUncond[i] + guidance * (vc - vUncond[i]))
         }
     }
 }
