@@ -24,7 +24,7 @@ from executorch.backends.xnnpack.partition.config.generic_node_configs import (B
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from torch.fx.passes.infra.partitioner import Partition
 
-CHAIN_OPS = ("permute_copy.default", "view_copy.default")
+CHAIN_OPS = ("permute_copy.default",)
 SINGLE_CONFIGS = {"gelu.default": GeluConfig, "tanh.default": TanhConfig, "_softmax.default": SoftmaxConfig}
 
 
