@@ -185,7 +185,8 @@ def estimate_row(spec, args, remat: str) -> dict:
     step_footprint = activation arena + LoRA parameters + step inputs."""
     from ditskip_edge.memory_estimate.memory import MemoryEstimate, trace_step
     cfg = replace(step_cfg(spec, args.rank), remat=remat)
-    est = MemoryEstimate.from_trace(trace_step(cfg, attention="math", count_flops=False), 0, "mapped")
+    est = MemoryEstimate.from_trace(trace_step(cfg, attention="math", count_flops=False, backend=args.backend), 0,
+                                    "mapped")
     step = est.activation_arena_bytes + est.lora_params_bytes + est.step_inputs_bytes
     return {"step_footprint_bytes": step, "file_backed_bytes": est.file_backed_bytes,
             "file_backed_working_set_bytes": est.file_backed_working_set_bytes, "memory_estimate": est.to_json()}

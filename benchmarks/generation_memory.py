@@ -142,7 +142,7 @@ def markdown(doc: dict) -> str:
                     f"{r['seconds_per_image']:.2f} ({doc['gen_steps']}) | {r['seconds_per_sampler_step']:.3f} | "
                     f"{r['seconds_per_train_step']:.3f} | {r['generation_part_bytes'] / MIB:.1f} |")
     return (f"# Generation's footprint against training's\n\n- command: `{doc['command']}` (date {doc['date']}); "
-            f"machine: {doc['machine']}\n- {__doc__.split(chr(10) + chr(10))[1]}\n\n" + "\n".join(rows) + "\n")
+            f"machine: {doc['machine']}\n\n" + "\n\n".join(__doc__.split(chr(10) + chr(10))[2:]).strip() + "\n\n" + "\n".join(rows) + "\n")
 
 
 def main() -> int:

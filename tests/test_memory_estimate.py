@@ -160,3 +160,25 @@ def test_generation_holds_one_block_at_a_time_and_maps_the_whole_model(model):
                                         + small["latents_and_cond_bytes"] + small["runtime_overhead_bytes"])
     assert big["program_arena_bytes"] > small["program_arena_bytes"] and big["image_tokens"] > small["image_tokens"]
     assert small["within_training_footprint"] == (small["footprint_bytes"] <= doc["memory"]["footprint_bytes"])
+
+
+@pytest.mark.parametrize("backend", [None, "portable", "xnnpack"])
+def test_tracker_counts_the_exported_programs_transposed_weight_copy(backend):
+    """Eager torch multiplies by a transposed weight view in place; a portable program copies w.t() for the
+    forward's matmul, an XNNPACK program (weights on the left, export/graph_passes.mm_to_bmm) for the backward's:
+    the tracker adds that weight-sized transient where the program has it, and only there."""
+    import torch
+    from ditskip_edge.memory_estimate.tracker import StepMemoryTracker, storage_keys
+    lin = torch.nn.Linear(64, 256, bias=False)
+    lin.weight.requires_grad_(False)
+    x = torch.randn(4, 64, requires_grad=True)
+    seen = {}
+    for phase in ("forward", "backward"):
+        seen[phase] = StepMemoryTracker(storage_keys([lin.weight, x]), weight_transposes=backend)
+    with seen["forward"]:
+        y = lin(x)
+    with seen["backward"]:
+        y.sum().backward()
+    weight_bytes = 256 * 64 * 4
+    expect = {None: (0, 0), "portable": (weight_bytes, 0), "xnnpack": (0, weight_bytes)}[backend]
+    assert (seen["forward"].transpose_peak_bytes, seen["backward"].transpose_peak_bytes) == expect

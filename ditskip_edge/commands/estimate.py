@@ -33,6 +33,9 @@ def register(sub, add_json_flag) -> None:
     p.add_argument("--weights", default="mapped", choices=list(WEIGHT_PLACEMENTS),
                    help="frozen weights in anonymous memory, or memory-mapped from the bundle's data file (clean, "
                         "file-backed: not in the footprint; default mapped, what compile exports)")
+    p.add_argument("--backend", default="portable", choices=["portable", "xnnpack"],
+                   help="the ExecuTorch training program's backend (compile exports portable; "
+                        "benchmarks/device_footprint.py measures xnnpack): where its transposed weight copies are live")
     p.add_argument("--subject-stage", action="store_true",
                    help="also predict the on-device subject stage (footprint, time in FLOPs per sample) and the "
                         "cache-free mode (storage saved, footprint, extra FLOPs per step)")
@@ -53,7 +56,7 @@ def run(args) -> dict:
                                  skip_back=args.skip_back, precision=args.precision, resolution_px=args.resolution,
                                  text_tokens=args.text_tokens, rank=args.rank, attention=args.attention,
                                  runtime_overhead_mib=args.runtime_overhead_mib, steps=args.steps,
-                                 grad_accum=args.grad_accum, remat=args.remat, weights=args.weights,
+                                 grad_accum=args.grad_accum, remat=args.remat, weights=args.weights, backend=args.backend,
                                  subject_stage=args.subject_stage, cache_codec=args.cache_codec,
                                  forward_precision=args.forward_precision, generation_px=_generation_px(args)))
 

@@ -19,6 +19,9 @@ The step program (program.py) is built with fake CPU tensors and one step (forwa
                  block-at-a-time pass needs resident at once
     peak_bytes = footprint_bytes + the file-backed working set
 
+With `backend` given, the exported program's transposed weight copies are added where they are live (tracker.py:
+portable programs copy `w.t()` for the forward's matmul; XNNPACK programs for the backward's, export/graph_passes.py
+mm_to_bmm keeping weights out of XNNPACK's workspace that way).
 Attention: "flash" traces torch's CPU flash kernel (what eager CPU runs: no N x N matrix kept); "math" the plain
 softmax(QK^T)V graph (what the ExecuTorch program runs, STACK.md: no SDPA backward kernel there).
 FLOPs come from torch's FlopCounterMode over the same traced step (matmuls and attention, forward + backward).
@@ -73,14 +76,17 @@ def program_preexisting(prog) -> set[int]:
                         + [x0, noise, t, *cond.values(), *entry.values()])
 
 
-def trace_step(cfg: StepConfig, attention: str = "flash", count_flops: bool = True) -> StepTrace:
+def trace_step(cfg: StepConfig, attention: str = "flash", count_flops: bool = True,
+               backend: str | None = None) -> StepTrace:
+    """backend: the ExecuTorch program's backend ("portable" | "xnnpack"), whose transposed weight copies around
+    matmuls the tracker adds (tracker.py `weight_transposes`); None: the step as eager torch runs it."""
     fake = FakeTensorMode(allow_non_fake_inputs=True)
     prog = build_step_program(cfg, fake_mode=fake)
     flops = FlopCounterMode(display=False) if count_flops else contextlib.nullcontext()
     with fake:
         pre = program_preexisting(prog)
         saved = SavedTensorBytes(pre)
-        tracker = StepMemoryTracker(pre)
+        tracker = StepMemoryTracker(pre, weight_transposes=backend)
         # FlopCounterMode (and an outer saved-tensor hook) keep the activations torch.utils.checkpoint would drop:
         # with checkpointing, memory is traced alone and FLOPs are counted in a second pass
         ckpt = cfg.gradient_checkpointing or bool(cfg.remat_every)

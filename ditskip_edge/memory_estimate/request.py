@@ -35,6 +35,7 @@ class EstimateRequest:
     cache_codec: str = "int8-channel,front.txt=lowrank-r16"    # the stored cache's codec (cache-free comparison)
     forward_precision: str | None = None  # the subject stage's forward programs (default: precision)
     generation_px: tuple[int, ...] = ()  # also estimate generation (memory_estimate/generation.py) at these sides
+    backend: str = "portable"            # the ExecuTorch program's backend (compile's default): its weight copies
 
 
 def estimate_memory(req: EstimateRequest) -> dict:
@@ -46,6 +47,8 @@ def estimate_memory(req: EstimateRequest) -> dict:
         raise UserError(f"--steps {req.steps} / --grad-accum {req.grad_accum}: expected >= 1")
     if req.runtime_overhead_mib < 0:
         raise UserError(f"--runtime-overhead-mib {req.runtime_overhead_mib}: expected >= 0")
+    if req.backend not in ("portable", "xnnpack"):
+        raise UserError(f"--backend {req.backend!r}: expected 'portable' or 'xnnpack'")
     if req.weights not in WEIGHTS:
         raise UserError(f"--weights {req.weights!r}: expected one of {', '.join(WEIGHTS)}")
     every = remat_every(req.remat)
@@ -57,7 +60,7 @@ def estimate_memory(req: EstimateRequest) -> dict:
                      text_tokens=req.text_tokens or spec.text.seq_len, n_front=plan.n_front, n_back=plan.n_back,
                      rank=req.rank, precision=req.precision, remat=req.remat)
     cfg.validate()
-    trace = trace_step(cfg, attention=req.attention)
+    trace = trace_step(cfg, attention=req.attention, backend=req.backend)
     memory = MemoryEstimate.from_trace(trace, int(req.runtime_overhead_mib * MIB), req.weights)
     mj = memory.to_json()
     summary = (f"footprint {mj['footprint_gib']} GiB (dirty anonymous: LoRA/AdamW/grad sums "
@@ -87,7 +90,7 @@ def estimate_memory(req: EstimateRequest) -> dict:
                  "text_tokens": cfg.text_tokens, "rank": cfg.rank, "precision": cfg.precision,
                  "compute_dtype": "bf16" if cfg.precision == "bf16" else "fp32", "attention": req.attention,
                  "dequant_recomputed_in_backward": cfg.precision in ("int8", "int4"),
-                 "remat": req.remat, "weights": req.weights},
+                 "remat": req.remat, "weights": req.weights, "backend": req.backend},
         "memory": mj,
         "weight_reads": weight_reads(trace, every),
         "activation_detail": {"saved_activations_bytes": trace.saved_activations_bytes,

@@ -31,8 +31,20 @@ def storage_keys(tensors: Iterable[torch.Tensor]) -> set[int]:
 
 
 class StepMemoryTracker(TorchDispatchMode):
-    def __init__(self, preexisting: set[int] | None = None):
+    """`weight_transposes`: count the transposed weight copy an exported program makes around a matmul whose right
+    operand is a weight (the larger operand), which eager torch does without a copy:
+      "portable"  the forward's `x @ w.t()`: ExecuTorch materializes the transposed view (permute_copy) for mm
+      "xnnpack"   the backward's `g @ w` (w stored as is): export/graph_passes.mm_to_bmm puts the weight on the left,
+                  `(w.t() @ g.t()).t()`, so `w.t()` is written to the arena; the forward's transposed view needs none
+      None        eager torch: no copy
+    The copy is live while the matmul runs: it raises the peak if the peak is there."""
+
+    def __init__(self, preexisting: set[int] | None = None, weight_transposes: str | None = None):
         super().__init__()
+        if weight_transposes not in (None, "portable", "xnnpack"):
+            raise ValueError(f"weight_transposes {weight_transposes!r}: expected None, 'portable' or 'xnnpack'")
+        self.weight_transposes = weight_transposes
+        self.transpose_peak_bytes = 0             # the largest such transient
         self.preexisting = set(preexisting or ())
         self.live_bytes = 0
         self.peak_bytes = 0
@@ -62,6 +74,12 @@ class StepMemoryTracker(TorchDispatchMode):
         for t in tree_flatten(out)[0]:
             if isinstance(t, torch.Tensor):
                 self._track(t)
+        if self.weight_transposes and func is torch.ops.aten.mm.default:
+            a, b = args[0], args[1]
+            if b.numel() > a.numel() and b.is_contiguous() == (self.weight_transposes == "xnnpack"):
+                extra = b.numel() * b.element_size()
+                self.transpose_peak_bytes = max(self.transpose_peak_bytes, extra)
+                self.peak_bytes = max(self.peak_bytes, self.live_bytes + extra)
         return out
 
 
