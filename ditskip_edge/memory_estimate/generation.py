@@ -15,9 +15,12 @@ alone: the full transformer one block at a time, every program at batch 1 with t
     file_backed_bytes = every block's frozen weights + embedders + head at the precision (the whole model: a picture
                         needs the skipped blocks too); working set: one block's + embedders and head
 
+    decode phase  = the autoencoder decoder's traced peak at the image size (the decode program runs after the
+                    transformer programs are dropped: footprint = the larger phase + the runtime overhead); real-size
+                    models use their published autoencoder configs (PUBLISHED_DECODERS, meta device, no weights)
+
 Not modeled: the text encoder (FLUX.1-dev's CLIP + T5-XXL, SANA's Gemma-2: no device program exists for them here;
-the runtime drops the text program before sampling) and the autoencoder's decoder (runs after the transformer
-programs are dropped; its activations at 1024 px are not traced here).
+the runtime drops the text program before sampling).
 """
 
 from __future__ import annotations
@@ -34,6 +37,25 @@ from ..quantize import QuantSpec, quantize_frozen_layers
 from .memory import GIB, _sdpa_context
 from .tracker import StepMemoryTracker, storage_keys
 
+# The real models' autoencoders, as published with their diffusers checkpoints (vae/config.json): FLUX.1-dev's
+# AutoencoderKL (decoder 49.5M parameters) and SANA's DC-AE f32c32 (decoder 159M parameters).
+PUBLISHED_DECODERS = {
+    "flux-dev": dict(in_channels=3, out_channels=3, latent_channels=16, down_block_types=["DownEncoderBlock2D"] * 4,
+                     up_block_types=["UpDecoderBlock2D"] * 4, block_out_channels=[128, 256, 512, 512],
+                     layers_per_block=2, norm_num_groups=32, sample_size=1024, scaling_factor=0.3611,
+                     shift_factor=0.1159, use_quant_conv=False, use_post_quant_conv=False,
+                     mid_block_add_attention=True, act_fn="silu"),
+    "sana": dict(in_channels=3, latent_channels=32, attention_head_dim=32,
+                 encoder_block_types=["ResBlock"] * 3 + ["EfficientViTBlock"] * 3,
+                 decoder_block_types=["ResBlock"] * 3 + ["EfficientViTBlock"] * 3,
+                 encoder_block_out_channels=[128, 256, 512, 512, 1024, 1024],
+                 decoder_block_out_channels=[128, 256, 512, 512, 1024, 1024],
+                 encoder_layers_per_block=[2, 2, 2, 3, 3, 3], decoder_layers_per_block=[3, 3, 3, 3, 3, 3],
+                 encoder_qkv_multiscales=[[], [], [], [5], [5], [5]],
+                 decoder_qkv_multiscales=[[], [], [], [5], [5], [5]], upsample_block_type="interpolate",
+                 downsample_block_type="Conv", decoder_norm_types="rms_norm", decoder_act_fns="silu",
+                 scaling_factor=0.41407),
+}
 CFG_BRANCHES = 2          # uncond, cond: one after the other through each program (runtime/generation.py)
 PROGRAM_BATCH = 1
 
@@ -134,20 +156,50 @@ def trace_generation(cfg: GenerationConfig, attention: str = "math") -> dict:
             "non_block_bytes": non_block_bytes, "image_tokens": (cfg.resolution_px // spec.pixel_multiple) ** 2}
 
 
+def decoder_config(spec: ModelSpec) -> dict | None:
+    if spec.vae_config is not None:
+        return dict(spec.vae_config)
+    return PUBLISHED_DECODERS.get(spec.name, PUBLISHED_DECODERS.get("sana") if spec.arch != FLUX_ARCH else None)
+
+
+def trace_decoder(cfg: GenerationConfig) -> int | None:
+    """The decode program's traced peak (activations; weights excluded: constants in the mapped program)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from ..models.latents import LatentEncoder
+    from ..models.loading import vae_class
+    vc = decoder_config(cfg.spec)
+    if vc is None or vc.get("kind") == "pixel":
+        return None if vc is None else 0
+    with torch.device("meta"):
+        vae = vae_class(cfg.spec.arch).from_config(vc)
+    with FakeTensorMode(allow_non_fake_inputs=True), torch.no_grad():
+        vae = vae.to_empty(device="cpu")
+        side = cfg.resolution_px // cfg.spec.vae_scale_factor
+        x = torch.zeros(1, int(vc["latent_channels"]), side, side)
+        tr = StepMemoryTracker(storage_keys(list(vae.parameters()) + [x]))
+        with tr:
+            LatentEncoder(cfg.spec.arch, vae).decode(x)
+    return tr.peak_bytes
+
+
 def generation_estimate(cfg: GenerationConfig, runtime_overhead_bytes: int, attention: str = "math") -> dict:
     tr = trace_generation(cfg, attention)
     arena = max(tr["arenas_bytes"].values())
     # streams: every branch's, plus one branch's block outputs while they are written (its inputs stay alive)
     streams = (CFG_BRANCHES + 1) * tr["streams_bytes"]
-    footprint = arena + streams + tr["latents_and_cond_bytes"] + runtime_overhead_bytes
+    transformer_phase = arena + streams + tr["latents_and_cond_bytes"]
+    decoder = trace_decoder(cfg)
+    footprint = max(transformer_phase, decoder or 0) + runtime_overhead_bytes
     working = tr["largest_block_bytes"] + tr["non_block_bytes"]
     out = {"resolution_px": cfg.resolution_px, "image_tokens": tr["image_tokens"], "text_tokens": cfg.text_tokens,
            "cfg_branches": CFG_BRANCHES, "program_batch": PROGRAM_BATCH, "precision": cfg.precision, "program_arena_bytes": arena,
            "arenas_bytes": tr["arenas_bytes"], "streams_bytes": streams,
            "latents_and_cond_bytes": tr["latents_and_cond_bytes"], "runtime_overhead_bytes": runtime_overhead_bytes,
+           "transformer_phase_bytes": transformer_phase, "decoder_arena_bytes": decoder,
            "footprint_bytes": footprint, "file_backed_bytes": tr["frozen_weights_bytes"],
            "file_backed_working_set_bytes": working, "peak_bytes": footprint + working,
-           "not_modeled": ["text encoder", "autoencoder decoder"]}
+           "not_modeled": ["text encoder"] + (["autoencoder decoder (no config)"] if decoder is None else [])}
     out.update({k.replace("_bytes", "_gib"): round(v / GIB, 3) for k, v in list(out.items())
                 if k.endswith("_bytes") and isinstance(v, int)})
     return out
