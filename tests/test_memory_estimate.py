@@ -148,7 +148,9 @@ def test_a_bad_remat_setting_is_one_line(remat, capsys):
 @pytest.mark.parametrize("model", ["flux-tiny", "sana-tiny"])
 def test_generation_holds_one_block_at_a_time_and_maps_the_whole_model(model):
     """Generation's estimate: the arena is the largest single program's (not the sum over blocks), the mapped weights
-    are the whole model (skipped blocks too: more than training's kept span), and a bigger image needs more."""
+    are the whole model (skipped blocks too: more than training's kept span), the footprint is the larger of the
+    transformer phase and the decoder's (which runs after the transformer programs are dropped), and a bigger image
+    needs more."""
     from ditskip_edge.memory_estimate.request import EstimateRequest, estimate_memory
     spec = builtin_spec(model)
     doc = estimate_memory(EstimateRequest(model=model, skip_front=1, skip_back=2, precision="int8", rank=4,
@@ -156,8 +158,10 @@ def test_generation_holds_one_block_at_a_time_and_maps_the_whole_model(model):
     small, big = doc["generation"][str(spec.train_px)], doc["generation"][str(spec.data_px)]
     assert small["program_arena_bytes"] == max(small["arenas_bytes"].values()) > 0
     assert small["file_backed_bytes"] > doc["memory"]["file_backed_bytes"] > 0
-    assert small["footprint_bytes"] == (small["program_arena_bytes"] + small["streams_bytes"]
-                                        + small["latents_and_cond_bytes"] + small["runtime_overhead_bytes"])
+    phase = small["program_arena_bytes"] + small["streams_bytes"] + small["latents_and_cond_bytes"]
+    assert small["transformer_phase_bytes"] == phase and small["decoder_arena_bytes"] > 0
+    assert small["footprint_bytes"] == max(phase, small["decoder_arena_bytes"]) + small["runtime_overhead_bytes"]
+    assert big["decoder_arena_bytes"] > small["decoder_arena_bytes"]
     assert big["program_arena_bytes"] > small["program_arena_bytes"] and big["image_tokens"] > small["image_tokens"]
     assert small["within_training_footprint"] == (small["footprint_bytes"] <= doc["memory"]["footprint_bytes"])
 
