@@ -38,7 +38,7 @@ from .errors import BundleError, UserError
 from .footprint import read_footprint
 from .progress import Progress
 from .safetensors_io import read_safetensors
-from .weights import MappedWeights, merge_lora, write_weights
+from .weights import ST_DTYPES, MappedWeights, merge_lora, write_weights_streamed
 
 WEIGHT_PREFIX = "w."
 MAX_STEPS = 1000
@@ -203,13 +203,19 @@ class Generator:
             except (BundleError, ValueError):
                 pass
         scale = float(self.gen["lora_scale"])
-        states = {}
-        for module in sorted({k.rsplit(".lora_", 1)[0] for k in tensors}):
-            a, b = tensors[f"{module}.lora_A.weight"], tensors[f"{module}.lora_B.weight"]
-            name = module.removeprefix("transformer.")
-            own = {s: np.asarray(base.array(f"{name}.{s}")) for s in LORA_STATES if f"{name}.{s}" in base}
-            states.update({f"{name}.{s}": v for s, v in merge_lora(own, a, b, scale).items()})
-        write_weights(out, states, identity)
+        modules = sorted({k.rsplit(".lora_", 1)[0] for k in tensors})
+        layout = {key: (ST_DTYPES[base.entries[key]["dtype"]], base.entries[key]["shape"])
+                  for m in modules for key in (f"{m.removeprefix('transformer.')}.{s}" for s in LORA_STATES)
+                  if key in base}
+
+        def merged():                           # one linear at a time: its fp32 weight is the largest transient
+            for module in modules:
+                a, b = tensors[f"{module}.lora_A.weight"], tensors[f"{module}.lora_B.weight"]
+                name = module.removeprefix("transformer.")
+                own = {s: base.array(f"{name}.{s}") for s in LORA_STATES if f"{name}.{s}" in base}
+                yield from ((f"{name}.{s}", v) for s, v in merge_lora(own, a, b, scale).items())
+
+        write_weights_streamed(out, layout, identity, merged())
         return MappedWeights(out)
 
     # ------------------------------------------------------------------------------------------ sampling

@@ -79,25 +79,50 @@ class MappedWeights:
 def write_weights(path: Path, tensors: dict[str, np.ndarray], metadata: dict[str, str]) -> Path:
     """safetensors with the widest dtypes first (so every float32 tensor starts 4-byte aligned: the header is padded
     to 8), written to a temporary file and renamed."""
-    order = sorted(tensors, key=lambda k: (-np.dtype(tensors[k].dtype).itemsize, k))
+    layout = {k: (np.asarray(v).dtype, tuple(np.shape(v))) for k, v in tensors.items()}
+    return write_weights_streamed(path, layout, metadata, tensors.items())
+
+
+def write_weights_streamed(path: Path, layout: dict[str, tuple], metadata: dict[str, str], arrays) -> Path:
+    """`write_weights` for tensors that arrive one at a time: `layout` {key: (dtype, shape)} fixes the header, each
+    (key, array) from `arrays` is written at its offset as it comes (in any order) and can be dropped after, so at
+    most one tensor is held. Every key exactly once, with its layout's dtype and shape; otherwise nothing is left
+    behind but the error."""
+    order = sorted(layout, key=lambda k: (-np.dtype(layout[k][0]).itemsize, k))
     header: dict = {"__metadata__": {k: str(metadata[k]) for k in sorted(metadata)}}
-    blobs, offset = [], 0
+    offset = 0
     for key in order:
-        a = np.ascontiguousarray(tensors[key])
-        raw = a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes()
-        header[key] = {"dtype": ST_NAMES[a.dtype], "shape": list(a.shape), "data_offsets": [offset, offset + len(raw)]}
-        blobs.append(raw)
-        offset += len(raw)
+        dtype, shape = np.dtype(layout[key][0]), [int(d) for d in layout[key][1]]
+        n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        header[key] = {"dtype": ST_NAMES[dtype], "shape": shape, "data_offsets": [offset, offset + n]}
+        offset += n
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)
+    base = 8 + len(text)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text)
-        for b in blobs:
-            f.write(b)
-    os.replace(tmp, path)
+    written: set[str] = set()
+    try:
+        with open(tmp, "wb") as f:
+            f.write(struct.pack("<Q", len(text)) + text)
+            f.truncate(base + offset)
+            for key, a in arrays:
+                e = header.get(key) if key != "__metadata__" else None
+                a = np.ascontiguousarray(a)
+                if e is None or key in written or ST_NAMES.get(a.dtype) != e["dtype"] or list(a.shape) != e["shape"]:
+                    raise BundleError(f"{path}: tensor {key!r} {a.dtype}{list(a.shape)} is not in the layout "
+                                      f"(or came twice)")
+                f.seek(base + e["data_offsets"][0])
+                f.write(a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes())
+                written.add(key)
+        missing = set(layout) - written
+        if missing:
+            raise BundleError(f"{path}: tensors {sorted(missing)[:3]} were never written")
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
     return path
 
 
