@@ -35,12 +35,14 @@ def export_module(module: nn.Module, example: tuple, backend: str = "portable", 
     addmm kernel is naive)."""
     from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge, to_edge_transform_and_lower
     from executorch.exir.passes import MemoryPlanningPass
+    from .graph_passes import remove_unused_constants
     with torch.no_grad():
         ep = torch.export.export(module.eval(), example, strict=False)
     if mm_rewrite:
         from .graph_passes import addmm_to_mm_add
         ep = ep.run_decompositions()
         addmm_to_mm_add(ep)
+    remove_unused_constants(ep)        # buffers nothing reads (a block program's module holds the whole model's)
     cc = EdgeCompileConfig(_check_ir_validity=False)
     if backend == "xnnpack":
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner

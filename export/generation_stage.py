@@ -124,8 +124,11 @@ def _export(writer: BundleWriter, rel: str, module, names: list[str], example: t
     et = export_module(module, example, planned_inputs=False, mm_rewrite=True)
     writer.path(rel).write_bytes(et.buffer)
     plan = et.executorch_program.execution_plan[0]
+    fep = et.exported_program()
+    constants = sum(v.numel() * v.element_size() for v in list(fep.state_dict.values()) + list(fep.constants.values())
+                    if torch.is_tensor(v))
     memory = {"pte_bytes": len(et.buffer), "planned_arena_bytes": int(sum(plan.non_const_buffer_sizes)),
-              "inputs_planned": False, **(extra or {})}
+              "constant_bytes": constants, "inputs_planned": False, **(extra or {})}
     return ProgramEntry(name=name, runtime="executorch", path=rel, inputs=_specs(names, example),
                         outputs=_specs(out_names, outs), precision=precision, data=data or [],
                         memory=memory).to_json()

@@ -198,7 +198,11 @@ def test_block_programs_take_every_weight_as_an_unplanned_input(gen_flux):
         weights = [s for s in p["inputs"] if s["name"].startswith("w.")]
         assert weights and p["memory"]["inputs_planned"] is False and p["data"] == [
             m["generation"]["weights"][p["precision"]]]
-        assert p["memory"]["pte_bytes"] < p["memory"]["weight_input_bytes"] or p["precision"] != "fp32"
+        assert p["memory"]["constant_bytes"] < 1024     # no weight inside (graph scalars only): not its own, not the model's
+    model_bytes = {pr: m["files"][rel]["bytes"] for pr, rel in m["generation"]["weights"].items()}
+    for p in m["programs"]:                         # embed / head: their own weights, not the model's (the unused
+        if p["name"] in ("gen_embed", "gen_head"):  # buffers of the whole transformer are dropped at export)
+            assert 0 < p["memory"]["constant_bytes"] < model_bytes[p["precision"]] / 2, (p["name"], p["precision"])
     assert [b["name"] for b in m["generation"]["blocks"]][:1] == ["transformer_blocks.0"]
     assert len(m["generation"]["blocks"]) == 6                                  # every block, skipped ones too
 
