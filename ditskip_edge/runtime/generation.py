@@ -82,18 +82,25 @@ class FootprintWatch:
 
 
 class Programs:
-    """ExecuTorch inference programs of one bundle, loaded on demand."""
+    """ExecuTorch inference programs of one bundle, loaded on demand, one at a time: each loaded program holds its
+    own planned arena, so calling another program first drops the loaded one (a sampler step loads embed, each block
+    kind in turn and head once: FLUX's double blocks, then its single blocks), and the footprint is the largest
+    program's arena, not the sum (measured at the 288M layout: 145 MiB with all four kept, benchmarks/results/
+    generation_memory_before_streamed_merge.md)."""
 
     def __init__(self, bundle: Bundle, watch: FootprintWatch):
         import torch                          # the bindings exchange torch tensors (no autograd is used)
         self.torch, self.bundle, self.watch = torch, bundle, watch
         self._load = bindings.executorch_inference()._load_for_executorch
         self.loaded: dict[str, object] = {}
+        self.loads = 0
 
     def __call__(self, entry: dict, named: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         module = self.loaded.get(entry["path"])
         if module is None:
+            self.drop()
             module = self.loaded[entry["path"]] = self._load(str(self.bundle.root / entry["path"]))
+            self.loads += 1
         tensors = [self.torch.from_numpy(a) for a in ordered_inputs(entry, named)]
         outs = module.forward(tensors)
         self.watch.check()

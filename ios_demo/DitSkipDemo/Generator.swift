@@ -115,12 +115,19 @@ final class Generator {
         let s = gen["sampler"] as? [String: Any] ?? [:]
         let sig = Sampler.sigmas(steps: steps, shift: Float(s["shift"] as? Double ?? 1), dynamic: s["use_dynamic_shifting"] as? Bool ?? false,
                                  mu: s["mu"] as? Double, timeShiftType: s["time_shift_type"] as? String ?? "exponential")
-        let embed = try load(BundleContract.genEmbed), head = try load(BundleContract.genHead)
-        var blocks: [String: (DSModule, [String: Any])] = [:]
+        // one program loaded at a time (each holds its own planned arena), as runtime/generation.py Programs
+        var current: (String, (DSModule, [String: Any]))? = nil
+        func program(_ name: String) throws -> (DSModule, [String: Any]) {
+            if let c = current, c.0 == name { return c.1 }
+            current = nil
+            let p = try load(name)
+            current = (name, p)
+            return p
+        }
         for i in 0..<steps {
             var values: [[String: NSObject]] = Array(repeating: [:], count: conds.count)
             for b in conds.indices {
-                for (k, o) in try run(embed, { name, _, shape in
+                for (k, o) in try run(try program(BundleContract.genEmbed), { name, _, shape in
                     if name == "x" { return Generator.input(x, shape) }
                     if name == "t" { return Generator.input([sig[i]], shape) }
                     return Generator.input(conds[b][name]!.1, shape)
@@ -128,10 +135,9 @@ final class Generator {
             }
             for block in gen["blocks"] as? [[String: Any]] ?? [] {
                 let blockName = block["name"] as! String, kind = block["kind"] as! String
-                if blocks[kind] == nil { blocks[kind] = try load(BundleContract.genBlockPrefix + kind) }
                 for b in conds.indices {
                     let own = values[b]
-                    let out = try run(blocks[kind]!) { name, dtype, shape in
+                    let out = try run(try program(BundleContract.genBlockPrefix + kind)) { name, dtype, shape in
                         guard name.hasPrefix(BundleContract.genWeightPrefix) else { return own[name]! }
                         let key = blockName + "." + name.dropFirst(BundleContract.genWeightPrefix.count)
                         let source = (merged?.contains(key) ?? false) ? merged! : base
@@ -141,12 +147,12 @@ final class Generator {
                 }
             }
             var v: [[Float]] = []
-            for b in conds.indices { v.append(Generator.floats(try run(head) { name, _, _ in values[b][name]! }[Generator.velocity]!)) }
+            for b in conds.indices { v.append(Generator.floats(try run(try program(BundleContract.genHead)) { name, _, _ in values[b][name]! }[Generator.velocity]!)) }
             Sampler.guidedEulerStep(&x, uncond: v.count == 2 ? v[0] : nil, cond: v[v.count - 1], guidance: guidance,
                                     sigma: sig[i], sigmaNext: sig[i + 1])
             onStep(i + 1, steps)
         }
-        blocks.removeAll()
+        current = nil
         let decoded = try run(try load(BundleContract.genDecode)) { _, _, shape in Generator.input(x, shape) }
         let image = decoded[Generator.imageOutput]!
         let chw = Generator.floats(image)

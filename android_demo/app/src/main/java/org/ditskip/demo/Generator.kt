@@ -100,12 +100,16 @@ class Generator(private val root: File, manifest: JSONObject, precision: String?
         val x = PortableRng.normal(seed, numel)
         val sig = Sampler.sigmas(steps, sampler.getDouble("shift").toFloat(), sampler.getBoolean("use_dynamic_shifting"),
                                  if (sampler.isNull("mu")) null else sampler.getDouble("mu"), sampler.getString("time_shift_type"))
-        val embed = load(BundleContract.GEN_EMBED); val head = load(BundleContract.GEN_HEAD)
-        val blocks = HashMap<String, Pair<Module, JSONObject>>()
+        // one program loaded at a time (each holds its own planned arena), as runtime/generation.py Programs
+        var current: Pair<String, Pair<Module, JSONObject>>? = null
+        fun program(name: String): Pair<Module, JSONObject> {
+            current?.let { if (it.first == name) return it.second; it.second.first.destroy() }
+            return load(name).also { current = name to it }
+        }
         val order = gen.getJSONArray("blocks")
         try {
             for (i in 0 until steps) {
-                val values = branches.associateWith { b -> HashMap(run(embed) { name, _, shape -> when (name) {
+                val values = branches.associateWith { b -> HashMap(run(program(BundleContract.GEN_EMBED)) { name, _, shape -> when (name) {
                     "x" -> Tensor.fromBlob(x, shape)
                     "t" -> Tensor.fromBlob(floatArrayOf(sig[i]), shape)
                     else -> Tensor.fromBlob(conds.getValue(b).getValue(name).second, shape)
@@ -113,10 +117,9 @@ class Generator(private val root: File, manifest: JSONObject, precision: String?
                 for (k in 0 until order.length()) {
                     val blockName = order.getJSONObject(k).getString("name")
                     val kind = order.getJSONObject(k).getString("kind")
-                    val program = blocks.getOrPut(kind) { load(BundleContract.GEN_BLOCK_PREFIX + kind) }
                     for (b in branches) {
                         val own = values.getValue(b)
-                        own.putAll(run(program) { name, dtype, shape ->
+                        own.putAll(run(program(BundleContract.GEN_BLOCK_PREFIX + kind)) { name, dtype, shape ->
                             if (name.startsWith(BundleContract.GEN_WEIGHT_PREFIX)) {
                                 val key = "$blockName.${name.removePrefix(BundleContract.GEN_WEIGHT_PREFIX)}"
                                 (merged?.takeIf { key in it } ?: base).tensor(key, dtype, shape)
@@ -125,12 +128,12 @@ class Generator(private val root: File, manifest: JSONObject, precision: String?
                     }
                 }
                 val v = branches.associateWith { b ->
-                    run(head) { name, _, _ -> values.getValue(b).getValue(name) }.getValue("v").dataAsFloatArray }
+                    run(program(BundleContract.GEN_HEAD)) { name, _, _ -> values.getValue(b).getValue(name) }.getValue("v").dataAsFloatArray }
                 Sampler.guidedEulerStep(x, v["uncond"], v.getValue("cond"), guidance, sig[i], sig[i + 1])
                 onStep(i + 1, steps)
             }
         } finally {
-            embed.first.destroy(); head.first.destroy(); blocks.values.forEach { it.first.destroy() }
+            current?.second?.first?.destroy()
         }
         val decode = load(BundleContract.GEN_DECODE)
         val image = try { run(decode) { _, _, shape -> Tensor.fromBlob(x, shape) }.getValue("image") } finally { decode.first.destroy() }
