@@ -16,8 +16,9 @@ A program's inputs are looked up by name among the values computed so far (`w.<s
 outputs stored under their names (export/generation_modules.py), so the loop knows nothing of the architecture.
 The guidance branches pass through a block one after the other (the block's weights read once per step, its
 activations those of one branch: half the arena of a batch of 2), as diffusers' FluxPipeline runs true CFG.
-Programs are loaded when their phase starts and dropped after it: the text encoder before sampling, the transformer
-programs before decoding. Footprint (runtime/footprint.py) is read after every program call.
+One program is loaded at a time (each holds its own planned arena): a sampler step loads embed, each block kind in
+turn and head; the text encoder is dropped before sampling, the transformer programs before decoding. Footprint
+(runtime/footprint.py) is read after every program call.
 """
 
 from __future__ import annotations
