@@ -17,7 +17,7 @@ alone: the full transformer one block at a time, every program at batch 1 with t
 
     decode phase  = the autoencoder decoder's traced peak at the image size (the decode program runs after the
                     transformer programs are dropped: footprint = the larger phase + the runtime overhead); real-size
-                    models use their published autoencoder configs (PUBLISHED_DECODERS, meta device, no weights)
+                    models use their published autoencoder configs (subject.py AUTOENCODER_CONFIGS, meta device)
 
 Not modeled: the text encoder (FLUX.1-dev's CLIP + T5-XXL, SANA's Gemma-2: no device program exists for them here;
 the runtime drops the text program before sampling).
@@ -37,25 +37,6 @@ from ..quantize import QuantSpec, quantize_frozen_layers
 from .memory import GIB, _sdpa_context
 from .tracker import StepMemoryTracker, storage_keys
 
-# The real models' autoencoders, as published with their diffusers checkpoints (vae/config.json): FLUX.1-dev's
-# AutoencoderKL (decoder 49.5M parameters) and SANA's DC-AE f32c32 (decoder 159M parameters).
-PUBLISHED_DECODERS = {
-    "flux-dev": dict(in_channels=3, out_channels=3, latent_channels=16, down_block_types=["DownEncoderBlock2D"] * 4,
-                     up_block_types=["UpDecoderBlock2D"] * 4, block_out_channels=[128, 256, 512, 512],
-                     layers_per_block=2, norm_num_groups=32, sample_size=1024, scaling_factor=0.3611,
-                     shift_factor=0.1159, use_quant_conv=False, use_post_quant_conv=False,
-                     mid_block_add_attention=True, act_fn="silu"),
-    "sana": dict(in_channels=3, latent_channels=32, attention_head_dim=32,
-                 encoder_block_types=["ResBlock"] * 3 + ["EfficientViTBlock"] * 3,
-                 decoder_block_types=["ResBlock"] * 3 + ["EfficientViTBlock"] * 3,
-                 encoder_block_out_channels=[128, 256, 512, 512, 1024, 1024],
-                 decoder_block_out_channels=[128, 256, 512, 512, 1024, 1024],
-                 encoder_layers_per_block=[2, 2, 2, 3, 3, 3], decoder_layers_per_block=[3, 3, 3, 3, 3, 3],
-                 encoder_qkv_multiscales=[[], [], [], [5], [5], [5]],
-                 decoder_qkv_multiscales=[[], [], [], [5], [5], [5]], upsample_block_type="interpolate",
-                 downsample_block_type="Conv", decoder_norm_types="rms_norm", decoder_act_fns="silu",
-                 scaling_factor=0.41407),
-}
 CFG_BRANCHES = 2          # uncond, cond: one after the other through each program (runtime/generation.py)
 PROGRAM_BATCH = 1
 
@@ -159,7 +140,8 @@ def trace_generation(cfg: GenerationConfig, attention: str = "math") -> dict:
 def decoder_config(spec: ModelSpec) -> dict | None:
     if spec.vae_config is not None:
         return dict(spec.vae_config)
-    return PUBLISHED_DECODERS.get(spec.name, PUBLISHED_DECODERS.get("sana") if spec.arch != FLUX_ARCH else None)
+    from .subject import AUTOENCODER_CONFIGS
+    return AUTOENCODER_CONFIGS.get(spec.name, AUTOENCODER_CONFIGS["sana"] if spec.arch != FLUX_ARCH else None)
 
 
 def trace_decoder(cfg: GenerationConfig) -> int | None:

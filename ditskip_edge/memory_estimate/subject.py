@@ -42,12 +42,16 @@ from ..runtime.cache_format import CacheCodec, entry_layout
 from .program import StepConfig, _inputs, _materialize
 from .tracker import StepMemoryTracker, storage_keys
 
-# The real-size models' autoencoders (no weights here), for the encoder's trace only.
-ENCODER_CONFIGS = {
+# The real-size models' autoencoders as published with their diffusers checkpoints (vae/config.json; no weights
+# here): FLUX.1-dev's AutoencoderKL (decoder 49.5M parameters) and SANA's DC-AE f32c32 (decoder 159M parameters).
+# The subject stage traces their encoders, generation (generation.py) their decoders (DC-AE's up/downsampling and
+# norms at diffusers' defaults).
+AUTOENCODER_CONFIGS = {
     "flux-dev": dict(in_channels=3, out_channels=3, latent_channels=16, down_block_types=["DownEncoderBlock2D"] * 4,
                      up_block_types=["UpDecoderBlock2D"] * 4, block_out_channels=[128, 256, 512, 512],
-                     layers_per_block=2, norm_num_groups=32, use_quant_conv=False, use_post_quant_conv=False,
-                     scaling_factor=0.3611, shift_factor=0.1159),
+                     layers_per_block=2, norm_num_groups=32, sample_size=1024, scaling_factor=0.3611,
+                     shift_factor=0.1159, use_quant_conv=False, use_post_quant_conv=False,
+                     mid_block_add_attention=True, act_fn="silu"),
     "sana": dict(in_channels=3, latent_channels=32, attention_head_dim=32,
                  encoder_block_types=["ResBlock"] * 3 + ["EfficientViTBlock"] * 3,
                  decoder_block_types=["ResBlock"] * 3 + ["EfficientViTBlock"] * 3,
@@ -62,7 +66,7 @@ ENCODER_CONFIGS = {
 def _encoder_config(spec) -> dict | None:
     if spec.vae_config is not None:
         return None if spec.vae_config.get("kind") == "pixel" else spec.vae_config
-    return ENCODER_CONFIGS["flux-dev" if spec.arch == FLUX_ARCH else "sana"]
+    return AUTOENCODER_CONFIGS["flux-dev" if spec.arch == FLUX_ARCH else "sana"]
 
 
 def _nbytes(tensors) -> int:
