@@ -93,19 +93,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def labelled(image: torch.Tensor, tile_px: int, row_labels: list[str], col_labels: list[str], scale: int = 4):
     """The grid, scaled up, with a label left of each row and the background name above each column."""
-    from PIL import Image, ImageDraw
+    from PIL import Image
+
     from ditskip_edge.images import to_uint8_image
+    from examples.device_generation import labelled as label_tiles
     pic = to_uint8_image(image)
     pic = pic.resize((pic.width * scale, pic.height * scale), Image.NEAREST)
-    left, top, step = 200, 22, (tile_px + 1) * scale
-    canvas = Image.new("RGB", (pic.width + left, pic.height + top), "white")
-    canvas.paste(pic, (left, top))
-    draw = ImageDraw.Draw(canvas)
-    for i, text in enumerate(row_labels):
-        draw.text((6, top + i * step + step // 2 - 6), text, fill="black")
-    for j, text in enumerate(col_labels):
-        draw.text((left + j * step + 6, 5), f"{text} background", fill="black")
-    return canvas
+    return label_tiles(pic, (tile_px + 1) * scale, row_labels, [f"{t} background" for t in col_labels])
 
 
 if __name__ == "__main__":

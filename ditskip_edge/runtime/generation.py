@@ -94,14 +94,12 @@ class Programs:
         self.torch, self.bundle, self.watch = torch, bundle, watch
         self._load = bindings.executorch_inference()._load_for_executorch
         self.loaded: dict[str, object] = {}
-        self.loads = 0
 
     def __call__(self, entry: dict, named: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         module = self.loaded.get(entry["path"])
         if module is None:
             self.drop()
             module = self.loaded[entry["path"]] = self._load(str(self.bundle.root / entry["path"]))
-            self.loads += 1
         tensors = [self.torch.from_numpy(a) for a in ordered_inputs(entry, named)]
         outs = module.forward(tensors)
         self.watch.check()
