@@ -7,9 +7,12 @@ Each model is `ditskip-edge estimate --model M --skip-ratio 0.5 --precision int8
 train resolution and the model's data resolution, the generation footprint (memory_estimate/generation.py: the full
 model one block at a time, each classifier-free-guidance branch through each program at batch 1, every frozen weight
 mapped) and the autoencoder's decoder (its published config, traced on the meta device; it runs after the
-transformer programs are dropped, so the footprint is the larger phase plus the 100 MiB runtime overhead). Both
-count dirty anonymous memory (what a phone counts); the mapped weights are file-backed and reported apart. Not
-modeled: the text encoders (CLIP + T5-XXL, Gemma-2).
+transformer programs are dropped, so the footprint is the larger phase plus the 100 MiB runtime overhead). Each
+resolution is estimated twice: the decoder on the whole picture, and on tiles of 256 px (`--decode-tile-px 256`,
+what compile exports with that flag: runtime/tiling.py, diffusers' tiled_decode; the decode phase then adds the
+picture and two rows of decoded tiles); FLUX.1-dev also at its native 1024 px. Both count dirty anonymous memory
+(what a phone counts); the mapped weights are file-backed and reported apart. Not modeled: the text encoders
+(CLIP + T5-XXL, Gemma-2).
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from benchmarks._meta import provenance, provenance_md  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 MODELS = ("flux-dev", "sana-1600m")
+EXTRA_PX = {"flux-dev": (1024,)}
+TILE_PX = 256
 
 
 def main() -> int:
@@ -33,25 +38,36 @@ def main() -> int:
     docs = {}
     for model in MODELS:
         spec = resolve_spec(model)
-        px = sorted({spec.train_px, data_resolution(spec)})
-        docs[model] = estimate_memory(EstimateRequest(model=model, skip_ratio=0.5, precision="int8",
-                                                      weights="mapped", generation_px=tuple(px)))
-        print(f"{model}: {docs[model]['summary']}", file=sys.stderr, flush=True)
+        px = sorted({spec.train_px, data_resolution(spec), *EXTRA_PX.get(model, ())})
+        for tile in (None, TILE_PX):
+            docs[(model, tile)] = estimate_memory(EstimateRequest(model=model, skip_ratio=0.5, precision="int8",
+                                                                  weights="mapped", generation_px=tuple(px),
+                                                                  decode_tile_px=tile))
+        print(f"{model}: {docs[(model, None)]['summary']}", file=sys.stderr, flush=True)
     prov = provenance()
-    (RESULTS / "generation_estimate.json").write_text(json.dumps({"provenance": prov, "estimates": docs}, indent=1))
-    rows = ["| model | training (remat blocks, mapped) GiB | generation at | generation footprint GiB | "
+    (RESULTS / "generation_estimate.json").write_text(json.dumps(
+        {"provenance": prov, "decode_tile_px": TILE_PX,
+         "estimates": {f"{m}{'' if t is None else f' tiles {t}px'}": d for (m, t), d in docs.items()}}, indent=1))
+    rows = ["| model | training (remat blocks, mapped) GiB | generation at | decoder on | generation footprint GiB | "
             "program arena GiB (per program) | streams GiB | mapped weights GiB (whole model) | mapped working set GiB "
-            "| transformer phase GiB | decoder GiB | generation <= training |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for model, doc in docs.items():
+            "| transformer phase GiB | decode phase GiB (arena) | generation <= training |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (model, tile, px) in sorted(((m, t, px) for (m, t), d in docs.items() for px in d["generation"]),
+                                    key=lambda k: (k[0], int(k[2]), k[1] or 0)):
+        doc = docs[(model, tile)]
+        g = doc["generation"][px]
         p, s, tr = doc["plan"], doc["step"], doc["memory"]["footprint_gib"]
-        for px, g in doc["generation"].items():
-            per = ", ".join(f"{k} {v / 2**30:.3f}" for k, v in g["arenas_bytes"].items())
-            rows.append(f"| {model} | {p['n_front']}/{p['n_back']} {s['precision']}, {s['resolution_px']} px, "
-                        f"L={s['text_tokens']}: {tr} | {px} px ({g['image_tokens']} image + {g['text_tokens']} text "
-                        f"tokens) | {g['footprint_gib']} | {g['program_arena_gib']} ({per}) | {g['streams_gib']} | "
-                        f"{g['file_backed_gib']} | {g['file_backed_working_set_gib']} | {g['transformer_phase_gib']} | "
-                        f"{g.get('decoder_arena_gib', 'not modeled')} | "
-                        f"{'yes' if g['within_training_footprint'] else 'NO'} |")
+        til = g["decode_tiling"]
+        if tile is not None and not til["tiling"]["tiled"]:
+            continue                                # the picture fits one tile: the same row as untiled
+        on = (f"{til['tiles']} tiles of {til['tile_px']} px" if til["tiling"]["tiled"] else "the whole picture")
+        per = ", ".join(f"{k} {v / 2**30:.3f}" for k, v in g["arenas_bytes"].items())
+        rows.append(f"| {model} | {p['n_front']}/{p['n_back']} {s['precision']}, {s['resolution_px']} px, "
+                    f"L={s['text_tokens']}: {tr} | {px} px ({g['image_tokens']} image + {g['text_tokens']} text "
+                    f"tokens) | {on} | {g['footprint_gib']} | {g['program_arena_gib']} ({per}) | {g['streams_gib']} | "
+                    f"{g['file_backed_gib']} | {g['file_backed_working_set_gib']} | {g['transformer_phase_gib']} | "
+                    f"{g['decoder_gib']} ({g['decoder_arena_gib']}) | "
+                    f"{'yes' if g['within_training_footprint'] else 'NO'} |")
     md = ("# Generation in the planner: FLUX.1-dev and SANA-1600M\n\n" + provenance_md(prov) + "\n"
           + __doc__.split("\n\n", 2)[2].strip() + "\n\n" + "\n".join(rows) + "\n")
     (RESULTS / "generation_estimate.md").write_text(md)

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from .models.latents import LatentEncoder
+from .models.latents import LatentEncoder, enable_diffusers_tiling
 from .models.loading import build_transformer, build_vae
 from .models.specs import ModelSpec
 from .models.text import encode_prompt
@@ -82,7 +82,7 @@ def grid(images: torch.Tensor, cols: int, pad: int = 1) -> torch.Tensor:
 
 @torch.no_grad()
 def diffusers_reference(spec: ModelSpec, lora_file: str | Path | None, prompt: str, noise: torch.Tensor, steps: int,
-                        guidance: float) -> torch.Tensor:
+                        guidance: float, decode_tiling: dict | None = None) -> torch.Tensor:
     """The host's picture for the device runtime's comparison: [H, W, 3] in [0, 1], from the same initial noise
     (latent layout [1, C, h, w]), prompt, schedule and guidance.
     - flux-tiny / sana-tiny: diffusers' own FluxPipeline / SanaPipeline built from the model's components, the LoRA
@@ -90,6 +90,7 @@ def diffusers_reference(spec: ModelSpec, lora_file: str | Path | None, prompt: s
       text encoder network) and the empty prompt as the negative. FluxPipeline runs its default sigmas (the
       runtime's); SanaPipeline is given the same sigmas (`sigmas=`, its FlowMatch default would end at 1e-3) and no
       resolution binning. FLUX guidance is `true_cfg_scale` (cond and uncond in two calls), SANA's `guidance_scale`.
+      With `decode_tiling` (a bundle's generation.decode record) the autoencoder decodes with diffusers' own tiling.
     - flux-testbed (MiniLM text, pixel autoencoder: no stock pipeline): `generate` above, the LoRA loaded with
       `load_lora_adapter` into the full diffusers transformer, with the same noise."""
     import numpy as np
@@ -99,7 +100,8 @@ def diffusers_reference(spec: ModelSpec, lora_file: str | Path | None, prompt: s
         img = generate(spec, load_model(spec, lora_file), [prompt], [0], steps, guidance, px, noises=[noise])
         return (img[0].permute(1, 2, 0) * 0.5 + 0.5).clamp(0, 1)
     cond, uncond = encode_prompt(spec, prompt), encode_prompt(spec, "")
-    common = dict(transformer=build_transformer(spec), vae=build_vae(spec), scheduler=FlowMatchEulerDiscreteScheduler())
+    common = dict(transformer=build_transformer(spec), vae=enable_diffusers_tiling(build_vae(spec), decode_tiling),
+                  scheduler=FlowMatchEulerDiscreteScheduler())
     if spec.arch == "flux":
         pipe = FluxPipeline(text_encoder=None, tokenizer=None, text_encoder_2=None, tokenizer_2=None, **common)
         kw = dict(pooled_prompt_embeds=cond["pooled"], negative_prompt_embeds=uncond["txt"],

@@ -6,7 +6,8 @@ apps) call them with one generic rule: a program's inputs are looked up by name 
     gen_embed(x [B, C, h, w], t [B], cond.<key> sorted)  -> the streams entering block 0 and the context
     gen_block.<kind>(streams, context, w.<state> ...)    -> the streams leaving the block
     gen_head(img, context)                               -> v [B, C, h, w]   (velocity, latent layout)
-    decode(x [1, C, h, w])                               -> image [1, 3, H, W] in about [-1, 1]
+    decode.<h>x<w>(x [1, C, h, w], w.<state> ...)         -> image [1, 3, h f, w f] in about [-1, 1] (one latent
+                                                           tile; runtime/tiling.py puts the picture together)
     text_encoder(input_ids, attention_mask)              -> cond.txt, cond.pooled   (flux-testbed's MiniLM)
 
 with, by architecture (models/views.py: the diffusers modules themselves, referenced, never re-implemented):
@@ -123,8 +124,8 @@ class GenHead(nn.Module):
         return self.view.head({"img": img}, ctx).contiguous()
 
 
-class Decode(nn.Module):
-    """Latents [1, C, h, w] -> image [1, 3, H, W] (the pipelines' decode: unscale, unshift, the VAE's decoder)."""
+class PlainDecode(nn.Module):
+    """Latents [1, C, h, w] -> image [1, 3, H, W]: the pipelines' decode (unscale, unshift, the VAE's decoder)."""
 
     def __init__(self, encoder: LatentEncoder):
         super().__init__()
@@ -132,6 +133,31 @@ class Decode(nn.Module):
 
     def forward(self, x):
         return self.encoder.decode(x).contiguous()
+
+
+def decoder_states(decode: PlainDecode, example: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The parameters and buffers decode reads (the decoder's; not the encoder's), by name inside `decode`."""
+    with torch.no_grad():
+        ep = torch.export.export(decode.eval(), (example,), strict=False)
+    read = {n.name for n in ep.graph.nodes if n.op == "placeholder" and n.users}
+    targets = {**ep.graph_signature.inputs_to_parameters, **ep.graph_signature.inputs_to_buffers}
+    used = {t for node, t in targets.items() if node in read}   # export lifts every state; decode reads the decoder
+    return {n: t for n, t in {**dict(decode.named_parameters()), **dict(decode.named_buffers())}.items() if n in used}
+
+
+class Decode(nn.Module):
+    """PlainDecode with its weights as inputs after x (`w.<state>`, from the mapped decoder weights file): one
+    program per latent tile shape, no copy of the weights in any of them."""
+
+    def __init__(self, plain: PlainDecode, lifted: list[str]):
+        super().__init__()
+        self.plain, self.lifted = plain, list(lifted)
+
+    def input_names(self) -> list[str]:
+        return ["x"] + [WEIGHT_PREFIX + n for n in self.lifted]
+
+    def forward(self, x, *ws):
+        return functional_call(self.plain, dict(zip(self.lifted, ws)), (x,), strict=False).contiguous()
 
 
 class MiniLMEncoder(nn.Module):

@@ -6,7 +6,12 @@ writes under `programs/executorch/generation/` (the full model: a picture needs 
   text_encoder.pte + text/vocab.txt      flux-testbed: MiniLM exported as is, WordPiece vocabulary for the device's
                                          tokenizer (runtime/wordpiece.py); built-in tiny models: nothing (their hash
                                          encoder is computed by the runtime itself: runtime/hash_text.py)
-  decode.pte                             latents -> image (the model's autoencoder decoder; fp32)
+  decode_<h>x<w>.pte                     one latent tile -> its pixels (the model's autoencoder decoder, fp32, every
+                                         weight an input): one program per tile shape (`decode_tiling`; a single
+                                         whole-latent tile unless --decode-tile-px asks for tiles)
+  decoder.safetensors                    the decoder's weights, read memory-mapped by the runtime (none for a pixel
+                                         autoencoder); runtime/tiling.py puts the picture together as diffusers'
+                                         tiled_decode does
   <precision>/embed.pte, head.pte        the transformer's embedders and head, frozen weights at the precision
   <precision>/block_<kind>.pte           one block's forward, every weight an input (one program per block kind);
                                          every transformer program at batch 1: the runtime runs the guidance
@@ -30,21 +35,23 @@ from pathlib import Path
 
 import torch
 
-from ditskip_edge.models.latents import LatentEncoder
+from ditskip_edge.models.latents import LatentEncoder, decode_tiling
 from ditskip_edge.models.loading import build_transformer, build_vae
 from ditskip_edge.models.specs import FLUX_ARCH, ModelSpec
 from ditskip_edge.models.text import encode_prompt
 from ditskip_edge.models.views import block_names_of, make_view
 from ditskip_edge.quantize import QuantSpec, quantize_frozen_layers
 from ditskip_edge.runtime.bundle import PROGRAMS_DIR, BundleWriter
-from ditskip_edge.runtime.contract import (CFG_BRANCHES, COND_PREFIX, DECODE, GEN_BLOCK, GEN_EMBED, GEN_HEAD,
-                                           GENERATION_FORMAT_VERSION, TEXT_ENCODER, ProgramEntry, check_precisions)
+from ditskip_edge.runtime.contract import (CFG_BRANCHES, COND_PREFIX, DECODE, DECODER_WEIGHTS, GEN_BLOCK, GEN_EMBED,
+                                           GEN_HEAD, GENERATION_FORMAT_VERSION, TEXT_ENCODER, ProgramEntry,
+                                           check_precisions, decode_name)
 from ditskip_edge.runtime.errors import UserError
+from ditskip_edge.runtime.tiling import tile_shapes
 from ditskip_edge.runtime.weights import write_weights
 
 from .executorch_preprocess import export_module
-from .generation_modules import (ACTIVATIONS, Decode, GenEmbed, GenHead, LiftedBlock, MiniLMEncoder, block_kind,
-                                 block_states)
+from .generation_modules import (ACTIVATIONS, Decode, GenEmbed, GenHead, LiftedBlock, MiniLMEncoder, PlainDecode,
+                                 block_kind, block_states, decoder_states)
 
 log = logging.getLogger(__name__)
 GEN_DIR = f"{PROGRAMS_DIR}/executorch/generation"
@@ -63,6 +70,7 @@ class GenerationPrograms:
     px: int | None = None                        # image side; None: the model's train resolution
     group_size: int = 32                         # int4: input features per scale
     backend: str = "portable"
+    decode_tile_px: int | None = None            # decode in tiles of this many pixels a side; None: one tile
 
     def validate(self) -> None:
         check_precisions(self.precisions)
@@ -70,6 +78,8 @@ class GenerationPrograms:
             raise UserError(f"--generation-steps {self.steps}: expected 1 to {MAX_STEPS}")
         if not (math.isfinite(self.guidance) and 0 <= self.guidance <= 100):
             raise UserError(f"--guidance {self.guidance}: expected a number in [0, 100]")
+        if self.decode_tile_px is not None and self.decode_tile_px <= 0:
+            raise UserError(f"--decode-tile-px {self.decode_tile_px}: expected a positive number of pixels")
         if self.backend != "portable":
             raise UserError("generation programs: only the portable backend is exported (weights arrive as inputs)")
 
@@ -218,10 +228,9 @@ def add_generation_programs(writer: BundleWriter, config: GenerationPrograms) ->
     image_tokens = (px // spec.pixel_multiple) ** 2
     text, entries = _text_part(writer, spec)
     cond = _example_cond(spec)
-    decoder = Decode(LatentEncoder(spec.arch, build_vae(spec)))
-    entries.append(_export(writer, f"{GEN_DIR}/decode.pte", decoder, ["x"],
-                           (torch.randn(*latent_shape, generator=torch.Generator().manual_seed(1)),), ["image"],
-                           DECODE))
+    tiling = decode_tiling(spec, latent_shape[2], config.decode_tile_px)
+    es, decode_record = _decode_part(writer, spec, latent_shape, tiling)
+    entries += es
     weights = {}
     for precision in config.precisions:
         es, weights[precision] = _transformer_part(writer, spec, precision, config.group_size, latent_shape, cond)
@@ -239,11 +248,39 @@ def add_generation_programs(writer: BundleWriter, config: GenerationPrograms) ->
         "blocks": [{"name": n, "kind": block_kind(spec.arch, n)} for n in names],
         "weights": weights, "precisions": list(config.precisions), "group_size": config.group_size,
         "lora_scale": float(lora["alpha"]) / float(lora["rank"]),
+        "decode": decode_record,
         "output": "image = clip(decode(x) * 0.5 + 0.5, 0, 1); PNG = round(image * 255) (diffusers' postprocess)",
     }
     writer.manifest["programs"] = [p for p in writer.manifest.get("programs", [])
-                                   if p["name"] not in _GEN_NAMES and not p["name"].startswith(GEN_BLOCK)] + entries
+                                   if p["name"] not in _GEN_NAMES and not p["name"].startswith((GEN_BLOCK, DECODE))]
+    writer.manifest["programs"] += entries
     return [e["path"] for e in entries]
 
 
-_GEN_NAMES = (TEXT_ENCODER, GEN_EMBED, GEN_HEAD, DECODE)
+_GEN_NAMES = (TEXT_ENCODER, GEN_EMBED, GEN_HEAD)
+
+
+def _decode_part(writer: BundleWriter, spec: ModelSpec, latent_shape: list[int], tiling: dict
+                 ) -> tuple[list[dict], dict]:
+    """One decode program per latent tile shape, every weight an input from decoder.safetensors (fp32)."""
+    plain = PlainDecode(LatentEncoder(spec.arch, build_vae(spec)))
+    c, h, w = latent_shape[1:]
+    shapes = tile_shapes((h, w), tiling["tile_latent"], tiling["stride_latent"])
+    states = decoder_states(plain, torch.zeros(1, c, *shapes[0]))
+    weights_rel = f"{GEN_DIR}/decoder.safetensors" if states else None
+    if weights_rel:
+        write_weights(writer.path(weights_rel), {f"{DECODER_WEIGHTS}.{k}": v.detach().numpy() for k, v in states.items()},
+                      {"format": "ditskip-edge-decoder-weights", "model": spec.name})
+    decode = Decode(plain, list(states))
+    entries = []
+    for th, tw in shapes:
+        x = torch.randn(1, c, th, tw, generator=torch.Generator().manual_seed(1))
+        entries.append(_export(writer, f"{GEN_DIR}/decode_{th}x{tw}.pte", decode, decode.input_names(),
+                               (x,) + tuple(v.detach() for v in states.values()), ["image"], decode_name(th, tw),
+                               data=[weights_rel] if weights_rel else None))
+    record = {**tiling, "weights": weights_rel, "weight_prefix": DECODER_WEIGHTS,
+              "programs": {f"{th}x{tw}": decode_name(th, tw) for th, tw in shapes},
+              "rule": "runtime/tiling.py: tiles start every stride_latent cells; each decoded tile is blended into "
+                      "its upper, then its left (already blended) neighbour over (tile - stride) * scale pixels, "
+                      "and its first stride * scale rows and columns go to the picture (diffusers' tiled_decode)"}
+    return entries, record

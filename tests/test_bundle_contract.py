@@ -436,7 +436,7 @@ def test_kotlin_sources_compile_and_match_python_on_the_jvm(tmp_path):
     app = [KT_DIR / n for n in ("PortableRng.kt", "AdamW.kt", "BundleContract.kt", "Safetensors.kt", "ResidualCache.kt",
                                 "TrainingBundle.kt", "EtTrainer.kt", "MemoryProbe.kt", "Schedule.kt",
                                 "Patches.kt", "Wordpiece.kt", "HashText.kt", "Sampler.kt", "LoraMerge.kt",
-                                "Generator.kt")]
+                                "Tiling.kt", "Generator.kt")]
     jar = tmp_path / "check.jar"
     out = subprocess.run(["kotlinc", "-nowarn", *map(str, stubs + app), "-include-runtime", "-d", str(jar)],
                          capture_output=True, text=True)
@@ -523,6 +523,24 @@ def check_kotlin_generation_parts(jar: Path, tmp_path: Path) -> None:
         assert np.array_equal(np.array(scales.split(), np.float32), q["w_scale"].ravel())
         merged = np.array(lines[f"m{bits}"].split()[1:], dtype)
         assert np.array_equal(merged, merge_lora(q, a, b, 0.5)[codes_key].ravel())
+    # the tiled decode (runtime/tiling.py) with the stand-in decoder GenCheck.kt uses
+    from ditskip_edge.runtime.tiling import decode_tiled
+    tiled = {line.split(" ")[1]: line.split(" ")[2:] for line in out if line.startswith("tiled ")}
+    for name, (h, w, tile, stride, scale) in {"t1": (11, 9, 4, 3, 2), "t2": (8, 8, 8, 8, 4),
+                                              "t3": (7, 10, 3, 2, 3)}.items():
+        lat = rng.normal(5, (1, 2, h, w))
+        want = decode_tiled(lat, lambda t: tile_decoder(t, scale), tile, stride, scale)
+        hh, ww, *vals = tiled[name]
+        assert (int(hh), int(ww)) == want.shape[2:], name
+        assert np.array_equal(np.array(vals, np.float32), want.ravel()), name
+
+
+def tile_decoder(t: np.ndarray, s: int) -> np.ndarray:
+    """GenCheck.kt's stand-in decoder: [1, 2, h, w] -> [1, 3, h s, w s], a channel mix, nearest upsampling and a
+    column ramp (so tiles differ where they overlap and the blend shows)."""
+    up = t[0].repeat(s, axis=1).repeat(s, axis=2)
+    ramp = (np.arange(up.shape[2]) % s).astype(np.float32) * np.float32(0.25)
+    return np.stack([up[0] * np.float32(o + 1) - up[1] * np.float32(0.5) + ramp for o in range(3)])[None]
 
 
 @pytest.mark.parametrize("codec", ["fp32,front.txt=int8-token", "int4-g32,front.txt=fp16", "int8-t8,back.img=lowrank-r4"])

@@ -33,10 +33,10 @@ TOLERANCE = 1e-3                          # mean absolute pixel error, pixels in
 QUANT_BOUND = {"int8": 0.01, "int4": 0.05}  # stated in README (measured well below: benchmarks/generation_check.py)
 
 
-def _gen_bundle(tmp_path_factory, model: str, precisions: tuple[str, ...]) -> Path:
+def _gen_bundle(tmp_path_factory, model: str, precisions: tuple[str, ...], decode_tile_px: int | None = None) -> Path:
     from export.generation_stage import GenerationPrograms
     return compile_tiny(tmp_path_factory.mktemp(f"gen-{model}") / "bundle", model, steps=2,
-                        programs=[GenerationPrograms(precisions, steps=3)])
+                        programs=[GenerationPrograms(precisions, steps=3, decode_tile_px=decode_tile_px)])
 
 
 @pytest.fixture(scope="session")
@@ -46,7 +46,9 @@ def gen_flux(generation_bundle) -> Path:
 
 @pytest.fixture(scope="session")
 def gen_sana(tmp_path_factory) -> Path:
-    return _gen_bundle(tmp_path_factory, "sana-tiny", ("fp32", "int8"))
+    """sana-tiny decoding in tiles (latent 8 x 8, tiles of 4 with stride 3: four tile shapes), as SANA's DC-AE must
+    on a phone; flux-tiny's bundle decodes in one tile."""
+    return _gen_bundle(tmp_path_factory, "sana-tiny", ("fp32", "int8"), decode_tile_px=128)
 
 
 @pytest.fixture(scope="session")
@@ -92,7 +94,8 @@ def _reference(bundle: Path, lora: Path | None, seed: int = 3, steps: int = 3, g
     from ditskip_edge.runtime.bundle import read_manifest
     m = read_manifest(bundle, verify=False)
     noise = torch.from_numpy(rng.normal(seed, tuple(m["generation"]["latent_shape"])))
-    return diffusers_reference(ModelSpec.from_json(m["model"]), lora, prompt, noise, steps, guidance).numpy()
+    return diffusers_reference(ModelSpec.from_json(m["model"]), lora, prompt, noise, steps, guidance,
+                               m["generation"]["decode"]).numpy()
 
 
 # ---------------------------------------------------------------------------------------------- equality
@@ -123,10 +126,10 @@ def test_guidance_one_runs_the_cond_branch_alone_and_still_equals_diffusers(requ
                         real(self, e, named))
     got = _run(bundle, "fp32", None, guidance=1.0)
     assert float(np.abs(got - _reference(bundle, None, guidance=1.0)).mean()) <= TOLERANCE
-    cond_only = [n for n in calls if n not in ("decode", "text_encoder")]
+    cond_only = [n for n in calls if n.startswith("gen_")]
     calls.clear()
     _run(bundle, "fp32", None, guidance=3.0)
-    both = [n for n in calls if n not in ("decode", "text_encoder")]
+    both = [n for n in calls if n.startswith("gen_")]
     assert len(both) == 2 * len(cond_only) and sorted(both) == sorted(cond_only * 2)
 
 
@@ -205,6 +208,55 @@ def test_block_programs_take_every_weight_as_an_unplanned_input(gen_flux):
             assert 0 < p["memory"]["constant_bytes"] < model_bytes[p["precision"]] / 2, (p["name"], p["precision"])
     assert [b["name"] for b in m["generation"]["blocks"]][:1] == ["transformer_blocks.0"]
     assert len(m["generation"]["blocks"]) == 6                                  # every block, skipped ones too
+
+
+def test_decode_programs_hold_no_weight_and_sana_decodes_in_tiles(gen_flux, gen_sana):
+    from ditskip_edge.runtime.bundle import read_manifest
+    for bundle, tiled, shapes in ((gen_flux, False, {"16x16"}), (gen_sana, True, {"4x4", "4x2", "2x4", "2x2"})):
+        m = read_manifest(bundle, verify=False)
+        d = m["generation"]["decode"]
+        assert d["tiled"] is tiled and set(d["programs"]) == shapes
+        for p in (p for p in m["programs"] if p["name"] in d["programs"].values()):
+            assert p["data"] == [d["weights"]] and p["memory"]["inputs_planned"] is False
+            assert any(s["name"].startswith("w.") for s in p["inputs"])
+            assert p["memory"]["constant_bytes"] < 1024     # the decoder's weights are read from the mapped file
+
+
+@pytest.mark.parametrize("model,tile_px", [("flux-tiny", 64), ("sana-tiny", 128), ("sana-tiny", 96)])
+def test_tiled_decode_equals_diffusers_tiled_decode(model, tile_px):
+    """runtime/tiling.py with the host decoder per tile = diffusers' own tiled_decode (AutoencoderKL, AutoencoderDC)
+    with the same tiles; and it is not the untiled decode (the blend is really exercised)."""
+    from ditskip_edge.models.latents import LatentEncoder, enable_diffusers_tiling
+    from ditskip_edge.models.loading import build_vae
+    from ditskip_edge.models.specs import builtin_spec as get_spec
+    from ditskip_edge.runtime.tiling import decode_tiled
+    from ditskip_edge.models.latents import decode_tiling
+    spec = get_spec(model)
+    side = 2 * spec.train_px // spec.vae_scale_factor
+    tiling = decode_tiling(spec, side, tile_px)
+    assert tiling["tiled"]
+    vae = build_vae(spec)
+    x = torch.randn(1, int(vae.config.latent_channels), side, side, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        plain = LatentEncoder(spec.arch, vae).decode(x).numpy()
+        got = decode_tiled(x.numpy(), lambda t: LatentEncoder(spec.arch, vae).decode(torch.from_numpy(t)).numpy(),
+                           tiling["tile_latent"], tiling["stride_latent"], tiling["scale"])
+        want = LatentEncoder(spec.arch, enable_diffusers_tiling(build_vae(spec), tiling)).decode(x).numpy()
+    assert got.shape == want.shape == plain.shape
+    assert float(np.abs(got - want).max()) <= 1e-5
+    assert float(np.abs(want - plain).mean()) > 1e-3
+
+
+@pytest.mark.parametrize("model,tile_px,expect", [("flux-tiny", 40, "multiple of 32 px"),
+                                                  ("sana-tiny", 48, "multiple of 32 px"),
+                                                  ("flux-testbed", 8, "no decoder to tile")])
+def test_decode_tiles_the_autoencoder_cannot_take_are_refused_with_one_line(model, tile_px, expect):
+    from ditskip_edge.models.specs import builtin_spec as get_spec
+    from ditskip_edge.runtime.errors import UserError
+    from ditskip_edge.models.latents import decode_tiling
+    spec = get_spec(model)
+    with pytest.raises(UserError, match=expect):
+        decode_tiling(spec, 2 * spec.train_px // spec.vae_scale_factor, tile_px)
 
 
 GUARDED = """

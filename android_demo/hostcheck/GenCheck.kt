@@ -7,6 +7,7 @@ import org.ditskip.demo.PortableRng
 import org.ditskip.demo.RawTensor
 import org.ditskip.demo.Safetensors
 import org.ditskip.demo.Sampler
+import org.ditskip.demo.Tiling
 import org.ditskip.demo.Wordpiece
 import java.io.File
 import java.nio.ByteBuffer
@@ -45,4 +46,16 @@ fun main(args: Array<String>) {
                      "w_scale" to RawTensor("F32", longArrayOf(o.toLong(), (i / 32).toLong(), 1), ByteBuffer.wrap(Safetensors.f32Bytes(s4))))
     val m4 = LoraMerge.merge(raw4, a, b, r, 0.5f, 32)
     println("m4 ${m4.getValue("w_packed").third.joinToString(" ") { (it.toInt() and 0xFF).toString() }}")
+    // tiled decode with a stand-in decoder (tests/test_bundle_contract.py TILE_DECODER): channel mix + nearest upsample
+    for ((name, shape) in listOf("t1" to intArrayOf(11, 9, 4, 3, 2), "t2" to intArrayOf(8, 8, 8, 8, 4), "t3" to intArrayOf(7, 10, 3, 2, 3))) {
+        val (h, w, tile, stride, scale) = shape.toList()
+        val c = 2
+        val lat = PortableRng.normal(5L, c * h * w)
+        val img = Tiling.decodeTiled(lat, c, h, w, tile, stride, scale) { t, th, tw ->
+            Tiling.Tile(3, th * scale, tw * scale, FloatArray(3 * th * scale * tw * scale) { q ->
+                val o = q / (th * scale * tw * scale); val y = q / (tw * scale) % (th * scale); val x = q % (tw * scale)
+                val a = t[(0 * th + y / scale) * tw + x / scale]; val b = t[(1 * th + y / scale) * tw + x / scale]
+                a * (o + 1).toFloat() - b * 0.5f + (x % scale).toFloat() * 0.25f }) }
+        println("tiled $name ${img.h} ${img.w} ${img.data.joinToString(" ")}")
+    }
 }

@@ -57,6 +57,9 @@ def register(sub, add_json_flag) -> None:
     p.add_argument("--generation-steps", type=int, default=20, help="generation: default sampler steps")
     p.add_argument("--guidance", type=float, default=3.0, help="generation: default classifier-free guidance scale")
     p.add_argument("--generation-px", type=int, default=None, help="generation: image side (model's train px)")
+    p.add_argument("--decode-tile-px", type=int, default=None,
+                   help="generation: decode in tiles of this many pixels a side, blended as diffusers' tiled "
+                        "decode (the decoder's memory is one tile's; e.g. 256 for SANA's DC-AE on a phone)")
     p.add_argument("--remat", default=None,
                    help=f"executorch: block rematerialization in the training program: {REMAT_CHOICES} (kept "
                         f"blocks recomputed in backward; default blocks)")
@@ -100,7 +103,8 @@ def program_stages(runtimes: list[str], precision: str, xnnpack: bool, generatio
     for r in dict.fromkeys(names):
         stages.append(et if r == "executorch" else OrtPrograms(precisions))
     if generation is not None:
-        stages.append(GenerationPrograms(precisions, generation.steps, generation.guidance, generation.px))
+        stages.append(GenerationPrograms(precisions, generation.steps, generation.guidance, generation.px,
+                                         decode_tile_px=generation.decode_tile_px))
     return stages
 
 
@@ -135,7 +139,8 @@ def run(args) -> dict:
                          cache_codec=args.cache_codec,
                          programs=program_stages(args.runtimes, args.precision, args.xnnpack,
                                                  GenerationPrograms(steps=args.generation_steps, guidance=args.guidance,
-                                                                    px=args.generation_px)
+                                                                    px=args.generation_px,
+                                                                    decode_tile_px=args.decode_tile_px)
                                                  if args.generation else None,
                                                  remat=args.remat, weights=args.weights))
     return compile_bundle(req)

@@ -47,6 +47,9 @@ def register(sub, add_json_flag) -> None:
                    help="also estimate on-device generation (full model one block at a time, each guidance branch at batch 1, "
                         "weights mapped) at these image sides (no value: the train resolution and the model's data "
                         "resolution)")
+    p.add_argument("--decode-tile-px", type=int, default=None,
+                   help="generation: the decoder runs on tiles of this many pixels a side (compile's "
+                        "--decode-tile-px; default: the whole picture at once)")
     add_json_flag(p)
     p.set_defaults(func=run)
 
@@ -58,7 +61,8 @@ def run(args) -> dict:
                                  runtime_overhead_mib=args.runtime_overhead_mib, steps=args.steps,
                                  grad_accum=args.grad_accum, remat=args.remat, weights=args.weights, backend=args.backend,
                                  subject_stage=args.subject_stage, cache_codec=args.cache_codec,
-                                 forward_precision=args.forward_precision, generation_px=_generation_px(args)))
+                                 forward_precision=args.forward_precision, generation_px=_generation_px(args),
+                                 decode_tile_px=args.decode_tile_px))
 
 
 def _generation_px(args) -> tuple[int, ...]:

@@ -15,9 +15,11 @@ alone: the full transformer one block at a time, every program at batch 1 with t
     file_backed_bytes = every block's frozen weights + embedders + head at the precision (the whole model: a picture
                         needs the skipped blocks too); working set: one block's + embedders and head
 
-    decode phase  = the autoencoder decoder's traced peak at the image size (the decode program runs after the
-                    transformer programs are dropped: footprint = the larger phase + the runtime overhead); real-size
-                    models use their published autoencoder configs (subject.py AUTOENCODER_CONFIGS, meta device)
+    decode phase  = the autoencoder decoder's traced peak on one tile (the whole latent unless decode_tile_px asks
+                    for tiles: runtime/tiling.py), plus with tiles the picture and two rows of decoded tiles (the
+                    decode programs run after the transformer programs are dropped: footprint = the larger phase +
+                    the runtime overhead); real-size models use their published autoencoder configs (subject.py
+                    AUTOENCODER_CONFIGS, meta device)
 
 Not modeled: the text encoder (FLUX.1-dev's CLIP + T5-XXL, SANA's Gemma-2: no device program exists for them here;
 the runtime drops the text program before sampling).
@@ -47,6 +49,7 @@ class GenerationConfig:
     resolution_px: int
     text_tokens: int
     precision: str = "int8"
+    decode_tile_px: int | None = None      # the decoder runs on tiles of this side (compile --decode-tile-px)
 
     @property
     def latent_shape(self) -> tuple[int, int, int, int]:
@@ -144,25 +147,35 @@ def decoder_config(spec: ModelSpec) -> dict | None:
     return AUTOENCODER_CONFIGS.get(spec.name, AUTOENCODER_CONFIGS["sana"] if spec.arch != FLUX_ARCH else None)
 
 
-def trace_decoder(cfg: GenerationConfig) -> int | None:
-    """The decode program's traced peak (activations; weights excluded: constants in the mapped program)."""
+def trace_decoder(cfg: GenerationConfig) -> dict | None:
+    """The decode phase: the decode program's traced peak on its largest tile (activations; weights excluded: read
+    in place from the mapped decoder file), plus, when tiled, what runtime/tiling.py holds beside it (the picture
+    and two rows of decoded tiles)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from ..models.latents import LatentEncoder
+    from ..models.latents import LatentEncoder, decode_tiling
     from ..models.loading import vae_class
     vc = decoder_config(cfg.spec)
-    if vc is None or vc.get("kind") == "pixel":
-        return None if vc is None else 0
+    if vc is None:
+        return None
+    side = cfg.resolution_px // cfg.spec.vae_scale_factor
+    tiling = decode_tiling(cfg.spec, side, cfg.decode_tile_px)
+    tile = min(tiling["tile_latent"], side)
+    px_tile = tile * tiling["scale"]
+    tiles_per_row = len(range(0, side, tiling["stride_latent"]))
+    held = (3 * cfg.resolution_px ** 2 + 2 * tiles_per_row * 3 * px_tile ** 2) * 4 if tiling["tiled"] else 0
+    out = {"tiling": tiling, "tile_px": px_tile, "tiles": tiles_per_row ** 2, "held_pixels_bytes": held}
+    if vc.get("kind") == "pixel":
+        return {**out, "arena_bytes": 0, "phase_bytes": held}
     with torch.device("meta"):
         vae = vae_class(cfg.spec.arch).from_config(vc)
     with FakeTensorMode(allow_non_fake_inputs=True), torch.no_grad():
         vae = vae.to_empty(device="cpu")
-        side = cfg.resolution_px // cfg.spec.vae_scale_factor
-        x = torch.zeros(1, int(vc["latent_channels"]), side, side)
+        x = torch.zeros(1, int(vc["latent_channels"]), tile, tile)
         tr = StepMemoryTracker(storage_keys(list(vae.parameters()) + [x]))
         with tr:
             LatentEncoder(cfg.spec.arch, vae).decode(x)
-    return tr.peak_bytes
+    return {**out, "arena_bytes": tr.peak_bytes, "phase_bytes": tr.peak_bytes + held}
 
 
 def generation_estimate(cfg: GenerationConfig, runtime_overhead_bytes: int, attention: str = "math") -> dict:
@@ -172,13 +185,16 @@ def generation_estimate(cfg: GenerationConfig, runtime_overhead_bytes: int, atte
     streams = (CFG_BRANCHES + 1) * tr["streams_bytes"]
     transformer_phase = arena + streams + tr["latents_and_cond_bytes"]
     decoder = trace_decoder(cfg)
-    footprint = max(transformer_phase, decoder or 0) + runtime_overhead_bytes
+    decode_phase = decoder["phase_bytes"] if decoder else None
+    footprint = max(transformer_phase, decode_phase or 0) + runtime_overhead_bytes
     working = tr["largest_block_bytes"] + tr["non_block_bytes"]
     out = {"resolution_px": cfg.resolution_px, "image_tokens": tr["image_tokens"], "text_tokens": cfg.text_tokens,
            "cfg_branches": CFG_BRANCHES, "program_batch": PROGRAM_BATCH, "precision": cfg.precision, "program_arena_bytes": arena,
            "arenas_bytes": tr["arenas_bytes"], "streams_bytes": streams,
            "latents_and_cond_bytes": tr["latents_and_cond_bytes"], "runtime_overhead_bytes": runtime_overhead_bytes,
-           "transformer_phase_bytes": transformer_phase, "decoder_arena_bytes": decoder,
+           "transformer_phase_bytes": transformer_phase, "decoder_bytes": decode_phase,
+           "decoder_arena_bytes": decoder["arena_bytes"] if decoder else None,
+           "decode_tiling": {k: v for k, v in decoder.items() if not k.endswith("_bytes")} if decoder else None,
            "footprint_bytes": footprint, "file_backed_bytes": tr["frozen_weights_bytes"],
            "file_backed_working_set_bytes": working, "peak_bytes": footprint + working,
            "not_modeled": ["text encoder"] + (["autoencoder decoder (no config)"] if decoder is None else [])}

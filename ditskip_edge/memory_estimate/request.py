@@ -35,6 +35,7 @@ class EstimateRequest:
     cache_codec: str = "int8-channel,front.txt=lowrank-r16"    # the stored cache's codec (cache-free comparison)
     forward_precision: str | None = None  # the subject stage's forward programs (default: precision)
     generation_px: tuple[int, ...] = ()  # also estimate generation (memory_estimate/generation.py) at these sides
+    decode_tile_px: int | None = None    # generation's decoder on tiles of this side (compile --decode-tile-px)
     backend: str = "portable"            # the ExecuTorch program's backend (compile's default): its weight copies
 
 
@@ -75,7 +76,7 @@ def estimate_memory(req: EstimateRequest) -> dict:
         from .generation import GenerationConfig, generation_estimate
         if px < spec.pixel_multiple or px % spec.pixel_multiple:
             raise UserError(f"--generation-px {px}: expected a positive multiple of {spec.pixel_multiple}")
-        g = generation_estimate(GenerationConfig(spec, px, cfg.text_tokens, req.precision),
+        g = generation_estimate(GenerationConfig(spec, px, cfg.text_tokens, req.precision, req.decode_tile_px),
                                 int(req.runtime_overhead_mib * MIB), req.attention)
         g["training_footprint_bytes"] = memory.footprint_bytes          # the same request's step, its --weights
         g["within_training_footprint"] = g["footprint_bytes"] <= memory.footprint_bytes

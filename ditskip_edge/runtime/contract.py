@@ -61,9 +61,15 @@ TEXT_ENCODER = "text_encoder"
 GEN_EMBED = "gen_embed"
 GEN_BLOCK = "gen_block"            # one program per block kind: "gen_block.<kind>" (double / single / sana)
 GEN_HEAD = "gen_head"
-DECODE = "decode"
-GENERATION_FORMAT_VERSION = 2      # 2: programs at batch 1, the guidance branches run one after the other
+DECODE = "decode"                  # one program per latent tile shape: "decode.<h>x<w>" (runtime/tiling.py)
+DECODER_WEIGHTS = "decoder"        # decode's `w.<state>` inputs are `decoder.<state>` in generation.decode.weights
+GENERATION_FORMAT_VERSION = 3      # 2: programs at batch 1, the guidance branches run one after the other;
+                                   # 3: the decoder per tile, its weights in a mapped file (generation.decode)
 CFG_BRANCHES = ("uncond", "cond")  # classifier-free guidance: v = v_uncond + g (v_cond - v_uncond)
+
+
+def decode_name(tile_h: int, tile_w: int) -> str:
+    return f"{DECODE}.{tile_h}x{tile_w}"
 
 
 def step_input_names(cond_keys, entry_keys) -> list[str]:

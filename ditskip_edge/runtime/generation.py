@@ -11,6 +11,8 @@
             values[b] |= gen_block.<kind>(values[b], that block's weights)  one block, one branch at a time
         v_b = gen_head(values[b]);  x = x + (sigma_{i+1} - sigma_i) (v_u + g (v_c - v_u))
     image  = clip(decode(x) * 0.5 + 0.5, 0, 1)  -> PNG, written to a temporary name and renamed
+             decode: the decode program once per latent tile (one tile: the whole latent, unless the bundle was
+             compiled with --decode-tile-px), the tiles blended as diffusers' tiled_decode (runtime/tiling.py)
 
 A program's inputs are looked up by name among the values computed so far (`w.<state>`: the block's weights), its
 outputs stored under their names (export/generation_modules.py), so the loop knows nothing of the architecture.
@@ -31,9 +33,9 @@ from pathlib import Path
 
 import numpy as np
 
-from . import bindings, hash_text, rng, sampler
+from . import bindings, hash_text, rng, sampler, tiling
 from .bundle import MANIFEST, Bundle, sha256_file, verify_files
-from .contract import (CFG_BRANCHES, DECODE, GEN_BLOCK, GEN_EMBED, GEN_HEAD, GENERATION_FORMAT_VERSION, TEXT_ENCODER,
+from .contract import (CFG_BRANCHES, GEN_BLOCK, GEN_EMBED, GEN_HEAD, GENERATION_FORMAT_VERSION, TEXT_ENCODER,
                        ordered_inputs)
 from .errors import BundleError, UserError
 from .footprint import read_footprint
@@ -124,12 +126,14 @@ class Generator:
             raise UserError(f"--precision {self.precision}: the bundle's generation programs are "
                             f"{', '.join(precisions)}")
         self.text = self.gen["text"]
+        self.decode = self.gen["decode"]
+        decode_names = set(self.decode["programs"].values())
         self.entries = {p["name"]: p for p in bundle.programs
-                        if p.get("runtime") == "executorch" and p["name"] in (TEXT_ENCODER, DECODE)}
+                        if p.get("runtime") == "executorch" and (p["name"] == TEXT_ENCODER or p["name"] in decode_names)}
         self.entries.update({p["name"]: p for p in bundle.programs if p.get("runtime") == "executorch"
                              and p.get("precision") == self.precision
                              and (p["name"] in (GEN_EMBED, GEN_HEAD) or p["name"].startswith(GEN_BLOCK + "."))})
-        need = [GEN_EMBED, GEN_HEAD, DECODE] + [f"{GEN_BLOCK}.{k}" for k in {b["kind"] for b in self.gen["blocks"]}]
+        need = [GEN_EMBED, GEN_HEAD, *sorted(decode_names)] + [f"{GEN_BLOCK}.{k}" for k in {b["kind"] for b in self.gen["blocks"]}]
         need += [TEXT_ENCODER] if self.text["kind"] == "minilm" else []
         missing = [n for n in need if n not in self.entries]
         if missing:
@@ -140,6 +144,7 @@ class Generator:
     # ------------------------------------------------------------------------------------------ checks
     def files(self) -> list[str]:
         rels = [self.weights_rel] + [e["path"] for e in self.entries.values()]
+        rels += [self.decode["weights"]] if self.decode["weights"] else []
         if self.text["kind"] == "minilm":
             rels.append(self.text["tokenizer"]["vocab"])
         return rels
@@ -260,7 +265,7 @@ class Generator:
         bar.close()
         t_loop = time.perf_counter() - t1
         programs.drop()
-        image = programs(self.entries[DECODE], {"x": x})["image"]
+        image = self.decode_latents(x, programs)
         programs.drop()
         pixels = np.clip(image[0].transpose(1, 2, 0) * np.float32(0.5) + np.float32(0.5), 0, 1).astype(np.float32)
         total = time.perf_counter() - t0
@@ -268,6 +273,19 @@ class Generator:
                         "seconds_text": round(t_text, 3), "seconds_sampling": round(t_loop, 3),
                         "seconds_per_step": round(t_loop / steps, 4),
                         "seconds_decode": round(total - t_loop - t_text - t_merge, 3), "footprint": watch.to_json()}
+
+
+    def decode_latents(self, x: np.ndarray, programs: Programs) -> np.ndarray:
+        """latents [1, C, h, w] -> image [1, 3, H, W]: the decode program per tile (runtime/tiling.py), its weights
+        read from the mapped decoder file."""
+        d = self.decode
+        weights = MappedWeights(self.bundle.root / d["weights"]) if d["weights"] else None
+
+        def decode_tile(latents: np.ndarray) -> np.ndarray:
+            entry = self.entries[d["programs"][f"{latents.shape[2]}x{latents.shape[3]}"]]
+            return programs(entry, BlockInputs({"x": latents}, d["weight_prefix"], weights, None))["image"]
+
+        return tiling.decode_tiled(x, decode_tile, d["tile_latent"], d["stride_latent"], d["scale"])
 
 
 def cfg_branches(guidance: float) -> tuple[str, ...]:

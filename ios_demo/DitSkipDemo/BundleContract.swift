@@ -35,12 +35,13 @@ enum BundleContract {
     static let checkpointFile = "checkpoint.safetensors"
     static let checkpointIdentityPrefix = "ditskip-edge checkpoint v1"
     static let genField = "generation"
-    static let genFormatVersion = 2
+    static let genFormatVersion = 3
     static let genTextEncoder = "text_encoder"
     static let genEmbed = "gen_embed"
     static let genBlockPrefix = "gen_block."
     static let genHead = "gen_head"
-    static let genDecode = "decode"
+    static let genDecodePrefix = "decode."
+    static let genDecodeField = "decode"
     static let genWeightPrefix = "w."
     static let rngCheckSeed = 12345
     static let rngCheckNormals = [0.562543511390686, 0.922802209854126, -0.60619056224823, -1.8615540266036987, 0.8157831430435181, -1.341822862625122]

@@ -11,6 +11,7 @@ import Foundation
 ///                   for each block in order, each branch b: values[b] += gen_block.<kind>(values[b], block weights)
 ///                   v_b = gen_head(values[b]);  x += (sigma_next - sigma) (v_u + g (v_c - v_u))
 ///   image = clip(decode(x) * 0.5 + 0.5, 0, 1)        [H, W, 3] row-major
+///           decode: decode.<h>x<w> per latent tile, the tiles blended as diffusers' tiled_decode (Tiling.swift)
 ///
 /// A program's inputs are found by name among the values computed so far; `w.<state>` inputs are the block's weights,
 /// read in place from the memory-mapped weights file (and the merged LoRA file written after training).
@@ -35,7 +36,7 @@ final class Generator {
         loraRecord = bundle.manifest[BundleContract.loraFileField] as? [String: Any] ?? [:]
         for p in bundle.manifest[BundleContract.programsField] as? [[String: Any]] ?? [] {
             let name = p["name"] as? String ?? ""
-            let shared = name == BundleContract.genTextEncoder || name == BundleContract.genDecode
+            let shared = name == BundleContract.genTextEncoder || name.hasPrefix(BundleContract.genDecodePrefix)
             if p["runtime"] as? String == BundleContract.etRuntime
                 && (shared || p[BundleContract.etPrecisionField] as? String == self.precision) { programs[name] = p }
         }
@@ -153,11 +154,31 @@ final class Generator {
             onStep(i + 1, steps)
         }
         current = nil
-        let decoded = try run(try load(BundleContract.genDecode)) { _, _, shape in Generator.input(x, shape) }
-        let image = decoded[Generator.imageOutput]!
-        let chw = Generator.floats(image)
-        let (h, w) = (image.shape[2].intValue, image.shape[3].intValue)
+        let image = try decode(x, latent)
+        let chw = image.data
+        let (h, w) = (image.h, image.w)
         return (0..<(h * w * 3)).map { k in min(max(chw[(k % 3) * h * w + k / 3] * 0.5 + 0.5, 0), 1) }
+    }
+
+    /// latents -> image [3, H, W]: the decode program per latent tile (one tile unless the bundle was compiled with
+    /// --decode-tile-px), its `w.<state>` inputs from the mapped decoder weights, the tiles blended (Tiling.swift).
+    private func decode(_ x: [Float], _ latent: [Int]) throws -> Tiling.Tile {
+        guard let dec = gen[BundleContract.genDecodeField] as? [String: Any], let names = dec["programs"] as? [String: String],
+              let tile = dec["tile_latent"] as? Int, let stride = dec["stride_latent"] as? Int, let scale = dec["scale"] as? Int
+        else { throw TrainError.bundle("manifest.json: generation.decode is incomplete (recompile with --generation)") }
+        let weights = try (dec["weights"] as? String).map { try MappedWeights(root.appendingPathComponent($0)) }
+        let prefix = dec["weight_prefix"] as? String ?? ""
+        var current: (String, (DSModule, [String: Any]))? = nil
+        return try Tiling.decodeTiled(x, c: latent[1], h: latent[2], w: latent[3], tile: tile, stride: stride, scale: scale) { part, th, tw in
+            guard let name = names[Tiling.shapeKey(th, tw)] else { throw TrainError.bundle("no decode program for a \(th)x\(tw) tile") }
+            if current?.0 != name { current = nil; current = (name, try load(name)) }
+            let out = try run(current!.1) { n, dtype, shape in
+                guard n.hasPrefix(BundleContract.genWeightPrefix) else { return Generator.input(part, shape) }
+                guard let w = weights else { throw TrainError.bundle("decode needs \(n) and the bundle has no decoder weights") }
+                return try w.input(prefix + "." + n.dropFirst(BundleContract.genWeightPrefix.count), dtype: dtype, shape: shape)
+            }[Generator.imageOutput]!
+            return Tiling.Tile(c: out.shape[1].intValue, h: out.shape[2].intValue, w: out.shape[3].intValue, data: Generator.floats(out))
+        }
     }
 
     /// The LoRA'd linears merged at the weights' bit width into `out` (once after training); only this bundle's

@@ -35,12 +35,13 @@ object BundleContract {
     const val CHECKPOINT_FILE = "checkpoint.safetensors"
     const val CHECKPOINT_IDENTITY_PREFIX = "ditskip-edge checkpoint v1"
     const val GEN_FIELD = "generation"
-    const val GEN_FORMAT_VERSION = 2
+    const val GEN_FORMAT_VERSION = 3
     const val GEN_TEXT_ENCODER = "text_encoder"
     const val GEN_EMBED = "gen_embed"
     const val GEN_BLOCK_PREFIX = "gen_block."
     const val GEN_HEAD = "gen_head"
-    const val GEN_DECODE = "decode"
+    const val GEN_DECODE_PREFIX = "decode."
+    const val GEN_DECODE_FIELD = "decode"
     const val GEN_WEIGHT_PREFIX = "w."
     const val RNG_CHECK_SEED = 12345
     val RNG_CHECK_NORMALS = doubleArrayOf(0.562543511390686, 0.922802209854126, -0.60619056224823, -1.8615540266036987, 0.8157831430435181, -1.341822862625122)

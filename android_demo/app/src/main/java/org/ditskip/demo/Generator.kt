@@ -21,6 +21,7 @@ import java.nio.channels.FileChannel
  *                   for each block in order, each branch b: values[b] += gen_block.<kind>(values[b], block weights)
  *                   v_b = gen_head(values[b]);  x += (sigma_next - sigma) (v_u + g (v_c - v_u))
  *   image = clip(decode(x) * 0.5 + 0.5, 0, 1)        [H, W, 3] row-major, the caller shows it
+ *           decode: decode.<h>x<w> per latent tile, the tiles blended as diffusers' tiled_decode (Tiling.kt)
  *
  * A program's inputs are found by name among the values computed so far; `w.<state>` inputs are the block's
  * weights: direct buffers over the memory-mapped weights file (the merged LoRA'd linears from the file merged
@@ -45,7 +46,7 @@ class Generator(private val root: File, manifest: JSONObject, precision: String?
         for (i in 0 until list.length()) {
             val p = list.getJSONObject(i)
             val name = p.getString("name")
-            val shared = name == BundleContract.GEN_TEXT_ENCODER || name == BundleContract.GEN_DECODE
+            val shared = name == BundleContract.GEN_TEXT_ENCODER || name.startsWith(BundleContract.GEN_DECODE_PREFIX)
             if (p.getString("runtime") == BundleContract.ET_RUNTIME && (shared || p.getString(BundleContract.ET_PRECISION_FIELD) == this.precision)) programs[name] = p
         }
     }
@@ -135,12 +136,37 @@ class Generator(private val root: File, manifest: JSONObject, precision: String?
         } finally {
             current?.second?.first?.destroy()
         }
-        val decode = load(BundleContract.GEN_DECODE)
-        val image = try { run(decode) { _, _, shape -> Tensor.fromBlob(x, shape) }.getValue("image") } finally { decode.first.destroy() }
-        val chw = image.dataAsFloatArray
-        val (h, w) = image.shape()[2].toInt() to image.shape()[3].toInt()
+        val image = decode(x)
+        val chw = image.data
+        val (h, w) = image.h to image.w
         return FloatArray(h * w * 3) { k -> val p = k / 3; val ch = k % 3
             (chw[ch * h * w + p] * 0.5f + 0.5f).coerceIn(0f, 1f) }
+    }
+
+    /** latents -> image [3, H, W]: the decode program per latent tile (one tile unless the bundle was compiled with
+     *  --decode-tile-px), its `w.<state>` inputs from the mapped decoder weights, the tiles blended (Tiling). */
+    private fun decode(x: FloatArray): Tiling.Tile {
+        val dec = gen.getJSONObject(BundleContract.GEN_DECODE_FIELD)
+        val weights = if (dec.isNull("weights")) null else MappedWeights(File(root, dec.getString("weights")))
+        val prefix = dec.getString("weight_prefix")
+        val names = dec.getJSONObject("programs")
+        var current: Pair<String, Pair<Module, JSONObject>>? = null
+        try {
+            return Tiling.decodeTiled(x, latentShape[1].toInt(), latentShape[2].toInt(), latentShape[3].toInt(),
+                                      dec.getInt("tile_latent"), dec.getInt("stride_latent"), dec.getInt("scale")) { tile, th, tw ->
+                val name = names.getString(Tiling.shapeKey(th, tw))
+                val program = current?.takeIf { it.first == name }?.second
+                    ?: load(name).also { current?.second?.first?.destroy(); current = name to it }
+                val out = run(program) { n, dtype, shape ->
+                    if (n.startsWith(BundleContract.GEN_WEIGHT_PREFIX))
+                        weights!!.tensor("$prefix.${n.removePrefix(BundleContract.GEN_WEIGHT_PREFIX)}", dtype, shape)
+                    else Tensor.fromBlob(tile, shape) }.getValue("image")
+                val sh = out.shape()
+                Tiling.Tile(sh[1].toInt(), sh[2].toInt(), sh[3].toInt(), out.dataAsFloatArray)
+            }
+        } finally {
+            current?.second?.first?.destroy()
+        }
     }
 
     /** The LoRA'd linears merged at the weights' bit width into `out` (once after training): the bundle's LoRA only
