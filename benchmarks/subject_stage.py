@@ -99,7 +99,7 @@ def losses(bundle: Path, run_dir: Path) -> list[float]:
     return train_bundle(bundle, "executorch", RunConfig(run_dir=run_dir, progress=False, resume=False))["losses"]
 
 
-def measure_model(model: str, work: Path, steps: int, accum: int) -> dict:
+def measure_model(model: str, work: Path, steps: int, accum: int, only: tuple[str, ...] = ()) -> dict:
     """Variants of the forward programs: xnnpack (the default: blocks and encoder on XNNPACK, weights inside the
     .pte), portable (portable kernels, XNNPACK encoder), and for flux-tiny portable with the weights in .ptd data
     files (memory-mapped, file-backed). Each: the subject stage one block program at a time and with all kept."""
@@ -108,6 +108,8 @@ def measure_model(model: str, work: Path, steps: int, accum: int) -> dict:
     host, t_host = compile_host(model, work, steps, accum)
     row["compile_host_bundle_s"] = round(t_host, 1)
     variants = [("xnnpack", False), ("portable", False)] + ([("portable", True)] if model.startswith("flux") else [])
+    if only:
+        variants = [(b, e) for b, e in variants if b + ("+ptd" if e else "") in only]
     stored_step = None
     for backend, external in variants:
         name = backend + ("+ptd" if external else "")
@@ -260,9 +262,11 @@ def markdown(res: dict) -> str:
                          f"**{v['stage_footprint_le_training']}**; residuals device vs host (relative L2, max over "
                          "samples): " + ", ".join(f"{k} {e:.1e}" for k, e in v["residual_rel_error_device_vs_host"]
                                                   .items()) + f"; compile {v['compile_model_bundle_s']} s")
-        lines += [f"- losses, a run from the device cache (portable forward programs) vs the host bundle's run: max "
-                  f"rel. diff **{r['max_rel_loss_diff_device_vs_host']:.1e}** over {len(r['losses_host_bundle'])} "
-                  f"steps; host subject bundle compile {r['compile_host_bundle_s']} s", ""]
+        if "max_rel_loss_diff_device_vs_host" in r:
+            lines += [f"- losses, a run from the device cache (portable forward programs) vs the host bundle's run: "
+                      f"max rel. diff **{r['max_rel_loss_diff_device_vs_host']:.1e}** over "
+                      f"{len(r['losses_host_bundle'])} steps; host subject bundle compile {r['compile_host_bundle_s']} s"]
+        lines.append("")
     if res.get("headline"):
         lines += ["## Headline layout (FLUX layout, ~300M parameters, random weights; 128 px crops, 128 text tokens)",
                   "", "| precision | forward weights | largest block program MiB | subject stage s / sample | subject "
@@ -296,6 +300,9 @@ def main() -> None:
     ap.add_argument("--grad-accum", type=int, default=2)
     ap.add_argument("--work", default=None, help="keep the bundles here (default: a temporary folder)")
     ap.add_argument("--no-planner", action="store_true")
+    ap.add_argument("--variants", default="", help="only these forward-program variants (comma-separated among "
+                                                   "xnnpack, portable, portable+ptd; default all)")
+    ap.add_argument("--out", default="subject_stage", help="results file stem under benchmarks/results/")
     ap.add_argument("--headline", default="", help="also the ~300M FLUX layout: comma-separated variants among "
                                                    "int8, int8-ptd, fp32, fp32-ptd")
     a = ap.parse_args()
@@ -308,7 +315,8 @@ def main() -> None:
            "date_utc": started, "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, load average "
                                           f"{load[0]:.1f} at start", "models": [], "planner": []}
     for m in a.models.split(","):
-        res["models"].append(measure_model(m, work, a.steps, a.grad_accum))
+        res["models"].append(measure_model(m, work, a.steps, a.grad_accum,
+                                           tuple(v for v in a.variants.split(",") if v)))
         print(json.dumps(res["models"][-1], indent=1, default=str), file=sys.stderr, flush=True)
     res["headline"] = []
     for v in [x for x in a.headline.split(",") if x]:
@@ -317,7 +325,7 @@ def main() -> None:
     if not a.no_planner:
         res["planner"] = planner_rows()
     res["load_average_at_end"] = os.getloadavg()[0]
-    out = ROOT / "benchmarks" / "results" / "subject_stage"
+    out = ROOT / "benchmarks" / "results" / a.out
     out.with_suffix(".json").write_text(json.dumps(res, indent=1, default=str))
     out.with_suffix(".md").write_text(markdown(res))
     print(f"wrote {out}.json / .md", file=sys.stderr)

@@ -45,8 +45,8 @@ def export_module(module: nn.Module, example: tuple, backend: str = "portable", 
     remove_unused_constants(ep)        # buffers nothing reads (a block program's module holds the whole model's)
     cc = EdgeCompileConfig(_check_ir_validity=False)
     if backend == "xnnpack":
-        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-        edge = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()], compile_config=cc)
+        from .xnnpack_partition import rounding_only_partitioner   # fp32 XNNPACK kernels that only reorder sums
+        edge = to_edge_transform_and_lower(ep, partitioner=[rounding_only_partitioner()], compile_config=cc)
     else:
         edge = to_edge(ep, compile_config=cc)
     if planned_inputs:

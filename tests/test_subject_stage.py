@@ -88,10 +88,9 @@ def _check_residuals_match(device: Path, host: Path, bound: float = 1e-4) -> dic
         assert set(d) == set(h)
         for k in h:
             worst[k] = max(worst.get(k, 0.0), _rel(d[k], h[k]))
-    # x0 comes from the encode program (ExecuTorch's portable conv / group-norm kernels on flat photo regions: about
-    # 1e-4, as the preprocess programs measured); the residuals, given that x0, are the host's to <= 1e-4 per stream
-    # (the issue's criterion, met by the portable block programs; XNNPACK's fp32 kernels are 1e-4 to 2.2e-4 apart:
-    # benchmarks/results/subject_stage.md)
+    # x0 comes from the encode program (group norms over flat photo regions amplify fp32 rounding: up to 4.9e-4 on
+    # flux-tiny's random autoencoder, benchmarks/results/subject_stage.md, where random inputs give 2.6e-6); the
+    # residuals are the host's to <= 1e-4 per stream (the issue's criterion)
     assert worst.pop("x0") <= 1e-3 and all(v <= bound for v in worst.values()), worst
     return worst
 
@@ -166,9 +165,9 @@ def test_device_residuals_equal_the_hosts_per_stream_flux(flux_device, flux_host
 
 
 def test_device_residuals_equal_the_hosts_per_stream_sana(tmp_path):
-    """sana-tiny with the default forward programs: XNNPACK, weights inside the .pte. XNNPACK's fp32 kernels do not
-    meet the 1e-4 criterion (1.1e-4 here, 2.2e-4 on flux-tiny in benchmarks/results/subject_stage.md): a looser bound;
-    the criterion itself is checked on the portable programs (the flux test)."""
+    """sana-tiny with the default forward programs: XNNPACK (the ops whose fp32 kernels only reorder sums: export/
+    xnnpack_partition.py rounding_only_partitioner; with every op on XNNPACK this was 1.1e-4, and 2.2e-4 on flux-tiny),
+    weights inside the .pte: the 1e-4 criterion, as the portable programs (the flux test)."""
     from export.executorch_subject import SubjectPrograms
     from ditskip_edge.runtime.subject import SubjectConfig, personalize
     model = compile_tiny(tmp_path / "model", "sana-tiny", n_front=2, n_back=1, steps=2, grad_accum=2, images=None,
@@ -178,7 +177,7 @@ def test_device_residuals_equal_the_hosts_per_stream_sana(tmp_path):
     assert not any(p["data"] for p in forward) and {p["backend"] for p in forward if p["name"] == "block"} == {"xnnpack"}
     host = compile_tiny(tmp_path / "host", "sana-tiny", n_front=2, n_back=1, steps=2, grad_accum=2, cache_codec="fp32")
     personalize(model, PHOTOS, tmp_path / "device", SubjectConfig(progress=False))
-    worst = _check_residuals_match(tmp_path / "device", host, bound=5e-4)
+    worst = _check_residuals_match(tmp_path / "device", host)
     assert set(worst) == {"front.img", "back.img"}
 
 
