@@ -18,8 +18,9 @@ preprocess programs): XNNPACK takes only the ops whose fp32 kernels differ from 
 sum (matmuls, convolutions, elementwise add / sub / mul, copies and layout); softmax, GELU / tanh, sigmoid, rsqrt,
 division and the rest stay on the portable kernels. Measured on a flux-tiny block (its residual, the difference the
 cache stores, against eager fp32): every op on XNNPACK 1.3e-4 - 1.8e-4 relative, over the subject stage's 1e-4
-criterion; this set 4.6e-7, as the portable kernels (4.2e-7); time per call 1.0 ms against 0.7 ms (all ops) and
-2.3 ms (portable). The offending kernels were found as a set, not op by op.
+criterion; this set 4.6e-7 - 5.7e-7, as the portable kernels (4.1e-7 - 5.4e-7); sana-tiny's blocks are at 2e-7
+either way (benchmarks/results/xnnpack_op_sets.md, `python benchmarks/xnnpack_op_sets.py`; its times were taken under
+load: between the all-ops and the portable programs). The offending kernels were found as a set, not op by op.
 """
 
 from __future__ import annotations
