@@ -279,6 +279,8 @@ def markdown(res: dict) -> str:
                          f"{h['training']['seconds_per_step']} | {f(h['training']['footprint_above_baseline_bytes'])} | "
                          f"**{h['stage_footprint_le_training']}** |")
         lines.append("")
+    if not res["planner"]:
+        return "\n".join(lines) + "\n"
     lines += ["## Planner at real scale (`ditskip-edge estimate --model M --skip-ratio 0.5 --precision P --weights W "
               "--subject-stage --json`)", "",
               "| model | precision | weights | plan | training footprint GiB | subject stage footprint GiB | <= training | "
