@@ -98,16 +98,17 @@ def headline_folder(work: Path) -> str:
     return str(folder)
 
 
-def compile_bundle(model: str, work: Path, precision: str) -> tuple[Path, float]:
+def compile_bundle(model: str, work: Path, precision: str, decode_tile_px: int | None = None) -> tuple[Path, float]:
     from conftest import compile_tiny
     from export.executorch_stage import ExecutorchPrograms
     from export.generation_stage import GenerationPrograms
-    out = work / f"{Path(model).name}-{precision}"
+    out = work / (f"{Path(model).name}-{precision}" + (f"-tiles{decode_tile_px}" if decode_tile_px else ""))
     split = {"flux-testbed": (0, 6)}.get(model, (1, 2) if "tiny" in model else (4, 2))
     t0 = time.perf_counter()
     if not (out / "manifest.json").is_file():
         compile_tiny(out, model, n_front=split[0], n_back=split[1], steps=4,
-                     programs=[ExecutorchPrograms((precision,), preprocess=False), GenerationPrograms((precision,))])
+                     programs=[ExecutorchPrograms((precision,), preprocess=False),
+                               GenerationPrograms((precision,), decode_tile_px=decode_tile_px)])
     return out, time.perf_counter() - t0
 
 
@@ -154,16 +155,19 @@ def main() -> int:
     ap.add_argument("--gen-steps", type=int, default=4)
     ap.add_argument("--work", default=None)
     ap.add_argument("--out", default=str(RESULTS / "generation_memory"))
+    ap.add_argument("--decode-tile-px", default="", help="MODEL=PX,...: compile that model with --decode-tile-px PX")
     args = ap.parse_args()
+    tiles = {k: int(v) for k, v in (kv.split("=") for kv in args.decode_tile_px.split(",") if kv)}
     import torch
     torch.set_num_threads(1)
     work = Path(args.work or tempfile.mkdtemp(prefix="genmem-"))
     models = list(args.models) + ([headline_folder(work)] if args.headline else [])
     results = []
     for model in models:
-        bundle, compile_s = compile_bundle(model, work, args.precision)
+        bundle, compile_s = compile_bundle(model, work, args.precision, tiles.get(Path(model).name))
         r = measure(bundle, args.precision, args.train_steps, args.gen_steps)
-        results.append({"model": Path(model).name, "precision": args.precision, "compile_s": round(compile_s, 1), **r})
+        name = Path(model).name + (f" (decode tiles {tiles[Path(model).name]} px)" if Path(model).name in tiles else "")
+        results.append({"model": name, "precision": args.precision, "compile_s": round(compile_s, 1), **r})
         print(json.dumps({k: v for k, v in results[-1].items() if k not in ("train", "generate")}), flush=True)
         doc = {"command": "python " + " ".join(sys.argv),
                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
