@@ -46,7 +46,7 @@ from ditskip_edge.runtime.contract import (CFG_BRANCHES, COND_PREFIX, DECODE, DE
                                            GEN_HEAD, GENERATION_FORMAT_VERSION, TEXT_ENCODER, ProgramEntry,
                                            check_precisions, decode_name)
 from ditskip_edge.runtime.errors import UserError
-from ditskip_edge.runtime.tiling import tile_shapes
+from ditskip_edge.runtime.tiling import tile_key, tile_shapes
 from ditskip_edge.runtime.weights import write_weights
 
 from .executorch_preprocess import export_module
@@ -275,11 +275,11 @@ def _decode_part(writer: BundleWriter, spec: ModelSpec, latent_shape: list[int],
     entries = []
     for th, tw in shapes:
         x = torch.randn(1, c, th, tw, generator=torch.Generator().manual_seed(1))
-        entries.append(_export(writer, f"{GEN_DIR}/decode_{th}x{tw}.pte", decode, decode.input_names(),
+        entries.append(_export(writer, f"{GEN_DIR}/decode_{tile_key(th, tw)}.pte", decode, decode.input_names(),
                                (x,) + tuple(v.detach() for v in states.values()), ["image"], decode_name(th, tw),
                                data=[weights_rel] if weights_rel else None))
     record = {**tiling, "weights": weights_rel, "weight_prefix": DECODER_WEIGHTS,
-              "programs": {f"{th}x{tw}": decode_name(th, tw) for th, tw in shapes},
+              "programs": {tile_key(th, tw): decode_name(th, tw) for th, tw in shapes},
               "rule": "runtime/tiling.py: tiles start every stride_latent cells; each decoded tile is blended into "
                       "its upper, then its left (already blended) neighbour over (tile - stride) * scale pixels, "
                       "and its first stride * scale rows and columns go to the picture (diffusers' tiled_decode)"}

@@ -155,14 +155,15 @@ def trace_decoder(cfg: GenerationConfig) -> dict | None:
 
     from ..models.latents import LatentEncoder, decode_tiling
     from ..models.loading import vae_class
+    from ..runtime.tiling import tile_starts
     vc = decoder_config(cfg.spec)
     if vc is None:
         return None
     side = cfg.resolution_px // cfg.spec.vae_scale_factor
     tiling = decode_tiling(cfg.spec, side, cfg.decode_tile_px)
-    tile = min(tiling["tile_latent"], side)
+    tile = tiling["tile_latent"]
     px_tile = tile * tiling["scale"]
-    tiles_per_row = len(range(0, side, tiling["stride_latent"]))
+    tiles_per_row = len(tile_starts(side, tiling["stride_latent"]))
     held = (3 * cfg.resolution_px ** 2 + 2 * tiles_per_row * 3 * px_tile ** 2) * 4 if tiling["tiled"] else 0
     out = {"tiling": tiling, "tile_px": px_tile, "tiles": tiles_per_row ** 2, "held_pixels_bytes": held}
     if vc.get("kind") == "pixel":

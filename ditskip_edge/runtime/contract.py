@@ -69,7 +69,8 @@ CFG_BRANCHES = ("uncond", "cond")  # classifier-free guidance: v = v_uncond + g 
 
 
 def decode_name(tile_h: int, tile_w: int) -> str:
-    return f"{DECODE}.{tile_h}x{tile_w}"
+    from .tiling import tile_key
+    return f"{DECODE}.{tile_key(tile_h, tile_w)}"
 
 
 def step_input_names(cond_keys, entry_keys) -> list[str]:

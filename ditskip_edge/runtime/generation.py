@@ -282,7 +282,7 @@ class Generator:
         weights = MappedWeights(self.bundle.root / d["weights"]) if d["weights"] else None
 
         def decode_tile(latents: np.ndarray) -> np.ndarray:
-            entry = self.entries[d["programs"][f"{latents.shape[2]}x{latents.shape[3]}"]]
+            entry = self.entries[d["programs"][tiling.tile_key(latents.shape[2], latents.shape[3])]]
             return programs(entry, BlockInputs({"x": latents}, d["weight_prefix"], weights, None))["image"]
 
         return tiling.decode_tiled(x, decode_tile, d["tile_latent"], d["stride_latent"], d["scale"])

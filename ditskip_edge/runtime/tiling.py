@@ -21,6 +21,11 @@ from typing import Callable
 import numpy as np
 
 
+def tile_key(tile_h: int, tile_w: int) -> str:
+    """generation.decode.programs' key of a latent tile shape: "<h>x<w>" (Tiling.shapeKey in the apps)."""
+    return f"{tile_h}x{tile_w}"
+
+
 def tile_starts(size: int, stride: int) -> list[int]:
     return list(range(0, size, stride))
 
