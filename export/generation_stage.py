@@ -91,6 +91,7 @@ class GenerationPrograms:
         px = self.px or spec.train_px
         if px % spec.pixel_multiple or px < spec.pixel_multiple:
             raise UserError(f"--generation-px {px}: expected a positive multiple of {spec.pixel_multiple}")
+        decode_tiling(spec, px // spec.vae_scale_factor, self.decode_tile_px)     # tiles this decoder can take
 
 
 def scheduler_record(spec: ModelSpec, image_tokens: int) -> dict:
