@@ -33,7 +33,7 @@ def export_module(module: nn.Module, example: tuple, backend: str = "portable", 
     inputs out of the memory plan: the runtime then uses the caller's memory (e.g. a memory-mapped weights file) in
     place instead of copying it into the program's arena. mm_rewrite: addmm -> mm + add (graph_passes; the portable
     addmm kernel is naive)."""
-    from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge, to_edge_transform_and_lower
+    from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge
     from executorch.exir.passes import MemoryPlanningPass
     from .graph_passes import remove_unused_constants
     with torch.no_grad():
@@ -45,8 +45,9 @@ def export_module(module: nn.Module, example: tuple, backend: str = "portable", 
     remove_unused_constants(ep)        # buffers nothing reads (a block program's module holds the whole model's)
     cc = EdgeCompileConfig(_check_ir_validity=False)
     if backend == "xnnpack":
+        from .lowering import to_edge_lowered
         from .xnnpack_partition import rounding_only_partitioner   # fp32 XNNPACK kernels that only reorder sums
-        edge = to_edge_transform_and_lower(ep, partitioner=[rounding_only_partitioner()], compile_config=cc)
+        edge, _ = to_edge_lowered(ep, [rounding_only_partitioner()], compile_config=cc)
     else:
         edge = to_edge(ep, compile_config=cc)
     if planned_inputs:

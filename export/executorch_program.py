@@ -2,8 +2,9 @@
 
     bundle --build_step--> FlatTrainingStep (kept blocks + LoRA, frozen linears int8/int4, decoder, loss)
            --export_training_program--> torch.export (block marks when remat is on) -> _export_forward_backward
-           -> graph passes (remat.rematerialize_blocks, graph_passes.*) -> to_edge (portable) |
-           to_edge_transform_and_lower (XNNPACK) -> schedule.restore_order -> to_executorch (memory_plan planner,
+           -> graph passes (graph_passes.pointwise_conv_to_mm, remat.rematerialize_blocks, graph_passes.*)
+           -> to_edge (portable) | lowering.to_edge_lowered (XNNPACK; the partition lowering without a
+           whole-graph copy per partition) -> schedule.restore_order -> to_executorch (memory_plan planner,
            constants in an external .ptd file with external_weights) -> .pte bytes (+ .ptd bytes) + memory report
            + op placement + pass counts
 
@@ -48,6 +49,7 @@ class ExportConfig:
     recompute_frozen: bool = True               # graph_passes.recompute_frozen_in_backward
     mm_rewrite: bool = True                     # graph_passes.addmm_to_mm_add
     mm_as_bmm: bool = True                      # XNNPACK only: graph_passes.mm_to_bmm
+    pointwise_conv_as_mm: bool = True           # graph_passes.pointwise_conv_to_mm (SANA's 1x1 convolutions)
     remat: str = "none"                         # "none" | "blocks" | "every:K" (remat.py)
     external_weights: bool = False              # frozen constants in a .ptd file beside the .pte
     memory_planner: str = "best"                # "greedy" (ExecuTorch's) | "best_fit" | "best" (memory_plan.py)
@@ -151,6 +153,8 @@ def export_joint(step: StepModule, cfg: ExportConfig):
               "negative_pad": graph_passes.negative_pad_to_slice(ep)}
     if cfg.mm_rewrite:
         passes["addmm_to_mm_add"] = graph_passes.addmm_to_mm_add(ep)
+    if cfg.pointwise_conv_as_mm:
+        passes["pointwise_conv_to_mm"] = graph_passes.pointwise_conv_to_mm(ep)
     if spec.enabled:
         passes["remat"] = remat.rematerialize_blocks(ep, spec)
         passes["remat"]["marks_removed"] = remat.remove_marks(ep)
@@ -166,9 +170,10 @@ def export_joint(step: StepModule, cfg: ExportConfig):
 def lower(ep, backend: str | ExportConfig, passes: dict | None = None):
     """Edge program, XNNPACK-partitioned for backend "xnnpack", with the edge passes and the node order restored
     (ExportConfig fields; a backend name alone means the defaults). Counts go into `passes`."""
-    from executorch.exir import EdgeCompileConfig, to_edge, to_edge_transform_and_lower
+    from executorch.exir import EdgeCompileConfig, to_edge
 
     from .edge_passes import UnsqueezeAsView
+    from .lowering import to_edge_lowered
     from .schedule import restore_order
     cfg = backend if isinstance(backend, ExportConfig) else ExportConfig(backend=backend)
     passes = {} if passes is None else passes
@@ -181,7 +186,8 @@ def lower(ep, backend: str | ExportConfig, passes: dict | None = None):
             part = MatmulChainPartitioner()
         else:
             part = XnnpackPartitioner()
-        edge = to_edge_transform_and_lower(ep, transform_passes=transforms, partitioner=[part], compile_config=cc)
+        edge, legalize = to_edge_lowered(ep, [part], transforms, cc)
+        passes["legalized_partitions"] = legalize["legalized"]
     else:
         edge = to_edge(ep, compile_config=cc)
         if transforms:

@@ -119,15 +119,16 @@ def _specs(names: list[str], tensors) -> list[dict]:
 
 def export_forward(module: nn.Module, example: tuple, backend: str, external_weights: bool):
     """Inference export (no backward) with math attention. Returns (.pte bytes, {data file suffix: bytes}, memory)."""
-    from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge, to_edge_transform_and_lower
+    from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge
     from .graph_passes import remove_unused_constants
     with sdpa_kernel([SDPBackend.MATH]), torch.no_grad():
         ep = torch.export.export(module.eval(), example, strict=False)
     remove_unused_constants(ep)                     # e.g. the head's weights in the embed program's view
     cc = EdgeCompileConfig(_check_ir_validity=False)
     if backend == "xnnpack":
+        from .lowering import to_edge_lowered
         from .xnnpack_partition import rounding_only_partitioner   # fp32 XNNPACK kernels that only reorder sums
-        edge = to_edge_transform_and_lower(ep, partitioner=[rounding_only_partitioner()], compile_config=cc)
+        edge, _ = to_edge_lowered(ep, [rounding_only_partitioner()], compile_config=cc)
     else:
         edge = to_edge(ep, compile_config=cc)
     et = edge.to_executorch(ExecutorchBackendConfig(external_constants=external_weights))

@@ -9,12 +9,17 @@ can any other exporter that starts from a joint graph.
   portable kernel rejects negative pads.
 - `addmm_to_mm_add`: ExecuTorch's portable `addmm.out` is a naive loop, `mm.out` is optimised (STACK.md: 6x per
   step at 256 wide).
+- `pointwise_conv_to_mm`: a 1x1 convolution (SANA's GLUMBConv conv_inverted / conv_point, its 1x1 patch embedder)
+  and its backward become matmuls. ExecuTorch's portable `convolution` / `convolution_backward` are naive loops and
+  XNNPACK has no convolution backward: at the SANA layout (250M) they made the remat step 20x the eager one.
 - `recompute_frozen_in_backward`: a value computed only from frozen constants (a dequantized weight, a transposed
   weight) that the backward reads is recomputed just before its first backward use instead of being kept alive in
   the activation arena from forward to backward.
 """
 
 from __future__ import annotations
+
+import operator
 
 import torch
 from torch.export import ExportedProgram
@@ -112,6 +117,92 @@ def addmm_to_mm_add(ep: ExportedProgram) -> int:
         return _insert(g, aten.add.Tensor, (_insert(g, aten.mm.default, (a, b), like=n), bias), like=n)
 
     return _rewrite_nodes(ep, (aten.addmm.default,), rewrite)
+
+
+def _is_pointwise(stride, padding, dilation, transposed, groups, weight) -> bool:
+    w = _fake(weight)
+    return (isinstance(w, torch.Tensor) and w.dim() == 4 and tuple(w.shape[2:]) == (1, 1) and not transposed
+            and groups == 1 and all(s == 1 for s in stride) and all(p == 0 for p in padding)
+            and all(d == 1 for d in dilation))
+
+
+def _contiguous(g, x, like):
+    v = _fake(x)
+    if v.is_contiguous():
+        return x
+    return _insert(g, aten.clone.default, (x,), {"memory_format": torch.contiguous_format}, like=like)
+
+
+def _channels_by_positions(g, x, like):
+    """x [B, C, H, W] -> [C, B*H*W] (B = 1: a view)."""
+    b, c, h, w = _fake(x).shape
+    if b != 1:
+        x = _insert(g, aten.permute.default, (x, [1, 0, 2, 3]), like=like)
+    return _insert(g, aten.view.default, (_contiguous(g, x, like), [c, b * h * w]), like=like)
+
+
+def _from_channels_by_positions(g, y2, b, h, w, like):
+    """[C, B*H*W] -> [B, C, H, W], contiguous."""
+    c = _fake(y2).shape[0]
+    if b == 1:
+        return _insert(g, aten.view.default, (y2, [1, c, h, w]), like=like)
+    y = _insert(g, aten.permute.default, (_insert(g, aten.view.default, (y2, [c, b, h, w]), like=like),
+                                          [1, 0, 2, 3]), like=like)
+    return _insert(g, aten.clone.default, (y,), {"memory_format": torch.contiguous_format}, like=like)
+
+
+def pointwise_conv_to_mm(ep: ExportedProgram) -> int:
+    """convolution(x, w [O, I, 1, 1], b) with stride 1, no padding, no groups -> w[O, I] @ x[I, B*H*W] (+ b), and
+    its convolution_backward -> grad_x = w.t() @ grad, grad_w = grad @ x.t(), grad_b = sum(grad): what mm_to_bmm
+    then hands to XNNPACK. The weight stays on the left (the large operand: mm_to_bmm's weights_left form). Returns
+    the number of convolution and convolution_backward nodes replaced."""
+    g = ep.graph_module.graph
+
+    def forward(g, n):
+        x, w, bias, stride, padding, dilation, transposed, _, groups = n.args[:9]
+        if not _is_pointwise(stride, padding, dilation, transposed, groups, w):
+            return None
+        bsz, _, h, wd = _fake(x).shape
+        o, i = _fake(w).shape[:2]
+        w2 = _insert(g, aten.view.default, (_contiguous(g, w, n), [o, i]), like=n)
+        y = _from_channels_by_positions(g, _insert(g, aten.mm.default, (w2, _channels_by_positions(g, x, n)),
+                                                   like=n), bsz, h, wd, n)
+        if bias is not None:
+            y = _insert(g, aten.add.Tensor, (y, _insert(g, aten.view.default, (bias, [o, 1, 1]), like=n)), like=n)
+        return y
+
+    n_fixed = _rewrite_nodes(ep, (aten.convolution.default,), forward)
+    for n in list(g.nodes):
+        if n.op != "call_function" or n.target != aten.convolution_backward.default:
+            continue
+        grad, x, w, _, stride, padding, dilation, transposed, _, groups, mask = n.args[:11]
+        if not _is_pointwise(stride, padding, dilation, transposed, groups, w):
+            continue
+        bsz, _, h, wd = _fake(x).shape
+        o, i = _fake(w).shape[:2]
+        with g.inserting_before(n):
+            g2 = _channels_by_positions(g, grad, n)
+            out = {}
+            if mask[0]:
+                w2t = _insert(g, aten.permute.default,
+                              (_insert(g, aten.view.default, (_contiguous(g, w, n), [o, i]), like=n), [1, 0]), like=n)
+                out[0] = _from_channels_by_positions(g, _insert(g, aten.mm.default, (w2t, g2), like=n), bsz, h, wd, n)
+            if mask[1]:
+                x2t = _insert(g, aten.permute.default, (_channels_by_positions(g, x, n), [1, 0]), like=n)
+                out[1] = _insert(g, aten.view.default, (_insert(g, aten.mm.default, (g2, x2t), like=n), [o, i, 1, 1]),
+                                 like=n)
+            if mask[2]:
+                out[2] = _insert(g, aten.sum.dim_IntList, (grad, [0, 2, 3]), like=n)
+        for user in list(n.users):
+            if user.op != "call_function" or user.target is not operator.getitem or user.args[1] not in out:
+                raise RuntimeError(f"pointwise_conv_to_mm: unexpected use of {n.name}: {user.format_node()}")
+            user.replace_all_uses_with(out[user.args[1]])
+            g.erase_node(user)
+        g.erase_node(n)
+        n_fixed += 1
+    g.eliminate_dead_code()
+    _finish(ep)
+    return n_fixed
 
 
 def frozen_input_names(ep: ExportedProgram) -> set[str]:
