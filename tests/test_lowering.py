@@ -95,32 +95,48 @@ def test_in_topological_order_sees_a_use_before_its_definition():
     assert not in_topological_order(gm)
 
 
-def test_checked_legalize_lowers_to_the_same_program_results():
-    """XNNPACK's own partitioner (large fused partitions, several outputs) under checked_legalize: the program gives
-    what the same lowering without it gives, and every partition was checked."""
+class _TwoOutputs(nn.Module):
+    """XNNPACK fuses the linear and its epilogue into one partition with two outputs; its order needs no repair."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = self.a(x)
+        return torch.sigmoid(h) * self.b(h) + h, h.exp()
+
+
+class _UserBetween(nn.Module):
+    """XNNPACK merges the two independent linears into one partition; the cumsum (portable) reads the first one's
+    output and sits between them, so the fused call placed after the second breaks the order: legalize runs."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 8)
+
+    def forward(self, x):
+        e = torch.cumsum(self.a(x), 0)
+        return e, self.b(x)
+
+
+@pytest.mark.parametrize("net_cls,legalized", [(_TwoOutputs, 0), (_UserBetween, 1)])
+def test_checked_legalize_lowers_to_the_same_program_results(net_cls, legalized):
+    """XNNPACK's own partitioner (large fused partitions) under checked_legalize: the program gives what the same
+    lowering without it gives; the whole-graph legalize runs only where a partition broke the order."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
     from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
 
     from export.lowering import to_edge_lowered
-
-    class Net(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 8)
-
-        def forward(self, x):
-            h = self.a(x)
-            return torch.sigmoid(h) * self.b(h) + h, h.exp()      # h leaves the fused partition twice
-
     torch.manual_seed(0)
-    net = Net().eval()
+    net = net_cls().eval()
     x = torch.randn(3, 8)
-    ep = torch.export.export(net, (x,))
-    plain = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()]).to_executorch().buffer
+    plain = to_edge_transform_and_lower(torch.export.export(net, (x,)),
+                                        partitioner=[XnnpackPartitioner()]).to_executorch().buffer
     edge, stats = to_edge_lowered(torch.export.export(net, (x,)), [XnnpackPartitioner()])
     checked = edge.to_executorch().buffer
-    assert stats["checked"] >= 1
+    assert stats == {"checked": 1, "legalized": legalized}
     out_plain = _load_for_executorch_from_buffer(plain).forward((x,))
     out_checked = _load_for_executorch_from_buffer(checked).forward((x,))
     for a, b, c in zip(out_plain, out_checked, net(x)):
