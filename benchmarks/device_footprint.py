@@ -171,23 +171,32 @@ def run_et(args, spec, row: str, workdir: Path) -> dict:
     rec["cpu_seconds_per_step"] = rt.get("cpu_seconds_per_step")
     rec["loss"] = rt["loss"]
     try:
-        rec["estimate"] = estimate_row(spec, args, remat)
+        rec["estimate"] = estimate_row(spec, args, remat, program_counts(rec.get("memory", {})))
         rec["measured_over_estimate"] = rec["footprint_rss_anon_bytes"] / rec["estimate"]["step_footprint_bytes"]
     except Exception as e:   # noqa: BLE001 - keep the measurement
         rec["estimate_error"] = short_error(e)
     return rec
 
 
-def estimate_row(spec, args, remat: str) -> dict:
+def program_counts(memory: dict) -> dict | None:
+    """The program's instructions and XNNPACK delegates (its memory report); None for a record written before the
+    report had them (the estimate then counts on the trace)."""
+    if "instructions" not in memory:
+        return None
+    return {"instructions": memory["instructions"], "xnnpack_delegates": memory["xnnpack_delegates"]}
+
+
+def estimate_row(spec, args, remat: str, program: dict | None = None) -> dict:
     """The memory estimate (ditskip-edge estimate, ditskip_edge/memory_estimate/) of the program this row runs: same
-    step, math attention (the program's), this remat, weights mapped, no runtime overhead. The row runs
+    step, math attention (the program's), this remat, weights mapped, no runtime overhead; the program state from
+    the exported program's instruction and delegate counts (`program`), else from the trace. The row runs
     forward_backward only (no optimizer), so the comparable figure leaves out AdamW states and gradient sums:
-    step_footprint = activation arena + LoRA parameters + step inputs."""
+    step_footprint = activation arena + LoRA parameters + step inputs + program state."""
     from ditskip_edge.memory_estimate.memory import MemoryEstimate, trace_step
     cfg = replace(step_cfg(spec, args.rank), remat=remat)
     est = MemoryEstimate.from_trace(trace_step(cfg, attention="math", count_flops=False, backend=args.backend), 0,
-                                    "mapped")
-    step = est.activation_arena_bytes + est.lora_params_bytes + est.step_inputs_bytes
+                                    "mapped", program)
+    step = est.activation_arena_bytes + est.lora_params_bytes + est.step_inputs_bytes + est.program_state_bytes
     return {"step_footprint_bytes": step, "file_backed_bytes": est.file_backed_bytes,
             "file_backed_working_set_bytes": est.file_backed_working_set_bytes, "memory_estimate": est.to_json()}
 
@@ -309,6 +318,8 @@ def main() -> None:
     ap.add_argument("--backend", default="xnnpack", choices=["portable", "xnnpack"])
     ap.add_argument("--xnnpack-ops", default="matmul", choices=["all", "matmul"])
     ap.add_argument("--out", default=None)
+    ap.add_argument("--merge", default="", help="comma-separated result JSONs: write --out from their records (a "
+                    "later file's (config, row) replaces an earlier one's), measuring nothing")
     ap.add_argument("--eager-child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--config", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--row", default=None, help=argparse.SUPPRESS)
@@ -318,6 +329,8 @@ def main() -> None:
     from _meta import provenance
     from memory_speed import config_specs
     prov = provenance()
+    if args.merge:
+        return merge(args, prov)
     specs = config_specs(args.configs)
     if args.only:
         specs = {k: v for k, v in specs.items() if k in args.only.split(",")}
@@ -339,6 +352,25 @@ def main() -> None:
                 res = {"provenance": prov, "threads": args.threads, "steps": args.steps, "records": records,
                        "summary": summarize(records)}
                 stem.with_suffix(".json").write_text(json.dumps(res, indent=1, default=str))   # partial results kept
+    write_report(res, stem)
+    plot(res, stem)
+    print(f"wrote {stem}.json / .md / .png", file=sys.stderr)
+
+
+def merge(args, prov: dict) -> None:
+    """One report from the rows of earlier runs (each record keeps its own provenance in the merged command)."""
+    by_key, sources = {}, []
+    for path in args.merge.split(","):
+        res = json.loads(Path(path).read_text())
+        sources.append(f"{res['provenance']['command']} ({res['provenance']['date']})")
+        for r in res["records"]:
+            by_key[(r["config"], r["row"])] = r
+    records = [by_key[k] for k in sorted(by_key, key=lambda k: (k[0], ROWS.index(k[1])))]
+    prov = dict(prov, command=prov["command"] + " <- " + "; ".join(sources))
+    res = {"provenance": prov, "threads": args.threads, "steps": args.steps, "records": records,
+           "summary": summarize(records)}
+    stem = Path(args.out)
+    stem.with_suffix(".json").write_text(json.dumps(res, indent=1, default=str))
     write_report(res, stem)
     plot(res, stem)
     print(f"wrote {stem}.json / .md / .png", file=sys.stderr)

@@ -77,6 +77,7 @@ def memory_report(et_program, step, pte_bytes: int, data_files: dict | None = No
     deq = sum(sizes)
     inputs = sum(v.numel() * v.element_size() for v in step.example)
     report = {"pte_bytes": pte_bytes, "planned_arena_bytes": sum(arena), "non_const_buffer_sizes": arena,
+              "instructions": sum(len(c.instructions) for c in plan.chains), "xnnpack_delegates": len(plan.delegates),
               "constant_bytes": const_bytes, "constant_bytes_in_pte": _constant_bytes_in_pte(et_program),
               "external_data_bytes": external, "external_data_files": sorted((data_files or {}).keys()),
               "trainable_bytes": trainable, "gradient_bytes": trainable,

@@ -80,7 +80,7 @@ def test_estimate_json_prints_one_document_with_the_breakdown(capsys, command):
     doc = json.loads(capsys.readouterr().out)
     mem = doc["memory"]
     parts = ["frozen_weights_bytes", "lora_params_bytes", "adamw_states_bytes", "gradient_sums_bytes",
-             "activation_arena_bytes", "step_inputs_bytes", "runtime_overhead_bytes"]
+             "activation_arena_bytes", "step_inputs_bytes", "runtime_overhead_bytes", "program_state_bytes"]
     assert mem["peak_bytes"] == mem["footprint_bytes"] == sum(mem[k] for k in parts)      # weights resident
     assert all(mem[k] > 0 for k in parts)
     assert doc["plan"]["kept"] == [1, 4] and doc["storage"]["cache_bytes"] > 0
@@ -203,3 +203,36 @@ def test_tracker_counts_the_exported_programs_transposed_weight_copy(backend):
     weight_bytes = 256 * 64 * 4
     expect = {None: (0, 0), "portable": (weight_bytes, 0), "xnnpack": (0, weight_bytes)}[backend]
     assert (seen["forward"].transpose_peak_bytes, seen["backward"].transpose_peak_bytes) == expect
+
+
+def test_tracker_counts_the_delegates_an_xnnpack_program_has_for_a_frozen_linear():
+    """x @ w.t() becomes (w @ x.t()).t() in the program: x.t(), the product and the output transpose are three
+    delegates; the input gradient g @ w becomes (w.t() @ g.t()).t(): four (export/graph_passes.mm_to_bmm)."""
+    import torch
+    from ditskip_edge.memory_estimate.tracker import StepMemoryTracker, storage_keys
+    lin = torch.nn.Linear(64, 256, bias=False)
+    lin.weight.requires_grad_(False)
+    x = torch.randn(4, 64, requires_grad=True)
+    fwd = StepMemoryTracker(storage_keys([lin.weight, x]), weight_transposes="xnnpack")
+    bwd = StepMemoryTracker(storage_keys([lin.weight, x]), weight_transposes="xnnpack")
+    with fwd:
+        y = lin(x)
+    with bwd:
+        y.sum().backward()
+    assert (fwd.xnnpack_delegates, bwd.xnnpack_delegates) == (3, 4)
+    assert fwd.kernel_calls >= 1 and bwd.kernel_calls >= 1
+
+
+def test_program_state_is_counted_for_a_program_and_not_for_eager_torch():
+    from ditskip_edge.memory_estimate.memory import MemoryEstimate, program_state_bytes
+    spec = builtin_spec("flux-tiny")
+    cfg = StepConfig(spec=spec, resolution_px=spec.train_px, text_tokens=8, n_front=0, n_back=1, rank=4)
+    eager = trace_step(cfg, attention="math", count_flops=False)
+    program = trace_step(cfg, attention="math", count_flops=False, backend="xnnpack")
+    assert program.xnnpack_delegates > 0 and program.kernel_calls > program.xnnpack_delegates
+    e, p = MemoryEstimate.from_trace(eager, 0), MemoryEstimate.from_trace(program, 0)
+    assert e.program_state_bytes == 0
+    assert p.program_state_bytes == program_state_bytes(program.kernel_calls, program.xnnpack_delegates) > 0
+    counted = MemoryEstimate.from_trace(program, 0, program={"instructions": 1000, "xnnpack_delegates": 400})
+    assert counted.program_state_bytes == program_state_bytes(1000, 400)
+    assert counted.footprint_bytes - p.footprint_bytes == counted.program_state_bytes - p.program_state_bytes

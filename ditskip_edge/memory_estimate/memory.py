@@ -11,6 +11,9 @@ The step program (program.py) is built with fake CPU tensors and one step (forwa
                                      segment boundaries' streams and one segment's internals), the largest
                                      transients, the LoRA gradients (traced)
                + step_inputs         one residual-cache entry (x0 + residuals), text conditioning, noise
+               + program_state       the ExecuTorch method's tables and XNNPACK delegates' runtimes: per
+                                     instruction and per delegate (fitted by benchmarks/delegate_state.py), counted
+                                     on the exported program when there is one, else from the trace
                + runtime_overhead    the process itself (given: interpreter / runtime library, not traced)
                + frozen_weights      only when resident: kept blocks + embedders + head, at the given precision
                                      (int codes + scales; linears and convolutions, quantize.py)
@@ -59,6 +62,10 @@ class StepTrace:
     frozen_param_count: int
     largest_block_frozen_bytes: int = 0    # one kept block's frozen weights
     non_block_frozen_bytes: int = 0        # embedders + head
+    kernel_calls: int = 0                  # ops of the step that are kernel calls (not views): stands in for the
+                                           # program's instructions
+    xnnpack_delegates: int = 0             # backend "xnnpack": the program's delegates for these ops (tracker.py)
+    backend: str | None = None             # the ExecuTorch program's backend traced for; None: eager torch
 
 
 def _sdpa_context(attention: str):
@@ -114,7 +121,8 @@ def trace_step(cfg: StepConfig, attention: str = "flash", count_flops: bool = Tr
             lora_param_count=sum(p.numel() for p in prog.lora_params),
             frozen_param_count=_frozen_param_count(prog),
             largest_block_frozen_bytes=prog.largest_block_frozen_bytes(),
-            non_block_frozen_bytes=prog.frozen_bytes() - sum(_block_sizes(prog)))
+            non_block_frozen_bytes=prog.frozen_bytes() - sum(_block_sizes(prog)),
+            kernel_calls=tracker.kernel_calls, xnnpack_delegates=tracker.xnnpack_delegates, backend=backend)
 
 
 def _block_sizes(prog) -> list[int]:
@@ -140,6 +148,16 @@ def _frozen_param_count(prog) -> int:
 
 
 WEIGHTS = WEIGHT_PLACEMENTS
+# What an ExecuTorch method holds beyond its planned arena per instruction (every kernel or delegate call, move and
+# free: the method's instruction, argument and value tables) and in addition per XNNPACK delegate (its XNNPACK
+# runtime), in RssAnon bytes. Fitted apart from any model on chains of small matmuls (benchmarks/delegate_state.py ->
+# benchmarks/results/delegate_state.md).
+PROGRAM_STATE_BYTES_PER_INSTRUCTION = 528
+PROGRAM_STATE_BYTES_PER_DELEGATE = 2665
+
+
+def program_state_bytes(instructions: int, delegates: int) -> int:
+    return PROGRAM_STATE_BYTES_PER_INSTRUCTION * instructions + PROGRAM_STATE_BYTES_PER_DELEGATE * delegates
 
 
 @dataclass
@@ -152,19 +170,28 @@ class MemoryEstimate:
     activation_arena_bytes: int
     step_inputs_bytes: int
     runtime_overhead_bytes: int
+    program_state_bytes: int               # the method's tables and XNNPACK runtimes (program_state_bytes())
     footprint_bytes: int                   # dirty anonymous memory: what a phone counts
     file_backed_bytes: int                 # mapped frozen weights (0 when resident)
     file_backed_working_set_bytes: int     # of which resident at once in a block-at-a-time pass
     peak_bytes: int                        # footprint + the file-backed working set
 
     @staticmethod
-    def from_trace(tr: StepTrace, runtime_overhead_bytes: int, weights: str = "resident") -> "MemoryEstimate":
+    def from_trace(tr: StepTrace, runtime_overhead_bytes: int, weights: str = "resident",
+                   program: dict | None = None) -> "MemoryEstimate":
+        """program: {"instructions", "xnnpack_delegates"} of the exported program when there is one; without it
+        the trace's counts stand in (its kernel calls for the instructions; delegates predicted by tracker.py's
+        rule); a trace of eager torch (no backend) has no program state."""
         if weights not in WEIGHTS:
             raise ValueError(f"weights {weights!r}: expected one of {WEIGHTS}")
         inputs = tr.cache_entry_bytes + tr.text_conditioning_bytes + tr.noise_bytes
+        counts = program or {"instructions": tr.kernel_calls, "xnnpack_delegates": tr.xnnpack_delegates}
+        state = program_state_bytes(counts["instructions"], counts["xnnpack_delegates"]) \
+            if program or tr.backend else 0
         anon = dict(lora_params_bytes=tr.lora_params_bytes, adamw_states_bytes=2 * tr.lora_params_bytes,
                     gradient_sums_bytes=tr.lora_params_bytes, activation_arena_bytes=tr.activation_arena_bytes,
-                    step_inputs_bytes=inputs, runtime_overhead_bytes=runtime_overhead_bytes)
+                    step_inputs_bytes=inputs, runtime_overhead_bytes=runtime_overhead_bytes,
+                    program_state_bytes=state)
         mapped = weights == "mapped"
         footprint = sum(anon.values()) + (0 if mapped else tr.frozen_weights_bytes)
         working = tr.largest_block_frozen_bytes + tr.non_block_frozen_bytes if mapped else 0

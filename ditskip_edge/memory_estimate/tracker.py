@@ -13,6 +13,8 @@ keeps for backward (activations), excluding preexisting ones (frozen weights sav
 
 from __future__ import annotations
 
+from collections import Counter
+
 import contextlib
 import weakref
 from typing import Iterable
@@ -50,6 +52,9 @@ class StepMemoryTracker(TorchDispatchMode):
         self.peak_bytes = 0
         self._live: dict[int, int] = {}
         self.marks: dict[str, int] = {}           # name -> live bytes at that point (mark())
+        self.op_counts: Counter = Counter()       # aten overload name -> calls in the traced step
+        self.xnnpack_delegates = 0                # "xnnpack": the delegates the program has for these ops
+        self.kernel_calls = 0                     # ops that are a kernel call in a program (not views / metadata)
 
     def _track(self, t: torch.Tensor) -> None:
         st = t.untyped_storage()
@@ -71,9 +76,14 @@ class StepMemoryTracker(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
+        self.op_counts[func.__name__] += 1
+        if func.namespace == "aten" and not func.is_view and func not in _METADATA_OPS:
+            self.kernel_calls += 1
         for t in tree_flatten(out)[0]:
             if isinstance(t, torch.Tensor):
                 self._track(t)
+        if self.weight_transposes == "xnnpack":
+            self.xnnpack_delegates += _xnnpack_delegates(func, args)
         if self.weight_transposes and func is torch.ops.aten.mm.default:
             a, b = args[0], args[1]
             if b.numel() > a.numel() and b.is_contiguous() == (self.weight_transposes == "xnnpack"):
@@ -81,6 +91,34 @@ class StepMemoryTracker(TorchDispatchMode):
                 self.transpose_peak_bytes = max(self.transpose_peak_bytes, extra)
                 self.peak_bytes = max(self.peak_bytes, self.live_bytes + extra)
         return out
+
+
+_aten = torch.ops.aten
+_METADATA_OPS = {_aten.sym_size.int, _aten.sym_numel.default, _aten.sym_stride.int, _aten.sym_storage_offset.default}
+_ONE_DELEGATE = {_aten.bmm.default, _aten._softmax.default, _aten.softmax.int, _aten.gelu.default,
+                 _aten.tanh.default}
+
+
+def _xnnpack_delegates(func, args) -> int:
+    """XNNPACK delegates the training program has for one eager op (export/xnnpack_partition.MatmulChainPartitioner
+    after graph_passes.mm_to_bmm / pointwise_conv_to_mm): one per bmm, per transpose the program writes (a
+    transposed operand of a 2-D matmul reaches its bmm through an unsqueeze, so it is a delegate of its own), and
+    per GELU / tanh / softmax. A 2-D matmul whose right operand is the larger (a weight) is turned around: the
+    forward's x @ w.t() -> (w @ x.t()).t() is 3 (x.t(), the product, the output transpose), the backward's g @ w ->
+    (w.t() @ g.t()).t() is 4; any other is 1 + its transposed operands. A 1x1 convolution is w @ x (1), its input
+    gradient w.t() @ g (2). Attention's bmm take their transposes inside the delegate."""
+    if func in _ONE_DELEGATE:
+        return 1
+    if func in (_aten.mm.default, _aten.addmm.default):
+        a, b = args[-2], args[-1]
+        if b.numel() > a.numel():
+            return 3 if not b.is_contiguous() else 4
+        return 1 + (not a.is_contiguous()) + (not b.is_contiguous())
+    if func is _aten.convolution.default:
+        return 1 if tuple(args[1].shape[2:]) == (1, 1) else 0
+    if func is _aten.convolution_backward.default:
+        return 2 if tuple(args[2].shape[2:]) == (1, 1) else 0
+    return 0
 
 
 class SavedTensorBytes:
