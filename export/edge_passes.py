@@ -9,6 +9,10 @@
   With `external_weights` a squeeze of a program input (a frozen constant) stays a copy: ExecuTorch 1.5.1's emitter
   gives the view the constant's external-data spec without its `constant_tag` and fails (`assert constant_tag is not
   None`, seen on SANA's `scale_shift_table`); such constants are small (quantized weights are dequantized first).
+- `constant_views_as_copies`: the same emitter failure for a `view_copy` of a frozen constant, which ExecuTorch's
+  `remove_view_copy` turns into `memory.view` (SANA's patch embedder: the int4 codes' `view(-1)`, the bias of a 1x1
+  convolution written as a matmul, graph_passes.pointwise_conv_to_mm): with external weights such a view reads a
+  copy of the constant (a clone just before it) instead.
 """
 
 from __future__ import annotations
@@ -48,3 +52,28 @@ class UnsqueezeAsView(PassBase):
             g.lint()
             graph_module.recompile()
         return PassResult(graph_module, n_new > 0)
+
+
+def constant_views_as_copies(edge_program) -> int:
+    """With external weights: every `view_copy` of a frozen constant (parameter without gradient, buffer, lifted
+    constant) reads a clone of it. Run on the edge program after lowering. Returns the number of views changed."""
+    sig = edge_program.graph_signature
+    frozen = set(sig.inputs_to_buffers) | set(sig.inputs_to_lifted_tensor_constants) | set(sig.inputs_to_parameters)
+    gm = edge_program.graph_module
+    g = gm.graph
+    n_new = 0
+    for n in list(g.nodes):
+        if n.op != "call_function" or n.target != exir_ops.edge.aten.view_copy.default:
+            continue
+        src = n.args[0]
+        if getattr(src, "op", None) != "placeholder" or src.name not in frozen:
+            continue
+        with g.inserting_before(n):
+            c = g.call_function(exir_ops.edge.aten.clone.default, (src,))
+        c.meta = dict(src.meta)
+        n.replace_input_with(src, c)
+        n_new += 1
+    if n_new:
+        g.lint()
+        gm.recompile()
+    return n_new

@@ -194,6 +194,9 @@ def lower(ep, backend: str | ExportConfig, passes: dict | None = None):
             edge = edge.transform(transforms)
     if transforms:
         passes["unsqueeze_as_view"] = transforms[0].replaced
+    if cfg.external_weights:
+        from .edge_passes import constant_views_as_copies
+        passes["constant_views_as_copies"] = constant_views_as_copies(edge.exported_program())
     if cfg.restore_order:
         passes["restore_order"] = restore_order(edge.exported_program().graph_module)
     return edge

@@ -133,6 +133,10 @@ def _contiguous(g, x, like):
     return _insert(g, aten.clone.default, (x,), {"memory_format": torch.contiguous_format}, like=like)
 
 
+def _view(g, src, shape, like):
+    return _insert(g, aten.view.default, (_contiguous(g, src, like), shape), like=like)
+
+
 def _channels_by_positions(g, x, like):
     """x [B, C, H, W] -> [C, B*H*W] (B = 1: a view)."""
     b, c, h, w = _fake(x).shape
@@ -164,11 +168,11 @@ def pointwise_conv_to_mm(ep: ExportedProgram) -> int:
             return None
         bsz, _, h, wd = _fake(x).shape
         o, i = _fake(w).shape[:2]
-        w2 = _insert(g, aten.view.default, (_contiguous(g, w, n), [o, i]), like=n)
+        w2 = _view(g, w, [o, i], n)
         y = _from_channels_by_positions(g, _insert(g, aten.mm.default, (w2, _channels_by_positions(g, x, n)),
                                                    like=n), bsz, h, wd, n)
         if bias is not None:
-            y = _insert(g, aten.add.Tensor, (y, _insert(g, aten.view.default, (bias, [o, 1, 1]), like=n)), like=n)
+            y = _insert(g, aten.add.Tensor, (y, _view(g, bias, [o, 1, 1], n)), like=n)
         return y
 
     n_fixed = _rewrite_nodes(ep, (aten.convolution.default,), forward)
@@ -184,8 +188,7 @@ def pointwise_conv_to_mm(ep: ExportedProgram) -> int:
             g2 = _channels_by_positions(g, grad, n)
             out = {}
             if mask[0]:
-                w2t = _insert(g, aten.permute.default,
-                              (_insert(g, aten.view.default, (_contiguous(g, w, n), [o, i]), like=n), [1, 0]), like=n)
+                w2t = _insert(g, aten.permute.default, (_view(g, w, [o, i], n), [1, 0]), like=n)
                 out[0] = _from_channels_by_positions(g, _insert(g, aten.mm.default, (w2t, g2), like=n), bsz, h, wd, n)
             if mask[1]:
                 x2t = _insert(g, aten.permute.default, (_channels_by_positions(g, x, n), [1, 0]), like=n)
