@@ -30,6 +30,7 @@ time with remat <= 1.5x eager with per-block checkpointing; planned arena <= 1.1
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -151,19 +152,29 @@ def short_error(e: BaseException, limit: int = 1500) -> str:
 
 
 def run_et(args, spec, row: str, workdir: Path) -> dict:
-    from export.executorch_footprint import measure_program
     remat = "blocks" if row == "et_remat" else "none"
     try:
         rec = export_row(spec, args, remat, workdir)
     except Exception as e:   # noqa: BLE001 - report the gap, keep the other rows
         return {"row": row, "config": spec.name, "error": "export: " + short_error(e)}
     rec.update(row=row, config=spec.name)
+    return measure_et(args, spec, rec)
+
+
+def measure_et(args, spec, rec: dict) -> dict:
+    """Run the exported program (rec's pte / ptd / inputs) in a fresh runtime process, with the allocator setting
+    the eager rows run under (memory_speed.MALLOC_ENV: freed blocks go back to the system, so RSS follows the bytes
+    in use), and put the estimate of the same program beside it."""
+    from memory_speed import MALLOC_ENV
+    from export.executorch_footprint import measure_program
+    remat = "blocks" if rec["row"] == "et_remat" else "none"
     try:
         rec["runtime"] = measure_program(rec["pte"], rec["inputs"], data=rec["data"], steps=args.steps + 1,
-                                         threads=args.threads)
+                                         threads=args.threads, env=MALLOC_ENV)
     except Exception as e:   # noqa: BLE001
         rec["error"] = "runtime: " + short_error(e)
         return rec
+    rec.pop("error", None)
     rt = rec["runtime"]
     rec["footprint_rss_anon_bytes"] = rt["footprint_rss_anon_bytes"]
     rec["footprint_rss_file_bytes"] = rt["footprint_rss_file_bytes"]
@@ -190,13 +201,15 @@ def estimate_row(spec, args, remat: str, program: dict | None = None) -> dict:
     """The memory estimate (ditskip-edge estimate, ditskip_edge/memory_estimate/) of the program this row runs: same
     step, math attention (the program's), this remat, weights mapped, no runtime overhead; the program state from
     the exported program's instruction and delegate counts (`program`), else from the trace. The row runs
-    forward_backward only (no optimizer), so the comparable figure leaves out AdamW states and gradient sums:
-    step_footprint = activation arena + LoRA parameters + step inputs + program state."""
+    forward_backward only (no optimizer), so the comparable figure leaves out AdamW states; the one copy of the
+    gradients the runtime takes out of the program stands where the loop's gradient sums do:
+    step_footprint = activation arena + LoRA parameters + gradient copy + step inputs + program state."""
     from ditskip_edge.memory_estimate.memory import MemoryEstimate, trace_step
     cfg = replace(step_cfg(spec, args.rank), remat=remat)
     est = MemoryEstimate.from_trace(trace_step(cfg, attention="math", count_flops=False, backend=args.backend), 0,
                                     "mapped", program)
-    step = est.activation_arena_bytes + est.lora_params_bytes + est.step_inputs_bytes + est.program_state_bytes
+    step = (est.activation_arena_bytes + est.lora_params_bytes + est.gradient_sums_bytes + est.step_inputs_bytes
+            + est.program_state_bytes)
     return {"step_footprint_bytes": step, "file_backed_bytes": est.file_backed_bytes,
             "file_backed_working_set_bytes": est.file_backed_working_set_bytes, "memory_estimate": est.to_json()}
 
@@ -318,6 +331,9 @@ def main() -> None:
     ap.add_argument("--backend", default="xnnpack", choices=["portable", "xnnpack"])
     ap.add_argument("--xnnpack-ops", default="matmul", choices=["all", "matmul"])
     ap.add_argument("--out", default=None)
+    ap.add_argument("--keep-programs", default=None, help="export into this folder and keep the programs")
+    ap.add_argument("--remeasure", default="", help="a result JSON whose ExecuTorch programs are in --keep-programs: "
+                    "measure them again (no export) into --out")
     ap.add_argument("--merge", default="", help="comma-separated result JSONs: write --out from their records (a "
                     "later file's (config, row) replaces an earlier one's), measuring nothing")
     ap.add_argument("--eager-child", action="store_true", help=argparse.SUPPRESS)
@@ -331,6 +347,8 @@ def main() -> None:
     prov = provenance()
     if args.merge:
         return merge(args, prov)
+    if args.remeasure:
+        return remeasure(args, prov)
     specs = config_specs(args.configs)
     if args.only:
         specs = {k: v for k, v in specs.items() if k in args.only.split(",")}
@@ -338,7 +356,8 @@ def main() -> None:
     records = []
     stem = Path(args.out) if args.out else RESULTS / ("device_footprint" if args.configs == "headline"
                                                       else f"device_footprint_{args.configs}")
-    with tempfile.TemporaryDirectory() as tmp:
+    with (contextlib.nullcontext(args.keep_programs) if args.keep_programs else tempfile.TemporaryDirectory()) as tmp:
+        Path(tmp).mkdir(parents=True, exist_ok=True)
         for name, spec in specs.items():
             for row in rows:
                 t0 = time.perf_counter()
@@ -352,6 +371,34 @@ def main() -> None:
                 res = {"provenance": prov, "threads": args.threads, "steps": args.steps, "records": records,
                        "summary": summarize(records)}
                 stem.with_suffix(".json").write_text(json.dumps(res, indent=1, default=str))   # partial results kept
+    write_report(res, stem)
+    plot(res, stem)
+    print(f"wrote {stem}.json / .md / .png", file=sys.stderr)
+
+
+def remeasure(args, prov: dict) -> None:
+    """The ExecuTorch rows of an earlier run, measured again from the programs it kept (--keep-programs)."""
+    from memory_speed import config_specs
+    old = json.loads(Path(args.remeasure).read_text())
+    specs = config_specs(args.configs)
+    records = []
+    for r in old["records"]:
+        if not r["row"].startswith("et"):
+            continue
+        tag = f"{r['config']}_{'blocks' if r['row'] == 'et_remat' else 'none'}"
+        folder = Path(args.keep_programs) / tag
+        r = dict(r, pte=str(folder / "train_step.pte"), inputs=str(folder / "inputs.pt"),
+                 data=str(folder / "train_step.ptd") if r.get("data") else None)
+        rec = measure_et(args, specs[r["config"]], r)
+        records.append(rec)
+        print(f"{rec['config']} {rec['row']}: RssAnon {rec.get('footprint_rss_anon_bytes', 0) / MIB:.1f} MiB",
+              file=sys.stderr, flush=True)
+    prov = dict(prov, command=prov["command"] + f" (programs exported by: {old['provenance']['command']}, "
+                f"{old['provenance']['date']})")
+    res = {"provenance": prov, "threads": args.threads, "steps": args.steps, "records": records,
+           "summary": summarize(records)}
+    stem = Path(args.out)
+    stem.with_suffix(".json").write_text(json.dumps(res, indent=1, default=str))
     write_report(res, stem)
     plot(res, stem)
     print(f"wrote {stem}.json / .md / .png", file=sys.stderr)

@@ -73,6 +73,7 @@ class Trainer:
 
     def forward_backward(self, inputs) -> list:
         g0, p0 = self._split
+        self._grads = None                  # one copy of the gradients at a time (a loop's gradient sums)
         out = self.method.call(inputs, clone_outputs=False)
         self._grads = dict(zip(self._names, [g.clone() for g in out[g0:p0]]))
         return [x.clone() for x in out[:g0]]
