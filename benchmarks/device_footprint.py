@@ -307,9 +307,9 @@ def plot(res: dict, stem: Path) -> None:
             axes[0].bar(x, anon, width, color=f"C{ri}", label=LABELS[row] if ci == 0 else None)
             axes[0].bar(x, filem, width, bottom=anon, color=f"C{ri}", alpha=0.3, hatch="//")
             axes[0].text(x, anon, f"{anon:.0f}", ha="center", va="bottom", fontsize=7)
-            axes[1].bar(x, r["seconds_per_step"], width, color=f"C{ri}")
+            axes[1].bar(x, r.get("cpu_seconds_per_step") or r["seconds_per_step"], width, color=f"C{ri}")
     for ax, title, unit in ((axes[0], "footprint over baseline (solid: RssAnon, hatched: + RssFile)", "MiB"),
-                            (axes[1], "seconds per step (forward + backward)", "s")):
+                            (axes[1], "CPU seconds per step (forward + backward; wall on a shared machine inflates)", "CPU s")):
         ax.set_xticks(range(len(configs)))
         ax.set_xticklabels(configs)
         ax.set_title(title, fontsize=9)
@@ -411,7 +411,8 @@ def merge(args, prov: dict) -> None:
         res = json.loads(Path(path).read_text())
         sources.append(f"{res['provenance']['command']} ({res['provenance']['date']})")
         for r in res["records"]:
-            by_key[(r["config"], r["row"])] = r
+            if not args.only or r["config"] in args.only.split(","):
+                by_key[(r["config"], r["row"])] = r
     records = [by_key[k] for k in sorted(by_key, key=lambda k: (k[0], ROWS.index(k[1])))]
     prov = dict(prov, command=prov["command"] + " <- " + "; ".join(sources))
     res = {"provenance": prov, "threads": args.threads, "steps": args.steps, "records": records,
