@@ -13,8 +13,6 @@ keeps for backward (activations), excluding preexisting ones (frozen weights sav
 
 from __future__ import annotations
 
-from collections import Counter
-
 import contextlib
 import weakref
 from typing import Iterable
@@ -52,7 +50,6 @@ class StepMemoryTracker(TorchDispatchMode):
         self.peak_bytes = 0
         self._live: dict[int, int] = {}
         self.marks: dict[str, int] = {}           # name -> live bytes at that point (mark())
-        self.op_counts: Counter = Counter()       # aten overload name -> calls in the traced step
         self.xnnpack_delegates = 0                # "xnnpack": the delegates the program has for these ops
         self.kernel_calls = 0                     # ops that are a kernel call in a program (not views / metadata)
 
@@ -76,7 +73,6 @@ class StepMemoryTracker(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        self.op_counts[func.__name__] += 1
         if func.namespace == "aten" and not func.is_view and func not in _METADATA_OPS:
             self.kernel_calls += 1
         for t in tree_flatten(out)[0]:
