@@ -6,13 +6,12 @@
   unsqueeze / bmm / squeeze, and a weight that reaches a matmul outside an XNNPACK partition was copied in full
   once more for it (cause C in benchmarks/results/device_footprint_causes.md). Edge-dialect tensors are
   contiguous (every op writes a fresh, dense output), so the view is always legal.
-  With `external_weights` a squeeze of a program input (a frozen constant) stays a copy: ExecuTorch 1.5.1's emitter
-  gives the view the constant's external-data spec without its `constant_tag` and fails (`assert constant_tag is not
-  None`, seen on SANA's `scale_shift_table`); such constants are small (quantized weights are dequantized first).
-- `constant_views_as_copies`: the same emitter failure for a `view_copy` of a frozen constant, which ExecuTorch's
-  `remove_view_copy` turns into `memory.view` (SANA's patch embedder: the int4 codes' `view(-1)`, the bias of a 1x1
-  convolution written as a matmul, graph_passes.pointwise_conv_to_mm): with external weights such a view reads a
-  copy of the constant (a clone just before it) instead.
+- `constant_views_as_copies`: with external weights, a `view_copy` of a frozen constant (which ExecuTorch's
+  `remove_view_copy` turns into `memory.view`) reads a clone of the constant instead: ExecuTorch 1.5.1's emitter gives
+  such a view the constant's external-data spec without its `constant_tag` and fails (`assert constant_tag is not
+  None`; seen on SANA's `scale_shift_table` squeeze, the int4 patch embedder's `w_packed.view(-1)` and the bias of a
+  1x1 convolution written as a matmul, graph_passes.pointwise_conv_to_mm). Such constants are small (quantized
+  weights are dequantized first).
 """
 
 from __future__ import annotations
@@ -25,10 +24,9 @@ _SQUEEZES = (exir_ops.edge.aten.unsqueeze_copy.default, exir_ops.edge.aten.squee
 
 
 class UnsqueezeAsView(PassBase):
-    def __init__(self, external_weights: bool = False):
+    def __init__(self):
         super().__init__()
         self.replaced = 0
-        self.external_weights = external_weights
 
     def call(self, graph_module) -> PassResult:
         g = graph_module.graph
@@ -38,8 +36,6 @@ class UnsqueezeAsView(PassBase):
                 continue
             val = n.meta.get("val")
             if val is None or not val.is_contiguous():
-                continue
-            if self.external_weights and getattr(n.args[0], "op", None) == "placeholder":
                 continue
             with g.inserting_before(n):
                 v = g.call_function(exir_ops.edge.aten.view_copy.default, (n.args[0], list(val.shape)))

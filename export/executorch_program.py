@@ -178,7 +178,7 @@ def lower(ep, backend: str | ExportConfig, passes: dict | None = None):
     cfg = backend if isinstance(backend, ExportConfig) else ExportConfig(backend=backend)
     passes = {} if passes is None else passes
     cc = EdgeCompileConfig(_check_ir_validity=False)
-    transforms = [UnsqueezeAsView(cfg.external_weights)] if cfg.unsqueeze_as_view else []
+    transforms = [UnsqueezeAsView()] if cfg.unsqueeze_as_view else []
     if cfg.backend == "xnnpack":
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
         if cfg.xnnpack_ops == "matmul":
