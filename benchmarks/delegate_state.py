@@ -59,16 +59,11 @@ class Chain(nn.Module):
         return (x * x).mean()
 
 
-def instructions(et) -> int:
-    """Instructions of the program's method: one per portable kernel call, per delegate call, per move / free."""
-    return sum(len(c.instructions) for c in et.executorch_program.execution_plan[0].chains)
-
-
 def export_chain(n: int, kind: str, out: Path) -> dict:
     from torch.export.experimental import _export_forward_backward
 
     from export import graph_passes
-    from export.executorch_memory import memory_report  # noqa: F401  (same reports as the training programs)
+    from export.executorch_memory import method_instructions
     from export.executorch_program import ExportConfig, backend_config, lower, _op_placement
     link, backend = KINDS[kind]
     cfg = ExportConfig(backend=backend, trace_need=False)
@@ -87,7 +82,7 @@ def export_chain(n: int, kind: str, out: Path) -> dict:
     torch.save([x], out / f"{kind}_{n}.inputs.pt")
     arena = sum(int(s) for s in et.executorch_program.execution_plan[0].non_const_buffer_sizes)
     return {"pte": str(pte), "inputs": str(out / f"{kind}_{n}.inputs.pt"), "delegates": ops["xnnpack_delegates"],
-            "instructions": instructions(et),
+            "instructions": method_instructions(et),
             "planned_arena_bytes": arena, "pte_bytes": len(et.buffer)}
 
 

@@ -60,6 +60,12 @@ def arena_breakdown(et_program, top: int = 12) -> dict:
             "arena_peak_by_op": dict(by.most_common(top))}
 
 
+def method_instructions(et_program) -> int:
+    """Instructions of the program's method: one per portable kernel call, per delegate call, per move / free (what
+    the estimate's program-state term counts, memory_estimate/memory.py)."""
+    return sum(len(c.instructions) for c in et_program.executorch_program.execution_plan[0].chains)
+
+
 def memory_report(et_program, step, pte_bytes: int, data_files: dict | None = None, cfg=None) -> dict:
     plan = et_program.executorch_program.execution_plan[0]
     arena = [int(x) for x in plan.non_const_buffer_sizes]
@@ -77,7 +83,7 @@ def memory_report(et_program, step, pte_bytes: int, data_files: dict | None = No
     deq = sum(sizes)
     inputs = sum(v.numel() * v.element_size() for v in step.example)
     report = {"pte_bytes": pte_bytes, "planned_arena_bytes": sum(arena), "non_const_buffer_sizes": arena,
-              "instructions": sum(len(c.instructions) for c in plan.chains), "xnnpack_delegates": len(plan.delegates),
+              "instructions": method_instructions(et_program), "xnnpack_delegates": len(plan.delegates),
               "constant_bytes": const_bytes, "constant_bytes_in_pte": _constant_bytes_in_pte(et_program),
               "external_data_bytes": external, "external_data_files": sorted((data_files or {}).keys()),
               "trainable_bytes": trainable, "gradient_bytes": trainable,

@@ -142,7 +142,7 @@ def _channels_by_positions(g, x, like):
     b, c, h, w = _fake(x).shape
     if b != 1:
         x = _insert(g, aten.permute.default, (x, [1, 0, 2, 3]), like=like)
-    return _insert(g, aten.view.default, (_contiguous(g, x, like), [c, b * h * w]), like=like)
+    return _view(g, x, [c, b * h * w], like)
 
 
 def _from_channels_by_positions(g, y2, b, h, w, like):

@@ -5,14 +5,15 @@ call after the partition's last output node and then calls torch.fx's `legalize_
 Kahn-order copy of every node into a new graph, assigned back to the module, which recompiles the program and every
 delegate submodule created so far. Once per partition, so lowering is quadratic in the number of partitions. The
 training programs have one small delegate per matmul chain (xnnpack_partition.py): sana-tiny's has 860, the SANA
-layout's (250M) export took 4078 s, and py-spy put 92% of a sana-tiny export inside `legalize_graph`.
+layout's (250M) export took 4078 s, and a py-spy sample of a sana-tiny export
+(25 s, taken by hand: no benchmark in the repo records it) put 92% of the time inside `legalize_graph`.
 
 The call is inserted after the partition's last output, so the graph is already in topological order unless an
 earlier output of the same partition has a user between the two (a multi-output partition). `checked_legalize`
 checks the order in one pass over the nodes (no copy, no recompile) and calls `legalize_graph` only when the order
 is broken. It also keeps the node order where `legalize_graph` would have reshuffled it (its Kahn order is not
-stable; `schedule.restore_order` repairs that afterwards either way). The final program is recompiled by the
-edge program's own construction, as before.
+stable; `schedule.restore_order` repairs that afterwards either way). `to_edge_lowered` recompiles the lowered
+program once at the end, in place of the per-partition recompiles.
 """
 
 from __future__ import annotations
