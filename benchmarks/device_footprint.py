@@ -112,6 +112,11 @@ def run_eager(args, name: str, row: str) -> dict:
 
 
 # --------------------------------------------------------------------------------------------- ExecuTorch rows
+def program_tag(config: str, remat: str) -> str:
+    """The folder a row's exported program is written to (and --remeasure reads it from)."""
+    return f"{config}_{remat.replace(':', '')}"
+
+
 def export_row(spec, args, remat: str, workdir: Path) -> dict:
     import torch
     from export.step_module import FlatTrainingStep, flatten_step_inputs
@@ -131,7 +136,7 @@ def export_row(spec, args, remat: str, workdir: Path) -> dict:
     t0 = time.perf_counter()
     program = export_training_program(step, ecfg)
     export_s = time.perf_counter() - t0
-    tag = f"{spec.name}_{remat.replace(':', '')}"
+    tag = program_tag(spec.name, remat)
     (workdir / tag).mkdir(exist_ok=True)
     paths = program.write(workdir / tag / "train_step.pte")
     inputs = workdir / tag / "inputs.pt"
@@ -152,9 +157,8 @@ def short_error(e: BaseException, limit: int = 1500) -> str:
 
 
 def run_et(args, spec, row: str, workdir: Path) -> dict:
-    remat = "blocks" if row == "et_remat" else "none"
     try:
-        rec = export_row(spec, args, remat, workdir)
+        rec = export_row(spec, args, row_remat(row), workdir)
     except Exception as e:   # noqa: BLE001 - report the gap, keep the other rows
         return {"row": row, "config": spec.name, "error": "export: " + short_error(e)}
     rec.update(row=row, config=spec.name)
@@ -167,7 +171,7 @@ def measure_et(args, spec, rec: dict) -> dict:
     in use), and put the estimate of the same program beside it."""
     from memory_speed import MALLOC_ENV
     from export.executorch_footprint import measure_program
-    remat = "blocks" if rec["row"] == "et_remat" else "none"
+    remat = row_remat(rec["row"])
     try:
         rec["runtime"] = measure_program(rec["pte"], rec["inputs"], data=rec["data"], steps=args.steps + 1,
                                          threads=args.threads, env=MALLOC_ENV)
@@ -312,6 +316,7 @@ def plot(res: dict, stem: Path) -> None:
                             (axes[1], "CPU seconds per step (forward + backward; wall on a shared machine inflates)", "CPU s")):
         ax.set_xticks(range(len(configs)))
         ax.set_xticklabels(configs)
+        ax.set_xlim(-0.5, len(configs) - 0.5)           # a config's four row slots stay centred on its label
         ax.set_title(title, fontsize=9)
         ax.set_ylabel(unit)
     axes[0].legend(fontsize=7)
@@ -345,6 +350,10 @@ def main() -> None:
     from _meta import provenance
     from memory_speed import config_specs
     prov = provenance()
+    if (args.merge or args.remeasure) and not args.out:
+        ap.error("--merge / --remeasure need --out")
+    if args.remeasure and not args.keep_programs:
+        ap.error("--remeasure needs --keep-programs (the folder the earlier run kept its programs in)")
     if args.merge:
         return merge(args, prov)
     if args.remeasure:
@@ -368,12 +377,24 @@ def main() -> None:
                     f"RssAnon {rec['footprint_rss_anon_bytes'] / MIB:.1f} MiB, RssFile "
                     f"{rec['footprint_rss_file_bytes'] / MIB:.1f} MiB, {rec['seconds_per_step']:.3f} s/step")
                 print(f"{name} {row}: {msg} [{rec['wall_seconds']} s]", file=sys.stderr, flush=True)
-                res = {"provenance": prov, "threads": args.threads, "steps": args.steps, "records": records,
-                       "summary": summarize(records)}
-                stem.with_suffix(".json").write_text(json.dumps(res, indent=1, default=str))   # partial results kept
-    write_report(res, stem)
-    plot(res, stem)
-    print(f"wrote {stem}.json / .md / .png", file=sys.stderr)
+                write_results(args, prov, records, stem, partial=True)   # partial results kept
+    write_results(args, prov, records, stem)
+
+
+def write_results(args, prov: dict, records: list, stem: Path, partial: bool = False) -> None:
+    """stem.json (every record and the target summary); with the run complete also stem.md and stem.png."""
+    res = {"provenance": prov, "threads": args.threads, "steps": args.steps, "records": records,
+           "summary": summarize(records)}
+    stem.with_suffix(".json").write_text(json.dumps(res, indent=1, default=str))
+    if not partial:
+        write_report(res, stem)
+        plot(res, stem)
+        print(f"wrote {stem}.json / .md / .png", file=sys.stderr)
+
+
+def row_remat(row: str) -> str:
+    """The export's remat setting for an ExecuTorch row."""
+    return "blocks" if row == "et_remat" else "none"
 
 
 def remeasure(args, prov: dict) -> None:
@@ -385,8 +406,7 @@ def remeasure(args, prov: dict) -> None:
     for r in old["records"]:
         if not r["row"].startswith("et"):
             continue
-        tag = f"{r['config']}_{'blocks' if r['row'] == 'et_remat' else 'none'}"
-        folder = Path(args.keep_programs) / tag
+        folder = Path(args.keep_programs) / program_tag(r["config"], row_remat(r["row"]))
         r = dict(r, pte=str(folder / "train_step.pte"), inputs=str(folder / "inputs.pt"),
                  data=str(folder / "train_step.ptd") if r.get("data") else None)
         rec = measure_et(args, specs[r["config"]], r)
@@ -395,13 +415,7 @@ def remeasure(args, prov: dict) -> None:
               file=sys.stderr, flush=True)
     prov = dict(prov, command=prov["command"] + f" (programs exported by: {old['provenance']['command']}, "
                 f"{old['provenance']['date']})")
-    res = {"provenance": prov, "threads": args.threads, "steps": args.steps, "records": records,
-           "summary": summarize(records)}
-    stem = Path(args.out)
-    stem.with_suffix(".json").write_text(json.dumps(res, indent=1, default=str))
-    write_report(res, stem)
-    plot(res, stem)
-    print(f"wrote {stem}.json / .md / .png", file=sys.stderr)
+    write_results(args, prov, records, Path(args.out))
 
 
 def merge(args, prov: dict) -> None:
@@ -415,13 +429,7 @@ def merge(args, prov: dict) -> None:
                 by_key[(r["config"], r["row"])] = r
     records = [by_key[k] for k in sorted(by_key, key=lambda k: (k[0], ROWS.index(k[1])))]
     prov = dict(prov, command=prov["command"] + " <- " + "; ".join(sources))
-    res = {"provenance": prov, "threads": args.threads, "steps": args.steps, "records": records,
-           "summary": summarize(records)}
-    stem = Path(args.out)
-    stem.with_suffix(".json").write_text(json.dumps(res, indent=1, default=str))
-    write_report(res, stem)
-    plot(res, stem)
-    print(f"wrote {stem}.json / .md / .png", file=sys.stderr)
+    write_results(args, prov, records, Path(args.out))
 
 
 if __name__ == "__main__":
