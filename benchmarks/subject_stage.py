@@ -316,7 +316,7 @@ def main() -> None:
     res = {"command": "PYTHONPATH=. nice python benchmarks/subject_stage.py " + " ".join(sys.argv[1:]),
            "date_utc": started, "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, load average "
                                           f"{load[0]:.1f} at start", "models": [], "planner": []}
-    for m in a.models.split(","):
+    for m in [x for x in a.models.split(",") if x]:
         res["models"].append(measure_model(m, work, a.steps, a.grad_accum,
                                            tuple(v for v in a.variants.split(",") if v)))
         print(json.dumps(res["models"][-1], indent=1, default=str), file=sys.stderr, flush=True)

@@ -50,6 +50,9 @@ class ExportConfig:
     mm_rewrite: bool = True                     # graph_passes.addmm_to_mm_add
     mm_as_bmm: bool = True                      # XNNPACK only: graph_passes.mm_to_bmm
     pointwise_conv_as_mm: bool = True           # graph_passes.pointwise_conv_to_mm (SANA's 1x1 convolutions)
+    input_grad_conv: bool = True                # graph_passes.conv_input_grad_as_convolution (SANA's depthwise 3x3)
+                                                # and silu_backward_in_order (its SiLU)
+    views_per_use: bool = True                  # graph_passes.views_per_use (LoRA weights' transposes)
     remat: str = "none"                         # "none" | "blocks" | "every:K" (remat.py)
     external_weights: bool = False              # frozen constants in a .ptd file beside the .pte
     memory_planner: str = "best"                # "greedy" (ExecuTorch's) | "best_fit" | "best" (memory_plan.py)
@@ -155,6 +158,9 @@ def export_joint(step: StepModule, cfg: ExportConfig):
         passes["addmm_to_mm_add"] = graph_passes.addmm_to_mm_add(ep)
     if cfg.pointwise_conv_as_mm:
         passes["pointwise_conv_to_mm"] = graph_passes.pointwise_conv_to_mm(ep)
+    if cfg.input_grad_conv:
+        passes["input_grad_conv"] = graph_passes.conv_input_grad_as_convolution(ep)
+        passes["silu_backward"] = graph_passes.silu_backward_in_order(ep)
     if spec.enabled:
         passes["remat"] = remat.rematerialize_blocks(ep, spec)
         passes["remat"]["marks_removed"] = remat.remove_marks(ep)
@@ -164,6 +170,8 @@ def export_joint(step: StepModule, cfg: ExportConfig):
     passes["unused_constants"] = graph_passes.remove_unused_constants(ep)
     if cfg.backend == "xnnpack" and cfg.mm_as_bmm:
         passes["mm_to_bmm"] = graph_passes.mm_to_bmm(ep)
+    if cfg.views_per_use:
+        passes["views_per_use"] = graph_passes.views_per_use(ep)
     return ep, passes
 
 

@@ -15,6 +15,14 @@ can any other exporter that starts from a joint graph.
 - `recompute_frozen_in_backward`: a value computed only from frozen constants (a dequantized weight, a transposed
   weight) that the backward reads is recomputed just before its first backward use instead of being kept alive in
   the activation arena from forward to backward.
+- `conv_input_grad_as_convolution`: an input-gradient-only `convolution_backward` (a frozen depthwise 3x3: SANA's
+  conv_depth) reads the forward's input only for its shape, yet keeps it alive from forward to backward; it becomes
+  a convolution of the gradient with the flipped kernel, which does not read it.
+- `silu_backward_in_order`: SiLU's backward with no tensor of ones and its products ordered so that fewer
+  temporaries are alive at once (it sits where SANA's backward holds the most).
+- `views_per_use`: a view of a program input (the transpose of a LoRA weight) is a copy in ExecuTorch; shared by a
+  forward and a backward op it stays in the arena from one to the other. Each use gets its own view, made just
+  before it, and a transpose of a transpose folds into one permute (or none).
 """
 
 from __future__ import annotations
@@ -363,3 +371,168 @@ def drop_identity_views(ep: ExportedProgram) -> int:
         return src if same else None
 
     return _rewrite_nodes(ep, (aten.alias.default, aten.expand.default), rewrite)
+
+
+def conv_input_grad_as_convolution(ep: ExportedProgram) -> int:
+    """convolution_backward(grad, x, w, ...) with output_mask [True, False, False] (w and b frozen), stride 1, dilation
+    1, no transposition, padding p <= k - 1, and groups 1 or depthwise (w [C, 1, kh, kw], groups = C) ->
+    convolution(grad, w', padding k - 1 - p, same groups), w' = w flipped in both spatial dimensions (and, for groups
+    1, with its channel dimensions swapped). Same values; x is no longer read, so the forward's x is freed after its
+    forward use (at the SANA layout one [1, 5760, 8, 8] SiLU output per kept block). Returns the number of nodes
+    replaced."""
+    g = ep.graph_module.graph
+    n_fixed = 0
+    for n in list(g.nodes):
+        if n.op != "call_function" or n.target != aten.convolution_backward.default:
+            continue
+        grad, x, w, _, stride, padding, dilation, transposed, _, groups, mask = n.args[:11]
+        wv, xv = _fake(w), _fake(x)
+        if list(mask) != [True, False, False] or transposed or wv.dim() != 4:
+            continue
+        kernel = list(wv.shape[2:])
+        depthwise = wv.shape[1] == 1 and groups == wv.shape[0] == xv.shape[1]
+        if not (groups == 1 or depthwise) or any(s != 1 for s in stride) or any(d != 1 for d in dilation) \
+                or any(p > k - 1 for p, k in zip(padding, kernel)):
+            continue
+        users = list(n.users)
+        if any(u.op != "call_function" or u.target is not operator.getitem or u.args[1] != 0 for u in users):
+            continue
+        with g.inserting_before(n):
+            flipped = _insert(g, aten.flip.default, (w, [2, 3]), like=n)
+            if groups == 1:
+                flipped = _insert(g, aten.permute.default, (flipped, [1, 0, 2, 3]), like=n)
+            gx = _insert(g, aten.convolution.default,
+                         (grad, flipped, None, [1, 1], [k - 1 - p for p, k in zip(padding, kernel)], [1, 1], False,
+                          [0, 0], groups), like=n)
+        for u in users:
+            u.replace_all_uses_with(gx)
+            g.erase_node(u)
+        g.erase_node(n)
+        n_fixed += 1
+    g.eliminate_dead_code()
+    _finish(ep)
+    return n_fixed
+
+
+_VIEW_OPS = (aten.permute.default, aten.t.default, aten.transpose.int, aten.view.default, aten.unsqueeze.default,
+             aten.squeeze.dim, aten.expand.default)
+
+
+def _permutation(n: Node) -> list[int] | None:
+    """The dims of a permute / t / transpose node, None for any other node."""
+    if n.op != "call_function":
+        return None
+    if n.target == aten.permute.default:
+        return list(n.args[1])
+    if n.target == aten.t.default:
+        return [1, 0] if _fake(n.args[0]).dim() == 2 else [0]
+    if n.target == aten.transpose.int:
+        dims = list(range(_fake(n.args[0]).dim()))
+        a, b = (d % len(dims) for d in n.args[1:3])
+        dims[a], dims[b] = dims[b], dims[a]
+        return dims
+    return None
+
+
+def views_per_use(ep: ExportedProgram) -> dict:
+    """Two rewrites of views, which ExecuTorch turns into copies:
+    - a chain of views of a placeholder (t(lora_A), view(t(x)), ...) read by several ops is repeated before each
+      reader but the first, so that no such copy outlives the op that reads it (the LoRA weights' transposes were
+      kept from forward to backward: 24 per kept block at the SANA layout);
+    - permute(permute(x, p), q) -> permute(x, p[q]), dropped when that is the identity (the backward's transpose of
+      the forward's transpose of a LoRA weight).
+    Returns {"repeated": views made, "folded": permutes folded}."""
+    g = ep.graph_module.graph
+
+    def input_view(n) -> bool:
+        return (isinstance(n, Node) and n.op == "call_function" and n.target in _VIEW_OPS
+                and isinstance(n.args[0], Node) and (n.args[0].op == "placeholder" or input_view(n.args[0])))
+
+    repeated = 0
+    for n in list(g.nodes):
+        if not input_view(n) or len(n.users) < 2:
+            continue
+        for user in list(n.users)[1:]:
+            copies: dict[Node, Node] = {}
+
+            def copy(x: Node) -> Node:
+                nonlocal repeated
+                if not input_view(x):
+                    return x
+                if x not in copies:
+                    new = g.call_function(x.target, torch.fx.node.map_arg(x.args, copy), dict(x.kwargs))
+                    new.meta = dict(x.meta)
+                    copies[x] = new
+                    repeated += 1
+                return copies[x]
+
+            with g.inserting_before(user):
+                twin = copy(n)
+            user.replace_input_with(n, twin)
+    folded = 0
+    for n in list(g.nodes):
+        outer = _permutation(n)
+        inner_node = n.args[0] if outer is not None else None
+        inner = _permutation(inner_node) if isinstance(inner_node, Node) else None
+        if inner is None or len(inner) != len(outer):
+            continue
+        dims = [inner[d] for d in outer]
+        src = inner_node.args[0]
+        if dims == list(range(len(dims))):
+            n.replace_all_uses_with(src)
+        else:
+            with g.inserting_before(n):
+                n.replace_all_uses_with(_insert(g, aten.permute.default, (src, dims), like=n))
+        g.erase_node(n)
+        folded += 1
+    g.eliminate_dead_code()
+    _finish(ep)
+    return {"repeated": repeated, "folded": folded}
+
+
+
+def _call(n, target) -> bool:
+    return isinstance(n, Node) and n.op == "call_function" and n.target == target
+
+
+def silu_backward_in_order(ep: ExportedProgram) -> int:
+    """SiLU's backward as autograd writes it, g * (s * (1 + x * (full_like(x, 1) - s))) with s = sigmoid(x), holds x,
+    g, s, a tensor of ones and two temporaries at once where the backward holds the most (SANA's GLUMBConv at the
+    start of its block's backward). Rewritten as a = g * s; b = x * (1 - s) (rsub, no ones tensor); out = a * (b + 1),
+    in that order: g dies at the first product and s at the second, so at most x, s and two temporaries are alive.
+    Same values up to rounding order. Returns the number of SiLU backwards rewritten."""
+    g = ep.graph_module.graph
+    n_fixed = 0
+    for n in list(g.nodes):
+        if not _call(n, aten.mul.Tensor):
+            continue
+        grad, m5 = n.args
+        if not _call(m5, aten.mul.Tensor):
+            m5, grad = grad, m5
+        if not _call(m5, aten.mul.Tensor) or len(m5.users) != 1:
+            continue
+        sig, plus_one = m5.args
+        if not _call(sig, aten.sigmoid.default):
+            plus_one, sig = sig, plus_one
+        if not (_call(sig, aten.sigmoid.default) and _call(plus_one, aten.add.Scalar) and plus_one.args[1] == 1
+                and len(plus_one.users) == 1 and _call(plus_one.args[0], aten.mul.Tensor)
+                and len(plus_one.args[0].users) == 1):
+            continue
+        x = sig.args[0]
+        m4 = plus_one.args[0]
+        one_minus = m4.args[1] if m4.args[0] is x else m4.args[0] if m4.args[1] is x else None
+        if not (_call(one_minus, aten.sub.Tensor) and one_minus.args[1] is sig and len(one_minus.users) == 1
+                and _call(one_minus.args[0], aten.full_like.default) and one_minus.args[0].args[1] == 1):
+            continue
+        if not isinstance(grad, Node) or tuple(_fake(grad).shape) != tuple(_fake(x).shape):
+            continue
+        with g.inserting_before(n):
+            a = _insert(g, aten.mul.Tensor, (grad, sig), like=n)
+            b = _insert(g, aten.mul.Tensor, (x, _insert(g, aten.rsub.Scalar, (sig, 1), like=n)), like=n)
+            out = _insert(g, aten.mul.Tensor, (a, _insert(g, aten.add.Scalar, (b, 1), like=n)), like=n)
+        n.replace_all_uses_with(out)
+        g.erase_node(n)
+        n_fixed += 1
+    g.eliminate_dead_code()
+    _finish(ep)
+    return n_fixed

@@ -163,10 +163,12 @@ def test_sana_int4_program_matches_eager(sana_bundle):
     # frozen constants in the .ptd (compile's default): views of external constants must not reach the emitter
     prog = export_training_program(step, ExportConfig(quant=QuantSpec("int4"), external_weights=True))
     assert prog.passes["empty_permuted"] > 0 and prog.passes["negative_pad"] > 0   # the SANA graph fixes ran
-    # the 1x1 convolutions and their backward are matmuls; only the depthwise 3x3s stay convolutions
+    # the 1x1 convolutions and their backward are matmuls; only the depthwise 3x3s stay convolutions, and their
+    # input gradients are convolutions too (no convolution_backward keeps the forward's input alive)
     depthwise = sum(isinstance(m, QuantConv2d) and m.groups > 1 for m in step.module.modules())
     assert prog.passes["pointwise_conv_to_mm"] >= 2 * depthwise
-    assert prog.ops["portable_ops"].get("convolution_backward", 0) <= depthwise
+    assert prog.passes["input_grad_conv"] == depthwise > 0
+    assert "convolution_backward" not in prog.ops["portable_ops"]
     (data,) = prog.data.values()
     _check_program_matches_eager(prog.buffer, step.module, step.example, data=data)
 

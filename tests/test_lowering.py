@@ -141,3 +141,84 @@ def test_checked_legalize_lowers_to_the_same_program_results(net_cls, legalized)
     out_checked = _load_for_executorch_from_buffer(checked).forward((x,))
     for a, b, c in zip(out_plain, out_checked, net(x)):
         assert torch.equal(a, b) and torch.allclose(b, c, atol=1e-6)
+
+
+def _forward_and_backward(ep) -> tuple[set, set]:
+    """The joint graph's call nodes before and after the loss (the first output)."""
+    nodes = list(ep.graph_module.graph.nodes)
+    loss = nodes[-1].args[0][0]
+    at = nodes.index(loss)
+    calls = [n for n in nodes if n.op == "call_function"]
+    return {n for n in calls if nodes.index(n) <= at}, {n for n in calls if nodes.index(n) > at}
+
+
+def _assert_same(before, after):
+    for a, b in zip(before, after):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-7), (a, b)
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_input_gradient_convolutions_leave_the_forward_input_unread_by_the_backward(batch):
+    """A frozen convolution's backward (input gradient only) as a convolution with the flipped kernel: same loss and
+    gradients, and the tensor the forward convolved is read by no backward op (freed after the forward)."""
+    from export.graph_passes import conv_input_grad_as_convolution, replace_empty_permuted, silu_backward_in_order
+    aten = torch.ops.aten
+    net = _PointwiseNet()
+    x = torch.randn(batch, 5, 4, 6, generator=torch.Generator().manual_seed(2))
+    ep = _joint(net, x)
+    replace_empty_permuted(ep)
+    before = _run_joint(ep, x)
+    conv_inputs = {n.args[0] for n in ep.graph_module.graph.nodes if n.target == aten.convolution.default
+                   and n.args[1].name in ("p_frozen_weight", "p_depth_weight")}          # the frozen ones
+    fwd, bwd = _forward_and_backward(ep)
+    assert any(u in bwd for c in conv_inputs for u in c.users)          # before: the backward reads them
+    ones_before = _targets(ep).count(aten.full_like.default)
+    assert conv_input_grad_as_convolution(ep) == 2      # the depthwise 3x3 and the frozen 1x1 (groups 1)
+    assert silu_backward_in_order(ep) == 1               # SiLU's backward: no ones tensor
+    _assert_same(before, _run_joint(ep, x))
+    nodes = list(ep.graph_module.graph.nodes)
+    assert [n.args[-1] for n in nodes if n.target == aten.convolution_backward.default] == [[True, True, False]]
+    assert _targets(ep).count(aten.full_like.default) == ones_before - 1    # the loss's seed remains
+    fwd, bwd = _forward_and_backward(ep)
+    assert not any(u in bwd for c in conv_inputs for u in c.users if c.op == "call_function")
+
+
+class _LoraLinear(nn.Module):
+    """x @ W.t() + (x @ A.t()) @ B.t() with W frozen, A and B trained: the LoRA form whose weight transposes the
+    forward and the backward both read."""
+
+    def __init__(self):
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.w = nn.Parameter(torch.randn(12, 8, generator=g), requires_grad=False)
+        self.a = nn.Parameter(torch.randn(4, 8, generator=g) * 0.3)
+        self.b = nn.Parameter(torch.randn(12, 4, generator=g) * 0.3)
+
+    def forward(self, x):
+        y = x @ self.w.t() + (x @ self.a.t()) @ self.b.t()
+        return (y.tanh() ** 2).mean()
+
+
+def test_views_of_inputs_are_made_per_use_and_transposes_of_transposes_fold():
+    from export.graph_passes import _VIEW_OPS, _permutation, views_per_use
+    net = _LoraLinear()
+    x = torch.randn(6, 8, generator=torch.Generator().manual_seed(3))
+    ep = _joint(net, x)
+    before = _run_joint(ep, x)
+    placeholders = {n for n in ep.graph_module.graph.nodes if n.op == "placeholder"}
+
+    def shared_input_views():
+        fwd, bwd = _forward_and_backward(ep)
+        return [n for n in fwd if n.target in _VIEW_OPS and n.args[0] in placeholders
+                and any(u in bwd for u in n.users)]
+
+    def permutes_of_permutes():
+        return [n for n in ep.graph_module.graph.nodes
+                if _permutation(n) is not None and isinstance(n.args[0], torch.fx.Node)
+                and _permutation(n.args[0]) is not None]
+
+    assert shared_input_views() and permutes_of_permutes()             # the form the pass exists for
+    counts = views_per_use(ep)
+    assert counts["repeated"] >= 1 and counts["folded"] >= 2
+    assert not shared_input_views() and not permutes_of_permutes()
+    _assert_same(before, _run_joint(ep, x))
