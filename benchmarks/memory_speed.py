@@ -42,10 +42,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "benchmarks" / "results"
 MIB = 1024 ** 2
-# glibc keeps freed blocks below its dynamic mmap threshold (it rises to 32 MiB after the first large free) in the
-# heap, so eager RSS also counts fragmentation. A fixed threshold makes every block >= 64 KiB its own mapping,
-# returned on free: RSS then follows the bytes in use, as a runtime's planned arena does. --glibc-default turns it off.
-MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "131072"}
+# device_tests/runner.py's allocator setting (RSS follows the bytes in use); --glibc-default turns it off.
+from device_tests.runner import MALLOC_ENV  # noqa: E402
 
 VARIANTS = ["lora", "lora_gc", "patches", "skip", "blockskip", "blockskip_int8", "blockskip_int4",
             "blockskip_int8_saved"]

@@ -20,8 +20,8 @@ prediction_bytes comes from predict.py (`ditskip-edge estimate` for the bundle, 
 overhead; the program's memory report when the estimate cannot trace the model) and slack_bytes (default 64 MiB)
 covers what neither counts and a device has too: thread stacks, the allocator's arenas, the runtime's bookkeeping.
 The data budget adds the address space a runtime reserves without touching (RUNTIME_RESERVED_BYTES: counted by
-VmData, not resident). MALLOC_ARENA_MAX=1 keeps glibc from reserving 64 MiB per thread, and threads get 1 MiB
-stacks (RLIMIT_STACK before exec), as on Android.
+VmData, not resident). MALLOC_ARENA_MAX=1 keeps glibc from reserving 64 MiB per thread, MALLOC_ENV returns freed
+blocks to the system, and threads get 1 MiB stacks (RLIMIT_STACK before exec), as on Android.
 """
 
 from __future__ import annotations
@@ -116,6 +116,11 @@ class DeviceRun:
 
 
 THREAD_STACK_BYTES = int(os.environ.get("DEVICE_THREAD_STACK_BYTES", 1 * MIB))
+# glibc keeps freed blocks below its dynamic mmap threshold (it rises to 32 MiB after the first large free) in the
+# heap, so RSS also counts fragmentation (the subject stage loads and drops a program per block). A fixed threshold
+# makes every block >= 64 KiB its own mapping, returned on free: RSS then follows the bytes in use, as on a phone's
+# allocator. The benchmarks' eager children run under the same setting (benchmarks/memory_speed.py).
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "131072"}
 
 
 def _phone_like_limits() -> None:
@@ -166,7 +171,8 @@ def run_device(bundle: str | Path, runtime: str, run_dir: str | Path, *, margin:
                "cache_free_bundle": _is_cache_free(bundle)}
     req_path = run_dir / "device_request.json"
     req_path.write_text(json.dumps(request, indent=1))
-    env = dict(os.environ, MALLOC_ARENA_MAX=os.environ.get("DEVICE_MALLOC_ARENA_MAX", "1"),
+    env = dict(os.environ, **{k: os.environ.get(k, v) for k, v in MALLOC_ENV.items()},
+               MALLOC_ARENA_MAX=os.environ.get("DEVICE_MALLOC_ARENA_MAX", "1"),
                PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), PYTHONDONTWRITEBYTECODE="1")
     t0 = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "device_tests.child", str(req_path)], cwd=str(ROOT), env=env,

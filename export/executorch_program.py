@@ -38,7 +38,7 @@ from .step_module import StepModule, build_step, input_specs  # noqa: F401  (bui
 
 log = logging.getLogger(__name__)
 BACKENDS = ("portable", "xnnpack")
-XNNPACK_OPS = ("all", "matmul")
+XNNPACK_OPS = ("matmul", "bmm", "all")
 EXTERNAL_DATA = "_default_external_constant.ptd"     # the .ptd file name ExecuTorch gives external constants
 
 
@@ -61,7 +61,9 @@ class ExportConfig:
     trace_need: bool = True                     # memory report: the traced need of the same step (one eager step)
     xnnpack_ops: str = "matmul"                 # XNNPACK: "matmul": one delegate per bmm (+ its operand
                                                 # transposes) and per transpose / gelu / tanh / softmax
-                                                # (xnnpack_partition.py) | "all": XNNPACK's partitioner, large
+                                                # (xnnpack_partition.py) | "bmm": the matmuls and transposes only
+                                                # (rounding only: the inference programs) | "all": XNNPACK's
+                                                # partitioner, large
                                                 # fused partitions
 
     def __post_init__(self):
@@ -189,9 +191,9 @@ def lower(ep, backend: str | ExportConfig, passes: dict | None = None):
     transforms = [UnsqueezeAsView()] if cfg.unsqueeze_as_view else []
     if cfg.backend == "xnnpack":
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-        if cfg.xnnpack_ops == "matmul":
+        if cfg.xnnpack_ops in ("matmul", "bmm"):
             from .xnnpack_partition import MatmulChainPartitioner
-            part = MatmulChainPartitioner()
+            part = MatmulChainPartitioner() if cfg.xnnpack_ops == "matmul" else MatmulChainPartitioner(single_ops=())
         else:
             part = XnnpackPartitioner()
         edge, legalize = to_edge_lowered(ep, [part], transforms, cc)

@@ -117,21 +117,49 @@ def _specs(names: list[str], tensors) -> list[dict]:
             for n, v in zip(names, tensors)]
 
 
-def export_forward(module: nn.Module, example: tuple, backend: str, external_weights: bool):
-    """Inference export (no backward) with math attention. Returns (.pte bytes, {data file suffix: bytes}, memory)."""
+def export_forward(module: nn.Module, example: tuple, backend: str, external_weights: bool, matmuls: bool = False):
+    """Inference export (no backward) with math attention. Returns (.pte bytes, {data file suffix: bytes}, memory).
+
+    matmuls (the embed and block programs): lowered as the training program is (executorch_program.lower): each
+    linear / 1x1 convolution a matmul with its weight on the left, XNNPACK's bmm for the matmuls and transposes only
+    (rounding only), every quantized weight dequantized just before its matmul (node order restored after
+    lowering), the best-fit memory plan. Without it XNNPACK's linear cannot take a dequantized (runtime) weight: the
+    matmuls ran as `addmm` on the CPU kernels and all of a block's dequantized weights were alive at once (the
+    ~300M FLUX layout's double block: a 203 MB arena for 38 MB of int8 weights, 189 s per sample)."""
     from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge
     from .graph_passes import remove_unused_constants
     with sdpa_kernel([SDPBackend.MATH]), torch.no_grad():
         ep = torch.export.export(module.eval(), example, strict=False)
     remove_unused_constants(ep)                     # e.g. the head's weights in the embed program's view
     cc = EdgeCompileConfig(_check_ir_validity=False)
+    if matmuls:
+        from . import graph_passes
+        from .executorch_program import ExportConfig, backend_config, lower
+        ep = ep.run_decompositions()
+        graph_passes.addmm_to_mm_add(ep)
+        graph_passes.pointwise_conv_to_mm(ep)
+        cfg = ExportConfig(backend=backend, xnnpack_ops="bmm", external_weights=external_weights)
+        if backend == "xnnpack":
+            graph_passes.mm_to_bmm(ep)
+        for n in ep.graph_module.graph.nodes:
+            # XNNPACK's ConvertToLinearPass rebuilds F.linear from the nodes whose source record (source_fn_stack,
+            # else torch_fn, else the innermost nn_module_stack entry) names a linear: the rewritten matmuls keep
+            # that record and are no longer a linear's transpose + addmm
+            for key in ("source_fn_stack", "torch_fn", "nn_module_stack"):
+                n.meta.pop(key, None)
+        et = lower(ep, cfg).to_executorch(backend_config(cfg))
+        return _forward_program(et, external_weights)
     if backend == "xnnpack":
         from .lowering import to_edge_lowered
         from .xnnpack_partition import rounding_only_partitioner   # fp32 XNNPACK kernels that only reorder sums
         edge, _ = to_edge_lowered(ep, [rounding_only_partitioner()], compile_config=cc)
     else:
         edge = to_edge(ep, compile_config=cc)
-    et = edge.to_executorch(ExecutorchBackendConfig(external_constants=external_weights))
+    return _forward_program(edge.to_executorch(ExecutorchBackendConfig(external_constants=external_weights)),
+                            external_weights)
+
+
+def _forward_program(et, external_weights: bool):
     data = [bytes(cord) for cord in (getattr(et, "_tensor_data", None) or {}).values()] if external_weights else []
     if len(data) > 1:
         raise RuntimeError(f"expected one external data file, ExecuTorch wrote {len(data)}")
@@ -192,7 +220,7 @@ def add_subject_programs(writer: BundleWriter, config: SubjectPrograms, transfor
             quantize_frozen_layers(module, quant)
         log.info("exporting %s.pte", rel_stem)
         example = tuple(t.contiguous() for t in example)      # the program's inputs are contiguous (dim order)
-        pte, data, memory = export_forward(module, example, backend, config.external_weights)
+        pte, data, memory = export_forward(module, example, backend, config.external_weights, matmuls=quantize)
         rel = f"{rel_stem}.pte"
         writer.path(rel).write_bytes(pte)
         data_files = []

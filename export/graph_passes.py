@@ -436,17 +436,23 @@ def _permutation(n: Node) -> list[int] | None:
 
 def views_per_use(ep: ExportedProgram) -> dict:
     """Two rewrites of views, which ExecuTorch turns into copies:
-    - a chain of views of a placeholder (t(lora_A), view(t(x)), ...) read by several ops is repeated before each
-      reader but the first, so that no such copy outlives the op that reads it (the LoRA weights' transposes were
-      kept from forward to backward: 24 per kept block at the SANA layout);
+    - a chain of views of a program input that is not frozen (t(lora_A), view(t(x)), ...) read by several ops is
+      repeated before each reader but the first, so that no such copy outlives the op that reads it (the LoRA
+      weights' transposes were kept from forward to backward);
     - permute(permute(x, p), q) -> permute(x, p[q]), dropped when that is the identity (the backward's transpose of
-      the forward's transpose of a LoRA weight).
+      the forward's transpose of a LoRA weight), where the inner permute has no other reader or x is a program
+      input: otherwise x would be kept alive beside the inner permute.
     Returns {"repeated": views made, "folded": permutes folded}."""
     g = ep.graph_module.graph
+    frozen = frozen_input_names(ep)     # frozen constants: recompute_frozen_in_backward's; with external weights
+                                        # each view of one is a copy (edge_passes.constant_views_as_copies)
 
     def input_view(n) -> bool:
-        return (isinstance(n, Node) and n.op == "call_function" and n.target in _VIEW_OPS
-                and isinstance(n.args[0], Node) and (n.args[0].op == "placeholder" or input_view(n.args[0])))
+        if not (isinstance(n, Node) and n.op == "call_function" and n.target in _VIEW_OPS
+                and isinstance(n.args[0], Node)):
+            return False
+        src = n.args[0]
+        return (src.op == "placeholder" and src.name not in frozen) or input_view(src)
 
     repeated = 0
     for n in list(g.nodes):
@@ -476,8 +482,10 @@ def views_per_use(ep: ExportedProgram) -> dict:
         inner = _permutation(inner_node) if isinstance(inner_node, Node) else None
         if inner is None or len(inner) != len(outer):
             continue
-        dims = [inner[d] for d in outer]
         src = inner_node.args[0]
+        if len(inner_node.users) > 1 and getattr(src, "op", None) != "placeholder":
+            continue        # the inner transpose stays alive for its other readers: folding would keep src alive too
+        dims = [inner[d] for d in outer]
         if dims == list(range(len(dims))):
             n.replace_all_uses_with(src)
         else:

@@ -10,9 +10,10 @@ after block n_front - 1 minus the embedded stream, the back residual the img str
 img stream entering block num_blocks - n_back. The arithmetic between programs is numpy float32.
 
 Memory: a block program is loaded when its block runs and dropped before the next one loads (`keep_blocks=False`,
-the default): one block's weights live at a time, besides the streams, the context and one sample's residuals. With
-`keep_blocks=True` every block program stays loaded (for a cache-free run that computes residuals every step: no
-reload per sample); that costs every block's weights unless they are file-backed (a program whose constants sit in a
+the default), and so are the encode and embed programs: one program's weights and planned arena live at a time,
+besides the streams, the context and one sample's residuals (at the ~300M FLUX layout the embed program's 36 MB arena
+stayed beside every block's 52 MB one). With `keep_blocks=True` every program stays loaded (for a cache-free run
+that computes residuals every step: no reload per sample); that costs every block's weights unless they are file-backed (a program whose constants sit in a
 memory-mapped .ptd data file, ProgramEntry.data).
 
 ExecuTorch's inference bindings take and return torch tensors (no autograd is used); outputs are copied to numpy.
@@ -111,6 +112,8 @@ class ForwardPrograms:
         that does not match its program is refused before any work."""
         self.encoder().check()
         self.embedder().check()
+        if not self.keep_blocks:
+            self._encode = self._embed = None
         for i in sorted(self.block_entries):
             self.block(i).check()
             if not self.keep_blocks:
@@ -138,11 +141,16 @@ class ForwardPrograms:
     def x0(self, photo: np.ndarray, crop_box) -> np.ndarray:
         """photo [3, H, W] in [-1, 1] (runtime/photos.py), crop box -> clean latents x0 [1, C, h, w]."""
         patch = crop_patch(photo, crop_box, self.s_min_px)
-        return self.encoder()({"patch": patch})["x0"]
+        x0 = self.encoder()({"patch": patch})["x0"]
+        if not self.keep_blocks:
+            self._encode = None
+        return x0
 
     def residuals(self, x0: np.ndarray, noise: np.ndarray, t: np.ndarray, cond: dict[str, np.ndarray]) -> dict:
         """One sample's residuals, fp32, per stream (cond: {"cond.<key>": array} as the step takes it)."""
         out = self.embedder()({"x0": x0, "noise": noise, "t": t, **cond})
+        if not self.keep_blocks:
+            self._embed = None
         streams = {k: v for k, v in out.items() if k.startswith(STREAM_PREFIX)}
         ctx = {k: v for k, v in out.items() if k.startswith(CTX_PREFIX)}
         embedded = dict(streams)
