@@ -51,8 +51,9 @@ class UnsqueezeAsView(PassBase):
 
 
 def constant_views_as_copies(edge_program) -> int:
-    """With external weights: every `view_copy` of a frozen constant (parameter without gradient, buffer, lifted
-    constant) reads a clone of it. Run on the edge program after lowering. Returns the number of views changed."""
+    """With external weights: every `view_copy` of a parameter (trained ones too), buffer or lifted constant reads a
+    clone of it. Run on the edge program after lowering; schedule.restore_order then puts each clone just before its
+    view. Returns the number of views changed."""
     sig = edge_program.graph_signature
     frozen = set(sig.inputs_to_buffers) | set(sig.inputs_to_lifted_tensor_constants) | set(sig.inputs_to_parameters)
     gm = edge_program.graph_module

@@ -222,3 +222,31 @@ def test_views_of_inputs_are_made_per_use_and_transposes_of_transposes_fold():
     assert counts["repeated"] >= 1 and counts["folded"] >= 2
     assert not shared_input_views() and not permutes_of_permutes()
     _assert_same(before, _run_joint(ep, x))
+
+
+def test_restore_order_puts_an_input_copy_just_before_its_reader():
+    """A node without a debug handle that reads only program inputs (the clone constant_views_as_copies puts before
+    a view of an input) goes right before its reader, not to the start where it would stay alive until then."""
+    from export.schedule import restore_order
+
+    def f(x, w):
+        a = x + 1
+        b = a * 2
+        c = b - 3
+        return c @ w.clone()
+
+    gm = torch.fx.symbolic_trace(f)
+    calls = [n for n in gm.graph.nodes if n.op == "call_function"]
+    clone = next(n for n in gm.graph.nodes if n.op == "call_method" and n.target == "clone")
+    clone.op, clone.target = "call_function", torch.ops.aten.clone.default
+    for i, n in enumerate(calls):
+        n.meta["debug_handle"] = i + 1                  # the clone has none, as a pass-made node
+    first = calls[0]
+    first.prepend(clone)                                # hoisted to the start, as lowering leaves it
+    gm.recompile()
+    restore_order(gm)
+    order = [n for n in gm.graph.nodes if n.op == "call_function"]
+    matmul = order[-1]
+    assert order[-2] is clone and clone in matmul.all_input_nodes
+    x, w = torch.randn(3, 4), torch.randn(4, 2)
+    assert torch.allclose(gm(x, w), f(x, w))
