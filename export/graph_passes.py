@@ -163,6 +163,16 @@ def _from_channels_by_positions(g, y2, b, h, w, like):
     return _insert(g, aten.clone.default, (y,), {"memory_format": torch.contiguous_format}, like=like)
 
 
+def _replace_outputs(g: Graph, n: Node, out: dict[int, Node], pass_name: str) -> None:
+    """Replace a multi-output node n (read through getitem) by out[i] for its output i, and erase it."""
+    for user in list(n.users):
+        if user.op != "call_function" or user.target is not operator.getitem or user.args[1] not in out:
+            raise RuntimeError(f"{pass_name}: unexpected use of {n.name}: {user.format_node()}")
+        user.replace_all_uses_with(out[user.args[1]])
+        g.erase_node(user)
+    g.erase_node(n)
+
+
 def pointwise_conv_to_mm(ep: ExportedProgram) -> int:
     """convolution(x, w [O, I, 1, 1], b) with stride 1, no padding, no groups -> w[O, I] @ x[I, B*H*W] (+ b), and
     its convolution_backward -> grad_x = w.t() @ grad, grad_w = grad @ x.t(), grad_b = sum(grad): what mm_to_bmm
@@ -204,12 +214,7 @@ def pointwise_conv_to_mm(ep: ExportedProgram) -> int:
                                  like=n)
             if mask[2]:
                 out[2] = _insert(g, aten.sum.dim_IntList, (grad, [0, 2, 3]), like=n)
-        for user in list(n.users):
-            if user.op != "call_function" or user.target is not operator.getitem or user.args[1] not in out:
-                raise RuntimeError(f"pointwise_conv_to_mm: unexpected use of {n.name}: {user.format_node()}")
-            user.replace_all_uses_with(out[user.args[1]])
-            g.erase_node(user)
-        g.erase_node(n)
+        _replace_outputs(g, n, out, "pointwise_conv_to_mm")
         n_fixed += 1
     g.eliminate_dead_code()
     _finish(ep)
@@ -404,10 +409,7 @@ def conv_input_grad_as_convolution(ep: ExportedProgram) -> int:
             gx = _insert(g, aten.convolution.default,
                          (grad, flipped, None, [1, 1], [k - 1 - p for p, k in zip(padding, kernel)], [1, 1], False,
                           [0, 0], groups), like=n)
-        for u in users:
-            u.replace_all_uses_with(gx)
-            g.erase_node(u)
-        g.erase_node(n)
+        _replace_outputs(g, n, {0: gx}, "conv_input_grad_as_convolution")
         n_fixed += 1
     g.eliminate_dead_code()
     _finish(ep)
