@@ -54,14 +54,14 @@ def build_step(spec, rank: int):
 
 
 def traced_live_at_peak(step, remat: str) -> dict:
-    """One eager step (as traced_need runs it) with the tensors alive at its peak: [(op, shape, dtype, bytes)]."""
+    """One eager step (export/executorch_memory.traced_need) with the tensors alive at its peak:
+    [(op, shape, dtype, bytes)]."""
     import torch
-    from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils._pytree import tree_flatten
 
-    from ditskip_edge.memory_estimate.tracker import StepMemoryTracker, storage_keys
-    from export.executorch_memory import _eager_like_program
-    from export.remat import RematSpec
+    from ditskip_edge.memory_estimate.tracker import StepMemoryTracker
+    from export.executorch_memory import traced_need
+    from export.executorch_program import ExportConfig
 
     class PeakLiveSet(StepMemoryTracker):
         def __init__(self, pre):
@@ -83,16 +83,11 @@ def traced_live_at_peak(step, remat: str) -> dict:
                 self.at_peak = dict(self._live)
             return out
 
-    module = step.module
-    params = [p for p in module.parameters() if p.requires_grad]
-    tracker = PeakLiveSet(storage_keys(list(module.parameters()) + list(module.buffers()) + list(step.example)))
-    with _eager_like_program(module, RematSpec.parse(remat).every), sdpa_kernel([SDPBackend.MATH]), tracker:
-        module(*step.example).backward()
-    for p in params:
-        p.grad = None
-    pre = sum(p.numel() * p.element_size() for p in params) + sum(v.numel() * v.element_size() for v in step.example)
+    traced = traced_need(step, ExportConfig(remat=remat), tracker_cls=PeakLiveSet)
+    tracker = traced.pop("tracker")
     live = [(*tracker.made_by.get(k, ("?", (), "?")), n) for k, n in tracker.at_peak.items()]
-    return {"traced_step_bytes": tracker.peak_bytes, "traced_equivalent_bytes": tracker.peak_bytes + pre, "live": live}
+    return {"traced_step_bytes": traced["traced_step_bytes"],
+            "traced_equivalent_bytes": traced["traced_equivalent_bytes"], "live": live}
 
 
 def program_live_at_peak(step, remat: str, switches: dict) -> dict:

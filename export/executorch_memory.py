@@ -155,9 +155,10 @@ def _eager_like_program(module: torch.nn.Module, remat_every: int):
                 del view.run_block
 
 
-def traced_need(step, cfg=None) -> dict:
+def traced_need(step, cfg=None, tracker_cls=None) -> dict:
     """Peak bytes of the tensors one eager step creates (see the module docstring), plus what the program's arena
-    holds that the trace counts as pre-existing."""
+    holds that the trace counts as pre-existing. tracker_cls: a StepMemoryTracker subclass to trace with (it gets the
+    pre-existing storage keys); the tracker is returned under "tracker" only when one is given."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from ditskip_edge.memory_estimate.tracker import StepMemoryTracker, storage_keys
@@ -168,7 +169,7 @@ def traced_need(step, cfg=None) -> dict:
     params = [p for p in module.parameters() if p.requires_grad]
     grads = [p.grad for p in params]
     pre = storage_keys(list(module.parameters()) + list(module.buffers()) + list(step.example))
-    tracker = StepMemoryTracker(pre)
+    tracker = (tracker_cls or StepMemoryTracker)(pre)
     try:
         for p in params:
             p.grad = None
@@ -181,5 +182,8 @@ def traced_need(step, cfg=None) -> dict:
             p.grad = g
     trainable = sum(p.numel() * p.element_size() for p in params)
     inputs = sum(v.numel() * v.element_size() for v in step.example)
-    return {"traced_step_bytes": tracker.peak_bytes, "traced_equivalent_bytes": tracker.peak_bytes + trainable + inputs,
-            "traced_remat_every": every, "traced_loss": loss}
+    out = {"traced_step_bytes": tracker.peak_bytes, "traced_equivalent_bytes": tracker.peak_bytes + trainable + inputs,
+           "traced_remat_every": every, "traced_loss": loss}
+    if tracker_cls is not None:
+        out["tracker"] = tracker
+    return out

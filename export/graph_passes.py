@@ -477,28 +477,23 @@ def views_per_use(ep: ExportedProgram) -> dict:
             with g.inserting_before(user):
                 twin = copy(n)
             user.replace_input_with(n, twin)
-    folded = 0
-    for n in list(g.nodes):
-        outer = _permutation(n)
-        inner_node = n.args[0] if outer is not None else None
+
+    def fold(g, n):
+        inner_node = n.args[0]
         inner = _permutation(inner_node) if isinstance(inner_node, Node) else None
+        outer = _permutation(n)
         if inner is None or len(inner) != len(outer):
-            continue
+            return None
         src = inner_node.args[0]
         if len(inner_node.users) > 1 and getattr(src, "op", None) != "placeholder":
-            continue        # the inner transpose stays alive for its other readers: folding would keep src alive too
+            return None     # the inner transpose stays alive for its other readers: folding would keep src alive too
         dims = [inner[d] for d in outer]
-        if dims == list(range(len(dims))):
-            n.replace_all_uses_with(src)
-        else:
-            with g.inserting_before(n):
-                n.replace_all_uses_with(_insert(g, aten.permute.default, (src, dims), like=n))
-        g.erase_node(n)
-        folded += 1
+        return src if dims == list(range(len(dims))) else _insert(g, aten.permute.default, (src, dims), like=n)
+
+    folded = _rewrite_nodes(ep, (aten.permute.default, aten.t.default, aten.transpose.int), fold)
     g.eliminate_dead_code()
     _finish(ep)
     return {"repeated": repeated, "folded": folded}
-
 
 
 def _call(n, target) -> bool:
@@ -511,38 +506,32 @@ def silu_backward_in_order(ep: ExportedProgram) -> int:
     start of its block's backward). Rewritten as a = g * s; b = x * (1 - s) (rsub, no ones tensor); out = a * (b + 1),
     in that order: g dies at the first product and s at the second, so at most x, s and two temporaries are alive.
     Same values up to rounding order. Returns the number of SiLU backwards rewritten."""
-    g = ep.graph_module.graph
-    n_fixed = 0
-    for n in list(g.nodes):
-        if not _call(n, aten.mul.Tensor):
-            continue
+    def rewrite(g, n):
         grad, m5 = n.args
         if not _call(m5, aten.mul.Tensor):
             m5, grad = grad, m5
         if not _call(m5, aten.mul.Tensor) or len(m5.users) != 1:
-            continue
+            return None
         sig, plus_one = m5.args
         if not _call(sig, aten.sigmoid.default):
             plus_one, sig = sig, plus_one
         if not (_call(sig, aten.sigmoid.default) and _call(plus_one, aten.add.Scalar) and plus_one.args[1] == 1
                 and len(plus_one.users) == 1 and _call(plus_one.args[0], aten.mul.Tensor)
                 and len(plus_one.args[0].users) == 1):
-            continue
+            return None
         x = sig.args[0]
         m4 = plus_one.args[0]
         one_minus = m4.args[1] if m4.args[0] is x else m4.args[0] if m4.args[1] is x else None
         if not (_call(one_minus, aten.sub.Tensor) and one_minus.args[1] is sig and len(one_minus.users) == 1
                 and _call(one_minus.args[0], aten.full_like.default) and one_minus.args[0].args[1] == 1):
-            continue
+            return None
         if not isinstance(grad, Node) or tuple(_fake(grad).shape) != tuple(_fake(x).shape):
-            continue
-        with g.inserting_before(n):
-            a = _insert(g, aten.mul.Tensor, (grad, sig), like=n)
-            b = _insert(g, aten.mul.Tensor, (x, _insert(g, aten.rsub.Scalar, (sig, 1), like=n)), like=n)
-            out = _insert(g, aten.mul.Tensor, (a, _insert(g, aten.add.Scalar, (b, 1), like=n)), like=n)
-        n.replace_all_uses_with(out)
-        g.erase_node(n)
-        n_fixed += 1
-    g.eliminate_dead_code()
+            return None
+        a = _insert(g, aten.mul.Tensor, (grad, sig), like=n)
+        b = _insert(g, aten.mul.Tensor, (x, _insert(g, aten.rsub.Scalar, (sig, 1), like=n)), like=n)
+        return _insert(g, aten.mul.Tensor, (a, _insert(g, aten.add.Scalar, (b, 1), like=n)), like=n)
+
+    n_fixed = _rewrite_nodes(ep, (aten.mul.Tensor,), rewrite)
+    ep.graph_module.graph.eliminate_dead_code()
     _finish(ep)
     return n_fixed
