@@ -179,8 +179,20 @@ def main() -> None:
     ap.add_argument("--rank", type=int, default=16)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    from ditskip_edge.runtime.errors import UserError
+    from export.remat import RematSpec
+    try:
+        RematSpec.parse(args.remat)
+    except UserError as e:           # one line, no traceback
+        ap.error(str(e))
+    bad = [v for v in args.variants.split(",") if v not in VARIANTS]
+    if bad:
+        ap.error(f"--variants {','.join(bad)}: expected among {', '.join(VARIANTS)}")
     specs = config_specs(args.configs)
     if args.only:
+        unknown = sorted(set(args.only.split(",")) - set(specs))
+        if unknown:
+            ap.error(f"--only {','.join(unknown)}: not a {args.configs} config ({', '.join(specs)})")
         specs = {k: v for k, v in specs.items() if k in args.only.split(",")}
     stem = Path(args.out) if args.out else RESULTS / f"arena_vs_trace_{args.configs}"
     res = {"provenance": provenance(), "configs": []}
