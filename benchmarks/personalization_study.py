@@ -45,6 +45,9 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2], help="sample noise seeds (paired samples)")
     ap.add_argument("--prompts", type=int, default=None)
     ap.add_argument("--photos-per-prompt", type=int, default=2, help="fresh photos per prompt (velocity inputs)")
+    ap.add_argument("--teacher-mode", default=TeacherConfig.mode, choices=["lora", "full"],
+                    help="lora: a planted low-rank change (the default; instrument_pilot.md); full: every weight")
+    ap.add_argument("--teacher-rank", type=int, default=TeacherConfig.rank)
     ap.add_argument("--teacher-steps", type=int, default=TeacherConfig.steps)
     ap.add_argument("--teacher-lr", type=float, default=TeacherConfig.lr)
     ap.add_argument("--teacher-prior", type=float, default=TeacherConfig.prior_weight)
@@ -71,7 +74,8 @@ def main() -> int:
                       train_seeds=args.train_seeds, seeds=args.seeds, prompts=args.prompts,
                       photos_per_prompt=args.photos_per_prompt, sample_steps=args.sample_steps,
                       guidance=args.guidance, methods=args.methods, jobs=args.jobs, lora_targets=args.lora_targets,
-                      teacher=TeacherConfig(steps=args.teacher_steps, lr=args.teacher_lr,
+                      teacher=TeacherConfig(mode=args.teacher_mode, rank=args.teacher_rank,
+                                            steps=args.teacher_steps, lr=args.teacher_lr,
                                             prior_weight=args.teacher_prior), probe=args.probe)
     if args.subjects:
         cfg.subjects = args.subjects

@@ -84,8 +84,36 @@ def test_the_instrument_scores_the_teacher_one_the_base_zero_and_an_untrained_lo
     add_lora(untrained, spec.arch, block_names_of(untrained), LoraSpec(rank=4, alpha=4.0))
     for model, want in [(teacher, 1.0), (base, 0.0), (untrained.eval(), 0.0)]:
         scores, _ = ins.closures(spec, model, held, a, steps=3)
-        assert scores["velocity_closure"] == pytest.approx(want, abs=1e-6), scores
-        assert scores["sample_closure"] == pytest.approx(want, abs=1e-6), scores
+        for measure in ins.ANCHORED:
+            assert scores[measure] == pytest.approx(want, abs=1e-6), (measure, scores)
+
+
+def test_progress_ignores_sideways_movement_and_closure_counts_it():
+    """A method that moved half way to the teacher and as far again sideways: progress 0.5 (the share of the way
+    along the teacher's direction), closure 1 - (0.25 + 0.25) = 0.5 - 0.25 lower than without the sideways part."""
+    from benchmarks.testbed import instrument as ins
+    base, teacher = torch.zeros(2), torch.tensor([1.0, 0.0])
+    along, sideways = torch.tensor([0.5, 0.0]), torch.tensor([0.5, 0.5])
+    assert ins.progress(along, base, teacher) == pytest.approx(0.5)
+    assert ins.progress(sideways, base, teacher) == pytest.approx(0.5)
+    assert ins.closure(along, base, teacher) == pytest.approx(0.75)
+    assert ins.closure(sideways, base, teacher) == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="no direction"):
+        ins.progress(along, base, base)
+
+
+def test_a_planted_lora_teacher_is_saved_as_a_plain_model_with_the_change_merged(tmp_path):
+    """TeacherConfig(mode="lora"): the LoRA is fused into the weights and the peft layers removed, so the saved
+    teacher loads into a plain transformer (strict keys) and differs from the base only in the LoRA's targets."""
+    from benchmarks.testbed import instrument as ins
+    from ditskip_edge.models.loading import build_transformer
+    from ditskip_edge.models.specs import builtin_spec
+    spec = builtin_spec("flux-testbed")
+    path = ins.train_teacher(spec, SUBJECTS["teal_star"], 2, ins.TeacherConfig(mode="lora", steps=3, batch=1,
+                                                                                 prior_weight=0.0), tmp_path)
+    teacher, base = ins.load_weights(spec, path).state_dict(), build_transformer(spec).state_dict()
+    changed = sorted(k for k in base if not torch.equal(base[k], teacher[k]))
+    assert changed and all(k.endswith(".weight") and ".attn." in k for k in changed), changed[:8]
 
 
 def test_a_reduced_study_reports_table_ratio_orderings_and_grid(tmp_path):

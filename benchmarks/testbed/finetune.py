@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -86,7 +86,9 @@ class PriorScenes:
 
 
 def finetune(spec: ModelSpec, transformer: nn.Module, photos: Sequence[torch.Tensor], prompt: str,
-             cfg: FinetuneConfig, log_every: int = 0) -> nn.Module:
+             cfg: FinetuneConfig, log_every: int = 0,
+             on_step: Callable[[int, nn.Module], None] | None = None) -> nn.Module:
+    """`on_step(k, model)` after optimizer step k (1-based), e.g. to score intermediate lengths of one run."""
     torch.manual_seed(cfg.seed)
     rnd, np_rng = random.Random(cfg.seed), np.random.default_rng(cfg.seed)
     if cfg.mode == "lora":
@@ -119,6 +121,10 @@ def finetune(spec: ModelSpec, transformer: nn.Module, photos: Sequence[torch.Ten
         opt.step()
         if log_every and (step + 1) % log_every == 0:
             print(f"finetune step {step + 1}/{cfg.steps} loss {loss.item():.4f}", flush=True)
+        if on_step is not None:
+            transformer.eval()
+            on_step(step + 1, transformer)
+            transformer.train()
     return transformer.eval().requires_grad_(False)
 
 

@@ -1,24 +1,35 @@
-"""The planted-subject instrument: how much of the way from the base model to a teacher that knows the subject a
-method's LoRA goes.
+"""The planted-subject instrument: how far a method's LoRA moves the base model towards a teacher that knows the
+subject.
 
-    teacher  = the base model + a long full fine-tune (every weight) on the subject's references, with the training
-               prompt (finetune.py; TeacherConfig). It defines what "learned the subject" means on this model.
+    teacher  = the base model + a planted low-rank change: a rank-8 LoRA on every block with the students' targets,
+               trained long on the subject's references with the training prompt and merged into the weights
+               (TeacherConfig(mode="lora"), the default). It defines what "learned the subject" means on this model
+               with a change every LoRA method can make. mode="full" (every weight, the first design) is kept for
+               comparison: instrument_pilot.md scores full LoRA against both.
     held-out = what no method trained on: the eval prompts (backgrounds the references never show), and
                - velocity inputs: fresh photos of the subject *on those backgrounds* (rendered, never trained on),
                  noised at PROBE_TIMES with fixed noise:  x_t = (1 - t) x0 + t noise
                - sample seeds: generations from the same noise and prompt for every model (paired samples)
+    progress = <f_method - f_base, f_teacher - f_base> / |f_teacher - f_base|^2    (the primary measure)
+               the share of the way along the base -> teacher direction; movement sideways of it does not count
     closure  = 1 - sum |f_method - f_teacher|^2 / sum |f_base - f_teacher|^2
-               f = the conditional velocity v(x_t, t, prompt) on the velocity inputs ("velocity closure"), or
-               the generated image in pixels ("sample closure").
+               the share of the distance closed; sideways movement counts against it
+               f = the conditional velocity v(x_t, t, prompt) on the velocity inputs ("velocity_*"), or the
+               generated image in pixels ("sample_*").
 
-By construction the teacher scores 1 and the base 0; a LoRA that changed nothing scores exactly 0; a method that
-moves the model somewhere other than towards the teacher scores below 0. Both closures are sums over many inputs
-(velocity: prompts x photos x times x tokens), so one trained LoRA gets one nearly noise-free number; the 95% CIs
-of the study are over what varies between runs: subjects and training seeds.
+By construction the teacher scores 1 and the base 0 on all four; a LoRA that changed nothing scores exactly 0.
+Why progress is primary (instrument_pilot.md, 4 subjects x 2 seeds, full LoRA scored during training): a LoRA's
+velocity progress rises with training length (0.31 -> 0.76 from 50 to 400 steps against the planted teacher) with
+a CI of about 0.1, while its closure falls below 0 (-0.05 -> -0.63): a LoRA moves a lot sideways of the teacher's
+direction as it learns, so closure mostly measured how much it moved, not where to. Each measure is a sum over many
+inputs (velocity: prompts x photos x times x tokens), so one trained LoRA gets one nearly noise-free number; the 95%
+CIs of the study are over what varies between runs: subjects and training seeds.
 
-What it cannot tell: the teacher is this 4.6M-parameter model's own best picture of the subject, not the subject;
-a method could draw the subject better than the teacher and score < 1 (subject similarity to the references is
-reported beside it, and the teacher's own subject similarity says how good that picture is).
+What it cannot tell: the teacher is this 4.6M-parameter model's own picture of the subject, not the subject; a
+planted LoRA on every block favours methods that train every block (full LoRA can reach the teacher exactly,
+BlockSkip only with its kept blocks), which is the comparison the paper makes but with the scale tilted towards full
+LoRA; a method could draw the subject better than the teacher and score < 1 (subject similarity to the references
+is reported beside it, and the teacher's own subject similarity says how good that picture is).
 """
 
 from __future__ import annotations
@@ -43,20 +54,23 @@ from ditskip_edge.models.views import make_view
 from .finetune import FinetuneConfig, finetune
 from .scenes import EVAL_BACKGROUNDS, PALETTE, Subject, reference_images, render, subject_prompt
 
+ANCHORED = ("velocity_progress", "velocity_closure", "sample_progress", "sample_closure")   # base 0, teacher 1
 PROBE_TIMES = (0.25, 0.5, 0.75)     # rectified-flow times of the velocity inputs (1 = noise)
 FRESH_SEED = 7                      # placement / size of the fresh photos (the references use seed 0)
 
 
 @dataclass(frozen=True)
 class TeacherConfig:
-    steps: int = 1500
-    lr: float = 3e-4
+    mode: str = "lora"               # "lora": a planted low-rank change (the students' family); "full": every weight
+    steps: int = 800
+    lr: float = 5e-3
     batch: int = 4
     prior_weight: float = 0.5        # pretraining scenes in every step: the teacher keeps the base's abilities
+    rank: int = 8                    # lora only
     seed: int = 0
 
     def finetune_config(self) -> FinetuneConfig:
-        return FinetuneConfig(mode="full", steps=self.steps, lr=self.lr, batch=self.batch,
+        return FinetuneConfig(mode=self.mode, steps=self.steps, lr=self.lr, batch=self.batch, rank=self.rank,
                               prior_weight=self.prior_weight, seed=self.seed)
 
 
@@ -77,6 +91,9 @@ def train_teacher(spec: ModelSpec, subject: Subject, n_references: int, cfg: Tea
     t0 = time.perf_counter()
     model = finetune(spec, build_transformer(spec), reference_images(subject, n_references), subject_prompt(subject),
                      cfg.finetune_config())
+    if cfg.mode == "lora":             # the planted change merged into the weights: the teacher is a plain model
+        model.fuse_lora()
+        model.unload_lora()
     save_file({k: v.detach().contiguous() for k, v in model.state_dict().items()}, str(path))
     path.with_suffix(".json").write_text(json.dumps({"subject": subject.name, "config": asdict(cfg),
                                                      "train_s": round(time.perf_counter() - t0, 1)}, indent=1))
@@ -173,9 +190,23 @@ def closure(f: torch.Tensor, f_base: torch.Tensor, f_teacher: torch.Tensor) -> f
     return 1.0 - float(((f - f_teacher) ** 2).sum()) / den
 
 
+def progress(f: torch.Tensor, f_base: torch.Tensor, f_teacher: torch.Tensor) -> float:
+    """<f - f_base, f_teacher - f_base> / |f_teacher - f_base|^2: the share of the way along the base -> teacher
+    direction (base 0, teacher 1); movement sideways of that direction neither adds nor subtracts."""
+    d_teacher = (f_teacher - f_base).flatten().double()
+    den = float(d_teacher @ d_teacher)
+    if den == 0.0:
+        raise ValueError("progress: the base and the teacher give the same outputs (no direction to move along)")
+    return float((f - f_base).flatten().double() @ d_teacher) / den
+
+
 def closures(spec: ModelSpec, model: nn.Module, h: HeldOut, a: Anchors, steps: int = 20,
              guidance: float = 3.0) -> tuple[dict, torch.Tensor]:
-    """{"velocity_closure", "sample_closure"} of one model, and its paired samples."""
+    """{"velocity_closure", "velocity_progress", "sample_closure", "sample_progress"} of one model, and its paired
+    samples."""
     x = samples(spec, model, h, steps, guidance)
-    return {"velocity_closure": closure(velocities(spec, model, h), a.v_base, a.v_teacher),
-            "sample_closure": closure(x, a.x_base, a.x_teacher)}, x
+    v = velocities(spec, model, h)
+    return {"velocity_closure": closure(v, a.v_base, a.v_teacher),
+            "velocity_progress": progress(v, a.v_base, a.v_teacher),
+            "sample_closure": closure(x, a.x_base, a.x_teacher),
+            "sample_progress": progress(x, a.x_base, a.x_teacher)}, x

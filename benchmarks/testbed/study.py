@@ -1,12 +1,12 @@
 """The personalization study on the planted-subject instrument (instrument.py): every held-out subject x training
-seed x method -> LoRA -> how much of the base -> teacher distance it closes.
+seed x method -> LoRA -> how far it moves the model towards the teacher.
 
-    for subject in SUBJECTS:       teacher = the base + a long full fine-tune on the references (kept by key)
+    for subject in SUBJECTS:       teacher = the base + a planted LoRA trained long on the references (kept by key)
       for train_seed in seeds:     one unit = (subject, train seed)
         selection                  30% / 50% splits with the base probe and the tuned probe (ditskip_edge.selection)
         for method in METHODS:     plan -> compile_bundle -> TRAINERS[runtime] -> LoRA file -> the full diffusers
-                                   model (load_lora_adapter) -> velocity closure, sample closure (paired samples),
-                                   subject similarity to the references, background as prompted
+                                   model (load_lora_adapter) -> velocity / sample progress and closure (paired
+                                   samples), subject similarity to the references, background as prompted
     -> per method: mean +- 95% CI over units; the paper's orderings as paired differences over units; the ratio
        BlockSkip 50% / full LoRA with a paired bootstrap CI
 
@@ -53,7 +53,7 @@ from .metrics import SubjectEmbedder, background_match, mean_ci, subject_similar
 from .scenes import SUBJECTS, reference_images, subject_prompt
 
 MODEL = "flux-testbed"
-PRIMARY = "velocity_closure"          # the instrument's main measure; sample_closure is reported beside it
+PRIMARY = "velocity_progress"         # the instrument's main measure (instrument_pilot.md); the others beside it
 
 
 @dataclass(frozen=True)
@@ -317,9 +317,8 @@ def study_unit(sname: str, train_seed: int, cfg: StudyConfig) -> dict:
         done[ident], loras[ident] = name, lora
         if not cfg.keep_bundles:
             _rm_tree(work / name / "bundle")
-    anchor_rows = {"base (no LoRA)": {"velocity_closure": 0.0, "sample_closure": 0.0,
-                                      **_image_scores(anchors.x_base, held, refs, emb)},
-                   "teacher": {"velocity_closure": 1.0, "sample_closure": 1.0,
+    anchor_rows = {"base (no LoRA)": {**{m: 0.0 for m in ins.ANCHORED}, **_image_scores(anchors.x_base, held, refs, emb)},
+                   "teacher": {**{m: 1.0 for m in ins.ANCHORED},
                                **_image_scores(anchors.x_teacher, held, refs, emb)},
                    "fresh photos": _image_scores(images["fresh photos"], held, refs, emb)}
     if train_seed == min(cfg.train_seeds):
@@ -402,7 +401,8 @@ def _study_result(cfg: StudyConfig, command: str, results: list[dict], t_start: 
 
 
 # ------------------------------------------------------------------------------------------------- analysis
-MEASURES = ("velocity_closure", "sample_closure", "subject_sim", "background_ok")
+MEASURES = ("velocity_progress", "velocity_closure", "sample_progress", "sample_closure", "subject_sim",
+            "background_ok")
 
 
 def unit_values(results: list[dict], row: str, measure: str) -> np.ndarray:
@@ -439,8 +439,8 @@ def bootstrap_ratio(num: np.ndarray, den: np.ndarray, n: int = 10000, seed: int 
 def ratio(results: list[dict], a: str = "blockskip_50", b: str = "full_lora") -> dict:
     """The paper's headline: BlockSkip 50% keeps 95% of LoRA's subject fidelity (0.6963 / 0.7324 DINO)."""
     out = {}
-    for measure in ("velocity_closure", "sample_closure"):
-        both = [r for r in results if a in r["rows"] and b in r["rows"]]
+    for measure in ins.ANCHORED:
+        both = [r for r in results if a in r["rows"] and b in r["rows"] and measure in r["rows"][b]]
         if len(both) < 2:
             continue
         num = np.array([r["rows"][a][measure] for r in both])
@@ -500,7 +500,7 @@ def verdict_same(d: dict) -> str:
 
 
 def orderings(results: list[dict]) -> dict:
-    """Each claim as a paired difference over units on both closures; the verdict is the primary measure's."""
+    """Each claim as a paired difference over units on every anchored measure; the verdict is the primary measure's."""
     out = {}
     for label, a, b, paper in CLAIMS:
         d = paired(results, a, b)
@@ -510,15 +510,19 @@ def orderings(results: list[dict]) -> dict:
             out[label] = {"a": a, "b": b, "verdict": "empty comparison (the same plan on every unit)",
                           "paper": paper, PRIMARY: d}
             continue
-        out[label] = {"a": a, "b": b, "verdict": verdict_greater(d), "paper": paper, PRIMARY: d,
-                      "sample_closure": paired(results, a, b, "sample_closure"),
-                      "subject_sim": paired(results, a, b, "subject_sim")}
+        out[label] = {"a": a, "b": b, "verdict": verdict_greater(d), "paper": paper,
+                      **_paired_measures(results, a, b)}
     for label, a, b in SAME:
         d = paired(results, a, b)
         if d is not None:
-            out[label] = {"a": a, "b": b, "verdict": verdict_same(d), "paper": "-", PRIMARY: d,
-                          "sample_closure": paired(results, a, b, "sample_closure")}
+            out[label] = {"a": a, "b": b, "verdict": verdict_same(d), "paper": "-", **_paired_measures(results, a, b)}
     return out
+
+
+def _paired_measures(results: list[dict], a: str, b: str) -> dict:
+    both = [r for r in results if a in r["rows"] and b in r["rows"]]
+    return {m: paired(results, a, b, m) for m in (*ins.ANCHORED, "subject_sim")
+            if all(m in r["rows"][a] and m in r["rows"][b] for r in both)}
 
 
 def _same_plan_everywhere(results: list[dict], a: str, b: str) -> bool:
@@ -530,7 +534,7 @@ def _same_plan_everywhere(results: list[dict], a: str, b: str) -> bool:
 
 
 def selection_summary(results: list[dict]) -> dict:
-    """Per unit: the splits each probe chose and the closures they reached."""
+    """Per unit: the splits each probe chose and the primary measure they reached."""
     rows = []
     for r in results:
         row = {"subject": r["subject"], "train_seed": r["train_seed"]}
@@ -574,6 +578,12 @@ def _plans(result: dict, name: str) -> str:
     return ", ".join(f"{p[0]}/{p[1]}" + (f" x{c}" if len(counts) > 1 else "") for p, c in counts.items())
 
 
+def _teacher_words(teacher: dict) -> str:
+    if teacher.get("mode", "full") == "lora":
+        return f"planted rank-{teacher['rank']} LoRA (all blocks, the students' targets)"
+    return "full fine-tune"
+
+
 def to_markdown(result: dict) -> str:
     cfg = result["config"]
     t = result["table"]
@@ -587,19 +597,20 @@ def to_markdown(result: dict) -> str:
              f"per unit {len(units[0]['prompts']['eval'])} eval prompts x sample seeds {cfg['seeds']} (paired "
              f"samples) and {cfg['photos_per_prompt']} fresh photos x {len(ins.PROBE_TIMES)} times per prompt "
              f"(velocity inputs); LoRA {cfg['steps']} steps x accum {cfg['grad_accum']}, rank {cfg['rank']}, lr "
-             f"{cfg['lr']}; teacher: full fine-tune {cfg['teacher']['steps']} steps x {cfg['teacher']['batch']}, lr "
+             f"{cfg['lr']}; teacher: {_teacher_words(cfg['teacher'])} {cfg['teacher']['steps']} steps x "
+             f"{cfg['teacher']['batch']}, lr "
              f"{cfg['teacher']['lr']}, prior weight {cfg['teacher']['prior_weight']}; blockskip_30 / _50 rows use "
              f"the {result['default_probe']} probe", "",
-             "velocity / sample closure: the share of the base -> teacher distance a method closes (base 0, teacher "
-             "1 by construction; instrument.py). subject_sim: the fixed embedder's cosine to the references (a "
-             "fresh photo of the subject scores as the `fresh photos` row). background_ok: the prompted background. "
-             "Mean over units +- 95% Student-t CI (units = subject x training seed).", "",
-             "| method | plan (front/back) | velocity closure | sample closure | subject_sim | background_ok |",
-             "|---|---|---|---|---|---|"]
+             "velocity / sample progress (the primary measure is velocity progress): the share of the way along "
+             "the base -> teacher direction a method's velocity field (samples) moved; closure: the share of the "
+             "base -> teacher distance it closed, which also counts movement sideways of that direction (base 0, "
+             "teacher 1 by construction on all four; instrument.py). subject_sim: the fixed embedder's cosine to "
+             "the references (a fresh photo of the subject scores as the `fresh photos` row). background_ok: the "
+             "prompted background. Mean over units +- 95% Student-t CI (units = subject x training seed).", "",
+             "| method | plan (front/back) | velocity progress | velocity closure | sample progress | sample closure "
+             "| subject_sim | background_ok |", "|---|---|---|---|---|---|---|---|"]
     for n, r in t.items():
-        lines.append(f"| {n} | {_plans(result, n)} | {_fmt(r.get('velocity_closure'))} | "
-                     f"{_fmt(r.get('sample_closure'))} | {_fmt(r.get('subject_sim'))} | "
-                     f"{_fmt(r.get('background_ok'))} |")
+        lines.append(f"| {n} | {_plans(result, n)} | " + " | ".join(_fmt(r.get(m)) for m in MEASURES) + " |")
     full = t.get("full_lora", {}).get(PRIMARY)
     if full:
         lines += ["", f"Signal: full LoRA's {PRIMARY} {full['mean']:.3f} +- {full['ci95']:.3f} stands "
@@ -608,15 +619,15 @@ def to_markdown(result: dict) -> str:
     for measure, r in result["ratio"].items():
         lines.append(f"- BlockSkip 50% / full LoRA ({measure}): **{r['ratio']:.3f}** (95% bootstrap CI "
                      f"{r['ci95'][0]:.3f} - {r['ci95'][1]:.3f}, {r['units']} units); paper 0.95: {r['verdict']}")
-    lines += ["", "| claim (a > b unless =) | paper | a - b, velocity closure | a - b, sample closure | verdict |",
-              "|---|---|---|---|---|"]
+    lines += ["", "| claim (a > b unless =) | paper | a - b: velocity progress | velocity closure | sample progress "
+              "| verdict |", "|---|---|---|---|---|---|"]
     for label, c in result["orderings"].items():
-        lines.append(f"| {label} | {c['paper']} | {_fmt(c.get(PRIMARY))} | {_fmt(c.get('sample_closure'))} | "
-                     f"**{c['verdict']}** |")
-    lines += ["", "Verdicts on the paired velocity-closure difference over units: confirmed = the 95% CI lies on "
+        lines.append(f"| {label} | {c['paper']} | {_fmt(c.get(PRIMARY))} | {_fmt(c.get('velocity_closure'))} | "
+                     f"{_fmt(c.get('sample_progress'))} | **{c['verdict']}** |")
+    lines += ["", f"Verdicts on the paired {PRIMARY.replace('_', ' ')} difference over units: confirmed = the 95% CI lies on "
               f"the claimed side of 0 (for '=' claims: inside +-{EQUIVALENCE}), refuted = on the other side, "
               "unresolved = it straddles.", "", "## Selection: base probe vs tuned probe (per unit)", "",
-              "| subject | seed | 30%: base / tuned | 50%: base / tuned | 50% velocity closure: base / tuned |",
+              f"| subject | seed | 30%: base / tuned | 50%: base / tuned | 50% {PRIMARY.replace('_', ' ')}: base / tuned |",
               "|---|---|---|---|---|"]
     for row in result["selection"]["units"]:
         def pl(k):
@@ -637,11 +648,11 @@ def to_markdown(result: dict) -> str:
         lines.append(f"| {n} | `{rs[0]['cache_codec']}` | {np.mean([r['cache_bytes'] for r in rs]) / 1e6:.1f} | "
                      f"{np.mean([r['train_s'] for r in rs]):.1f} | "
                      f"{f'{max(diffs):.2e}' if diffs else '-'}{' (reused: ' + ', '.join(reused) + ')' if reused else ''} |")
-    lines += ["", "## Per unit (velocity closure)", "",
+    lines += ["", f"## Per unit ({PRIMARY.replace('_', ' ')})", "",
               "| unit | " + " | ".join(t) + " |", "|---|" + "---|" * len(t)]
     for u in units:
         lines.append(f"| {u['subject']} s{u['train_seed']} | " + " | ".join(
-            f"{u['rows'][n]['velocity_closure']:.3f}" if n in u["rows"] and "velocity_closure" in u["rows"][n]
+            f"{u['rows'][n][PRIMARY]:.3f}" if n in u["rows"] and PRIMARY in u["rows"][n]
             else "-" for n in t) + " |")
     lines += ["", "Prompts (train / eval):", ""] + [f"- {u['subject']}: `{u['prompts']['train']}` / " +
                                                    ", ".join(f"`{p}`" for p in u["prompts"]["eval"])
