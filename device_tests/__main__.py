@@ -1,6 +1,6 @@
 """python -m device_tests BUNDLE --runtime executorch|ort [--precision P] [--run-dir D] [--margin 0.5]
                          [--slack-mib 64] [--budget-mib N | --uncapped] [--steps N] [--no-resume] [--json]
-                         [--photos DIR [--subject-out OUT] [--cache-free] [--no-train]]   (BUNDLE a model bundle)
+                         [--photos DIR [--subject-out OUT] [--cache-mode stored|x0-only|cache-free] [--no-train]]   (BUNDLE a model bundle)
 
 Trains BUNDLE in a runtime-only child process under a footprint cap derived from the bundle's memory prediction
 (device_tests/runner.py) and prints what a handset report would: status, the prediction and where it came from, the
@@ -40,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--photos", default=None, help="BUNDLE is a model bundle: run the subject stage on these photos "
                                                   "first (on the device), then train")
     p.add_argument("--subject-out", default=None, help="with --photos: the subject bundle (default BUNDLE-subject)")
-    p.add_argument("--cache-free", action="store_true", help="with --photos: no stored residuals")
+    p.add_argument("--cache-mode", default="stored", choices=["stored", "x0-only", "cache-free"],
+                   help="with --photos: what the subject stage stores (x0-only / cache-free: residuals each step)")
     p.add_argument("--no-train", action="store_true", help="with --photos: stop after the subject stage")
     p.add_argument("--json", action="store_true", help="print the full device_run.json document")
     a = p.parse_args(argv)
@@ -50,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
                      steps=a.steps, checkpoint_every=a.checkpoint_every, resume=not a.no_resume,
                      use_estimate=not a.no_estimate, reserve=not a.no_reserve, precision=a.precision,
                      photos=a.photos, subject_out=(a.subject_out or str(a.bundle).rstrip("/") + "-subject")
-                     if a.photos else None, cache_free=a.cache_free, no_train=a.no_train)
+                     if a.photos else None, cache_mode=a.cache_mode, no_train=a.no_train)
     doc = run.to_json()
     if a.json:
         json.dump(doc, sys.stdout, indent=1, default=str)

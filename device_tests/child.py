@@ -12,7 +12,7 @@
    (exit 3); the parent also watches RssAnon and stops the process when it passes the budget (what a phone does);
 4. with `photos` in the request (the bundle is then a model bundle): runs the subject stage first (runtime/subject.py,
    as `python -m ditskip_edge.runtime personalize` does: photos -> schedule -> x0 -> the skipped blocks' forward ->
-   residual cache, or cache-free), writing the subject bundle `subject_out`; then (unless `no_train`)
+   residual cache, x0-only or cache-free), writing the subject bundle `subject_out`; then (unless `no_train`)
    trains the bundle with the runtime package's loop (checkpoint, resume, LoRA, as
    `python -m ditskip_edge.runtime train --runtime R` does);
 5. writes RESULT.json atomically: ok / out_of_memory / error, the message, the summary, the footprint at the end,
@@ -80,7 +80,7 @@ def main(request_path: str) -> int:
     doc: dict = {"status": "error", "runtime": req["runtime"], "pid": os.getpid()}
     t0 = time.perf_counter()
     try:
-        train, Config, ri = import_runtime(req["runtime"], bool(req.get("photos") or req.get("cache_free_bundle")))
+        train, Config, ri = import_runtime(req["runtime"], bool(req.get("photos") or req.get("computes_residuals")))
         from ditskip_edge.runtime.footprint import read_footprint
         doc["runtime_version"] = ri.runtime_version(req["runtime"])
         base = read_footprint()
@@ -100,7 +100,7 @@ def main(request_path: str) -> int:
         if req.get("photos"):
             from ditskip_edge.runtime.subject import SubjectConfig, personalize
             stage = personalize(bundle, req["photos"], req["subject_out"], SubjectConfig(
-                cache_mode="cache-free" if req.get("cache_free") else "stored", prompt=req.get("prompt"),
+                cache_mode=req.get("cache_mode", "stored"), prompt=req.get("prompt"),
                 resume=bool(req.get("resume", True)), overwrite=bool(req.get("overwrite", False)),
                 keep_blocks=bool(req.get("keep_blocks", False)), progress=False))
             doc["subject_stage"] = stage

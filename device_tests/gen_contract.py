@@ -76,6 +76,8 @@ def _values(c: dict) -> list[tuple[str, object]]:
         ("RNG_CHECK_NORMALS", c["rng"]["check_first_normals"]),
         ("BUNDLE_KIND_FIELD", c["bundle"]["bundle_kinds"]["field"]),
         ("MODEL_BUNDLE_KIND", c["bundle"]["bundle_kinds"]["model"]),
+        ("STORED_MODE", c["bundle"]["cache_modes"]["stored"]),
+        ("X0_ONLY_MODE", c["bundle"]["cache_modes"]["x0_only"]),
         ("CACHE_FREE_MODE", c["bundle"]["cache_modes"]["cache_free"]),
         ("ET_ENCODE", pr["encode_name"]),
         ("ET_EMBED", pr["embed_name"]),

@@ -140,21 +140,21 @@ def run_device(bundle: str | Path, runtime: str, run_dir: str | Path, *, margin:
                steps: int | None = None, checkpoint_every: int = 1, resume: bool = True, sample_s: float = 0.005,
                kill_when: Callable[[Path], bool] | None = None, reserve: bool = True, use_estimate: bool = True,
                precision: str | None = None, extra_data_bytes: int = 0, timeout_s: float = 600,
-               photos: str | Path | None = None, subject_out: str | Path | None = None, cache_free: bool = False,
+               photos: str | Path | None = None, subject_out: str | Path | None = None, cache_mode: str = "stored",
                no_train: bool = False, keep_blocks: bool = False, overwrite: bool = False) -> DeviceRun:
     """Train `bundle` with `runtime` in a child process. budget_bytes overrides the prediction-derived budget;
     uncapped=True runs without a cap (to measure). kill_when(run_dir) -> True makes the parent SIGKILL the child
     (an interrupted run, as when a phone kills the app). reserve=False leaves RUNTIME_RESERVED_BYTES out of the
     data budget; extra_data_bytes widens it (to test the footprint watch alone). With `photos`, `bundle` is a model
-    bundle: the child runs the subject stage first (runtime/subject.py) into `subject_out` (cache-free with
-    `cache_free`), then trains that subject bundle (unless `no_train`); the cap is the larger of the subject stage's
+    bundle: the child runs the subject stage first (runtime/subject.py) into `subject_out` (in `cache_mode`:
+    stored, x0-only or cache-free), then trains that subject bundle (unless `no_train`); the cap is the larger of the subject stage's
     and the training step's predictions."""
     bundle, run_dir = Path(bundle).resolve(), Path(run_dir).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     prediction = None
     if not uncapped and budget_bytes is None:
         prediction = predict_memory(bundle, runtime, use_estimate, precision, subject_stage=photos is not None,
-                                    cache_free=cache_free)
+                                    cache_free=cache_mode != "stored")
         budget_bytes = budget_from(prediction, margin, slack_bytes)
     if uncapped:
         budget_bytes = None
@@ -167,8 +167,8 @@ def run_device(bundle: str | Path, runtime: str, run_dir: str | Path, *, margin:
                "steps": steps, "checkpoint_every": checkpoint_every, "resume": resume,
                "photos": None if photos is None else str(Path(photos).resolve()),
                "subject_out": None if subject_out is None else str(Path(subject_out).resolve()),
-               "cache_free": cache_free, "no_train": no_train, "keep_blocks": keep_blocks, "overwrite": overwrite,
-               "cache_free_bundle": _is_cache_free(bundle)}
+               "cache_mode": cache_mode, "no_train": no_train, "keep_blocks": keep_blocks, "overwrite": overwrite,
+               "computes_residuals": _computes_residuals(bundle)}
     req_path = run_dir / "device_request.json"
     req_path.write_text(json.dumps(request, indent=1))
     env = dict(os.environ, **{k: os.environ.get(k, v) for k, v in MALLOC_ENV.items()},
@@ -220,10 +220,11 @@ def run_device(bundle: str | Path, runtime: str, run_dir: str | Path, *, margin:
     return run
 
 
-def _is_cache_free(bundle: Path) -> bool:
+def _computes_residuals(bundle: Path) -> bool:
+    """An x0-only or cache-free subject bundle: each step runs the forward programs (the child imports them)."""
     try:
         m = json.loads((bundle / "manifest.json").read_text())
-        return (m.get("subject_stage") or {}).get("cache_mode") == "cache-free"
+        return (m.get("subject_stage") or {}).get("cache_mode", "stored") != "stored"
     except (OSError, ValueError):
         return False
 

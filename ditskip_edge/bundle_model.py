@@ -1,8 +1,9 @@
 """Open a bundle for the host: the runtime's Bundle plus the model it was compiled for (spec, skip plan, LoRA spec),
 the kept blocks with LoRA as a SkipModel, and the text conditioning as torch tensors.
 
-A subject bundle has its schedule and (stored mode) its residual cache; a model bundle (no photos) or a cache-free
-subject bundle has no cache: `cache` is None, and the cache's codec and entry shapes come from the manifest.
+A subject bundle has its schedule and (stored mode) its residual cache; a model bundle (no photos) or an x0-only or
+cache-free subject bundle has no residual cache: `cache` is None, and the codec and entry shapes come from the
+manifest.
 
 The transformer is built on the meta device from its config and only the bundle's kept weights are loaded into it
 (`assign=True`), so skipped blocks never take memory; LoRA is injected into the full-model object so its names are
@@ -23,7 +24,7 @@ from .models.loading import transformer_class
 from .models.specs import ModelSpec
 from .models.views import make_view
 from .plan import SkipPlan
-from .runtime.bundle import CACHE_FREE, MODEL_BUNDLE, MODEL_WEIGHTS, Bundle, OptimizerSpec
+from .runtime.bundle import MODEL_BUNDLE, MODEL_WEIGHTS, STORED, Bundle, OptimizerSpec
 from .runtime.cache import CacheReader
 from .runtime.cache_format import CacheCodec
 from .runtime.errors import BundleError
@@ -74,7 +75,7 @@ def open_bundle(bundle: str | Path | Bundle, verify: bool = True) -> OpenBundle:
     else:
         cond_np, schedule = b.text_conditioning(), b.schedule
         sched_cfg = schedule.config
-        cache = None if b.cache_mode == CACHE_FREE else b.cache()
+        cache = b.cache() if b.cache_mode == STORED else None
     cond = {k: torch.from_numpy(v) for k, v in cond_np.items()}
     codec = cache.codec if cache is not None else CacheCodec.parse(b.codec_spec)
     shapes = cache.shapes if cache is not None else b.entry_shapes

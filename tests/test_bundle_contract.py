@@ -49,6 +49,14 @@ def test_generated_app_constants_are_up_to_date():
         assert path.is_file() and path.read_text() == text, f"{path} is stale: run python -m device_tests.gen_contract"
 
 
+def test_the_contracts_cache_modes_are_the_runtimes():
+    """A cache mode the runtime writes is one the contract (and so the apps' constants) names, and no other."""
+    from device_tests.gen_contract import load_contract
+    from ditskip_edge.runtime.bundle import CACHE_MODES
+    modes = load_contract()["bundle"]["cache_modes"]
+    assert sorted(v for k, v in modes.items() if k not in ("field", "rule")) == sorted(CACHE_MODES)
+
+
 # ---------------------------------------------------------------- real bundles against the contract
 
 def _st_keys(path: Path) -> list[str]:

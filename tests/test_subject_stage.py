@@ -8,7 +8,7 @@ Properties protected:
 - residuals computed by the device programs equal the host's, fp32, <= 1e-4 relative per stream (flux-tiny with the
   block programs' weights in memory-mapped .ptd data files, sana-tiny with them inside the .pte);
 - a run trained from the device-computed cache gives the host-compiled bundle's losses (<= 1e-4 relative), and a
-  cache-free run (residuals computed each step) the stored cache's;
+  cache-free run (residuals computed each step) and an x0-only run (x0 stored alone) the stored cache's;
 - bad input on the device side is one line, exit 2, and leaves no bundle and no half-written cache: an unreadable
   photo, too few photos, a subject bundle for a model bundle, a program of another model, a data file that does not
   match its program, an interrupted run of other inputs;
@@ -206,6 +206,29 @@ def test_cache_free_training_gives_the_stored_caches_losses(flux_model, flux_dev
     assert all(abs(a - b) <= 1e-6 * abs(b) for a, b in zip(free, stored)), (free, stored)
     eager = train_eager(out, None, steps=2)["losses"]
     assert all(abs(a - b) <= 1e-4 * abs(b) for a, b in zip(eager, stored)), (eager, stored)
+
+
+def test_an_x0_only_cache_holds_x0_alone_and_trains_to_the_stored_caches_losses(flux_model, flux_device, tmp_path):
+    """`personalize --x0-only`: the cache holds each sample's x0 alone (the stored cache's x0, bit for bit, in a
+    fraction of its bytes); each step computes its residuals from it: the stored cache's losses (ExecuTorch, and
+    the eager reference reading the same bundle)."""
+    from conftest import train_device, train_eager
+    from ditskip_edge.runtime.bundle import Bundle
+    out = tmp_path / "x0"
+    code, err = _personalize_cli(flux_model, PHOTOS, out, "--x0-only")
+    assert code == 0, err
+    b, stored_b = Bundle.open(out), Bundle.open(flux_device)
+    assert b.cache_mode == "x0-only"
+    cache, stored = b.cache(), stored_b.cache()
+    assert set(cache.shapes) == {"x0"} and len(cache) == len(stored)
+    assert cache.entry_bytes * 4 < stored.entry_bytes, (cache.entry_bytes, stored.entry_bytes)
+    for k in range(len(cache)):
+        assert np.array_equal(cache.read_encoded(k)["x0"], stored.read_encoded(k)["x0"])
+    want = train_device(flux_device, "executorch", tmp_path / "stored")["losses"]
+    got = train_device(out, "executorch", tmp_path / "x0_run")["losses"]
+    assert len(got) == STEPS and all(abs(a - b) <= 1e-6 * abs(b) for a, b in zip(got, want)), (got, want)
+    eager = train_eager(out, None, steps=2)["losses"]
+    assert all(abs(a - b) <= 1e-4 * abs(b) for a, b in zip(eager, want)), (eager, want)
 
 
 # ---------------------------------------------------------------- bad input: one line, nothing left behind

@@ -23,6 +23,8 @@ programs while the training program stays loaded):
                the other, but the training program's arena lives as long as the program)
     extra FLOPs per optimizer step: grad_accum x forward_flops_per_sample; predicted step time ratio
                (train + forward FLOPs) / train FLOPs
+x0-only mode (the cache holds each sample's x0 alone): the cache-free footprint; storage samples x x0's bytes; the
+forward without the encoder each step.
 
 Encoders: the models' autoencoders as published with their diffusers checkpoints (FLUX.1-dev: AutoencoderKL, 4
 stages 128-512 channels, 16 latent channels; SANA: AutoencoderDC f32c32 with EfficientViT stages), built on the
@@ -182,7 +184,7 @@ def _trace_encoder(spec, s_min: int) -> tuple[int, int, int]:
 def subject_stage_estimate(cfg: StepConfig, train_memory: dict, train_flops: int, runtime_overhead_bytes: int,
                            num_samples: int, grad_accum: int, codec: str, weights: str = "resident",
                            forward_precision: str | None = None) -> dict:
-    """The estimate's `subject_stage` and `cache_free` sections (bytes; see the module docstring)."""
+    """The estimate's `subject_stage`, `cache_free` and `x0_only` sections (bytes; see the module docstring)."""
     tr = trace_subject_stage(cfg, forward_precision)
     mapped = weights == "mapped"
     persistent = (0 if mapped else tr["encoder_weights_bytes"] + tr["embed_weights_bytes"]) + tr["photo_bytes"] \
@@ -192,6 +194,7 @@ def subject_stage_estimate(cfg: StepConfig, train_memory: dict, train_flops: int
     footprint = runtime_overhead_bytes + persistent + working
     shapes = _entry_shapes(cfg)
     _, entry_bytes = entry_layout(CacheCodec.parse(codec), shapes)
+    _, x0_bytes = entry_layout(CacheCodec.parse(codec), {"x0": shapes["x0"]})
     train_fp = int(train_memory["footprint_bytes"])
     fwd = tr["forward_flops_per_sample"]
     return {
@@ -211,10 +214,13 @@ def subject_stage_estimate(cfg: StepConfig, train_memory: dict, train_flops: int
                        "footprint_over_training_bytes": footprint - runtime_overhead_bytes,
                        "extra_flops_per_step": grad_accum * fwd,
                        "extra_tflops_per_step": round(grad_accum * fwd / 1e12, 4),
-                       "predicted_step_time_ratio": round((train_flops + fwd) / max(train_flops, 1), 3),
-                       # a variant not built: x0 stored (under 1% of an entry), the encoder not rerun each step
-                       "predicted_step_time_ratio_x0_stored": round(
-                           (train_flops + fwd - tr["encoder_flops_per_sample"]) / max(train_flops, 1), 3)},
+                       "predicted_step_time_ratio": round((train_flops + fwd) / max(train_flops, 1), 3)},
+        # x0-only: the cache holds x0 alone; each step runs the forward without the encoder (same footprint)
+        "x0_only": {"entry_bytes": x0_bytes, "stored_cache_bytes": x0_bytes * num_samples,
+                    "stored_cache_gib": round(x0_bytes * num_samples / 2 ** 30, 3),
+                    "extra_flops_per_step": grad_accum * (fwd - tr["encoder_flops_per_sample"]),
+                    "predicted_step_time_ratio": round((train_flops + fwd - tr["encoder_flops_per_sample"])
+                                                       / max(train_flops, 1), 3)},
     }
 
 

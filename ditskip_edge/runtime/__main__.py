@@ -2,7 +2,7 @@
 
     python -m ditskip_edge.runtime train BUNDLE --runtime executorch|ort [...] [--json]
     python -m ditskip_edge.runtime personalize MODEL_BUNDLE --photos DIR [--out SUBJECT_BUNDLE] [--prompt P]
-                                   [--cache-free] [--no-train] [--runtime executorch|ort] [...] [--json]
+                                   [--cache-free | --x0-only] [--no-train] [--runtime executorch|ort] [...] [--json]
     python -m ditskip_edge.runtime generate BUNDLE --prompt "..." --seed 0 [--steps N] [--lora RUN/lora] --out x.png
 
 `personalize` runs the subject stage on a model bundle (runtime/subject.py: photos -> schedule -> x0 -> the skipped
@@ -41,15 +41,19 @@ def main(argv: list[str] | None = None) -> int:
     _train_args(t)
     t.add_argument("--device-preprocess", action="store_true", help="x0 from the photos (executorch)")
     t.add_argument("--keep-blocks", action="store_true",
-                   help="cache-free bundle: keep every block program loaded between steps (default: when their "
+                   help="x0-only / cache-free bundle: keep every block program loaded between steps (default: when their "
                         "weights are file-backed)")
     s = sub.add_parser("personalize", help="the subject stage on a model bundle, then training")
     s.add_argument("bundle", help="a model bundle (ditskip-edge compile without --images)")
     s.add_argument("--photos", required=True, help="folder of the subject's photos (they stay on this device)")
     s.add_argument("--out", default=None, help="the subject bundle to write (default: MODEL_BUNDLE-subject beside it)")
     s.add_argument("--prompt", default=None, help="one of the model bundle's prompts (default: its first)")
-    s.add_argument("--cache-free", action="store_true",
-                   help="store no residuals: each training step computes its sample's residuals first")
+    mode = s.add_mutually_exclusive_group()
+    mode.add_argument("--cache-free", action="store_true",
+                      help="store nothing: each training step encodes its crop and computes its residuals first")
+    mode.add_argument("--x0-only", action="store_true",
+                      help="store each sample's clean latents x0 alone (a few percent of a stored cache): each "
+                           "training step computes its residuals from them first")
     s.add_argument("--no-train", action="store_true", help="stop after the subject stage")
     s.add_argument("--force", action="store_true", help="replace --out if it exists")
     s.add_argument("--keep-blocks", action="store_true",
@@ -82,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
             from .subject import SubjectConfig, personalize
             target = Path(args.out) if args.out else Path(str(Path(args.bundle)).rstrip("/") + "-subject")
             stage = personalize(args.bundle, args.photos, target, SubjectConfig(
-                cache_mode="cache-free" if args.cache_free else "stored", prompt=args.prompt,
+                cache_mode="cache-free" if args.cache_free else "x0-only" if args.x0_only else "stored",
+                prompt=args.prompt,
                 resume=not args.no_resume, overwrite=args.force, keep_blocks=args.keep_blocks))
             bundle, out = target, {"subject_stage": stage}
             runtime = runtime or "executorch"

@@ -15,12 +15,14 @@ The file layout (one name per file, used by the compiler that writes and every r
     subject/schedule.json                      per sample: photo, t, crop box, noise seed
     subject/photos/NNN.png                     the normalised photos
     subject/text_conditioning.safetensors      the prompt's conditioning
-    subject/cache/                             residual cache (runtime/cache.py); absent in cache-free mode
+    subject/cache/                             residual cache (runtime/cache.py); x0 only in x0-only mode, absent in
+                                               cache-free mode
     programs/<runtime>/...                     device programs, listed in the manifest's `programs`
 
 Cache modes (subject bundles, manifest `subject_stage.cache_mode`): "stored" (the residual cache holds one entry per
-scheduled sample) or "cache-free" (no stored residuals: each training step computes its sample's residuals with the
-skipped blocks' forward programs first, runtime/inputs.py).
+scheduled sample), "x0-only" (the cache holds each sample's clean latents x0 alone, a few percent of a stored entry;
+each training step computes its sample's residuals from them with the skipped blocks' forward programs first) or
+"cache-free" (nothing stored: each step also encodes its crop first; runtime/inputs.py).
 
 The manifest verifies itself: its first line is `{"manifest_sha256": "<hex>",` and <hex> is the SHA-256 of every
 byte after that line, so a change to any field (a learning rate, a rank) is refused like a changed file.
@@ -53,8 +55,8 @@ BUNDLE_FORMAT_VERSION = 3          # 3: bundle_kind (model | subject), cache mod
 MODEL_WEIGHTS = "model/kept_weights.safetensors"
 PROMPTS_DIR = "model/text"
 MODEL_BUNDLE, SUBJECT_BUNDLE = "model", "subject"
-STORED, CACHE_FREE = "stored", "cache-free"
-CACHE_MODES = (STORED, CACHE_FREE)
+STORED, X0_ONLY, CACHE_FREE = "stored", "x0-only", "cache-free"
+CACHE_MODES = (STORED, X0_ONLY, CACHE_FREE)
 SCHEDULE_FILE = "subject/schedule.json"
 TEXT_FILE = "subject/text_conditioning.safetensors"
 CACHE_DIR = "subject/cache"
@@ -275,7 +277,8 @@ class Bundle:
 
     @property
     def cache_mode(self) -> str:
-        """"stored" (a residual cache) or "cache-free" (residuals computed each step)."""
+        """"stored" (a residual cache), "x0-only" (a cache of x0: residuals computed each step) or "cache-free"
+        (x0 and residuals computed each step)."""
         mode = self.field("subject_stage").get("cache_mode", STORED)
         if mode not in CACHE_MODES:
             raise BundleError(f"{self.root / MANIFEST}: subject_stage.cache_mode {mode!r}, expected one of "
@@ -341,5 +344,6 @@ class Bundle:
         if self.cache_mode == CACHE_FREE:
             raise BundleError(f"{self.root}: a cache-free bundle (no stored residuals): its residuals are computed "
                               f"each step by the skipped blocks' programs (runtime/inputs.py)")
+        # an x0-only cache holds {"x0"} alone: its index's shapes say so, and readers take the residuals elsewhere
         return CacheReader(self.root / self.field("subject_stage", "cache"), self.cache_identity,
                            expected_entries=self.schedule.num_samples)

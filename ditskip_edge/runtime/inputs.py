@@ -1,8 +1,9 @@
 """One scheduled sample -> the named inputs of the training step (runtime/contract.py names them), numpy only.
 
     x0      the cache entry's clean latents (or `x0_from(sample)`: a device computing them from the photo)
-    (a cache-free bundle has no stored entry: `entry_from` defaults to runtime/subject.py's CacheFreeEntries, which
-    computes the sample's x0 and residuals with the bundle's forward programs and codes them in memory)
+    (an x0-only or cache-free bundle has no stored entry: `entry_from` defaults to runtime/subject.py's
+    CacheFreeEntries, which reads the sample's x0 from the x0-only cache or computes it, computes the residuals with
+    the bundle's forward programs and codes them in memory)
     noise   rng.normal(sample.noise_seed, x0.shape)        the portable RNG every runtime and app shares
     t       [sample.t]
     cond.*  the bundle's text conditioning
@@ -16,7 +17,7 @@ from typing import Callable
 import numpy as np
 
 from . import rng
-from .bundle import CACHE_FREE, Bundle
+from .bundle import STORED, Bundle
 from .cache_format import X0
 from .contract import COND_PREFIX, ENTRY_PREFIX
 from .schedule import Sample
@@ -33,7 +34,7 @@ class StepInputs:
     def __init__(self, bundle: Bundle, x0_from: Callable[[Sample], np.ndarray] | None = None,
                  entry_from: Callable[[Sample], dict[str, np.ndarray]] | None = None, keep_blocks: bool | None = None):
         if entry_from is None:
-            if bundle.cache_mode == CACHE_FREE:       # keep_blocks: CacheFreeEntries' (None: when file-backed)
+            if bundle.cache_mode != STORED:           # keep_blocks: CacheFreeEntries' (None: when file-backed)
                 from .subject import CacheFreeEntries
                 entry_from = CacheFreeEntries(bundle, keep_blocks)
             else:

@@ -10,8 +10,9 @@ phone (issue 15). The runtime package alone (numpy, Pillow, ExecuTorch's inferen
 The subject bundle is written with BundleWriter (all or nothing): the model bundle's files hard-linked (copied where
 linking fails), plus subject/photos/ (normalised PNGs), subject/schedule.json, subject/text_conditioning.safetensors
 (the chosen prompt's, linked) and subject/cache/, with a manifest of the same form a host-compiled bundle has, so
-the loop, the adapters, the apps and every reader train it unchanged. `cache_mode="cache-free"` writes no cache: each
-training step computes its sample's residuals first (runtime/inputs.py).
+the loop, the adapters, the apps and every reader train it unchanged. `cache_mode="x0-only"` writes a cache of each
+sample's x0 alone (the encode program's output, a few percent of a stored entry) and `cache_mode="cache-free"` none:
+each training step computes its sample's residuals (and, cache-free, its x0) first (runtime/inputs.py).
 
 Interruptions: the bundle is assembled in a fixed working folder beside the output (`.<name>.partial`); its residual
 cache is journalled entry by entry (cache.py), so a killed run, started again with the same model bundle, photos,
@@ -34,7 +35,7 @@ import numpy as np
 
 from . import rng
 from .bundle import (CACHE_DIR, CACHE_MODES, MODEL_BUNDLE, PHOTOS_DIR, SCHEDULE_FILE, STORED,
-                     SUBJECT_BUNDLE, TEXT_FILE, Bundle, BundleWriter, cache_identity)
+                     SUBJECT_BUNDLE, TEXT_FILE, X0_ONLY, Bundle, BundleWriter, cache_identity)
 from .cache import CacheWriter
 from .cache_format import X0, CacheCodec, entry_layout
 from .codecs import decode_entry, encode_entry, relative_error
@@ -51,7 +52,7 @@ CACHE_WARN_REL_ERROR = 0.05
 
 @dataclass
 class SubjectConfig:
-    cache_mode: str = STORED              # "stored" | "cache-free"
+    cache_mode: str = STORED              # "stored" | "x0-only" | "cache-free"
     prompt: str | None = None             # one of the model bundle's prompts (default: its first)
     resume: bool = True                   # continue an interrupted run's cache
     overwrite: bool = False               # replace --out if it exists
@@ -216,7 +217,7 @@ def _write_subject_bundle(model: Bundle, photos, schedule, prompt, prompt_rel, f
                  "cache_codec": model.codec_spec, "cache_mode": cfg.cache_mode, "computed_by": "device",
                  "model_bundle_sha256": model.manifest_sha256, "run_identity": identity}
         w.manifest.update(bundle_kind=SUBJECT_BUNDLE)
-        if cfg.cache_mode == STORED:
+        if cfg.cache_mode in (STORED, X0_ONLY):
             done = write_cache(w, model, photos, schedule, fwd, identity, cfg, summary)
             if done is None:                    # stopped as if interrupted: the working folder stays
                 raise _Interrupted()
@@ -236,22 +237,29 @@ class _Interrupted(KeyboardInterrupt):
 
 def write_cache(w: BundleWriter, model: Bundle, photos: list[PhotoPixels], schedule: Schedule,
                 fwd: ForwardPrograms, identity: str, cfg: SubjectConfig, summary: dict) -> dict | None:
-    """The residual cache, entry by entry, resumable. Returns the subject_stage fields it adds (None: stopped)."""
+    """The cache (x0 and the residuals; x0 alone in x0-only mode), entry by entry, resumable. Returns the
+    subject_stage fields it adds (None: stopped)."""
     codec = CacheCodec.parse(model.codec_spec)
     ident = cache_identity(model.field("model"), model.field("plan"), schedule)
     writer = CacheWriter(w.path(CACHE_DIR + "/x").parent, ident, codec, resumable=True, run=identity)
-    writer.set_shapes(model.entry_shapes)               # continues the journal of an interrupted run, if any
+    with_residuals = cfg.cache_mode == STORED
+    shapes = model.entry_shapes if with_residuals else {X0: model.entry_shapes[X0]}
+    writer.set_shapes(shapes)                           # continues the journal of an interrupted run, if any
     start = writer.next_index
     cond = {COND_PREFIX + k: v for k, v in model.prompt_conditioning(model.prompts().index(summary["prompt"])).items()}
-    bar = Progress("subject stage (residual cache)", schedule.num_samples, start, cfg.progress)
+    bar = Progress("subject stage (residual cache)" if with_residuals else "subject stage (x0 cache)",
+                   schedule.num_samples, start, cfg.progress)
     t0, peak_anon, peak_file, new = time.perf_counter(), 0, 0, 0
     for s in schedule.samples[start:]:
         x0 = fwd.x0(photos[s.photo].pixels, s.crop_box)
-        noise = rng.normal(s.noise_seed, tuple(x0.shape))
-        residuals = fwd.residuals(x0, noise, np.array([s.t], np.float32), cond)
-        parts = encode_entry(codec, {X0: x0, **residuals})
-        decoded = decode_entry(codec, parts, {k: tuple(v.shape) for k, v in residuals.items()})
-        writer.add(s.index, parts, {"rel_error": {k: relative_error(decoded[k], residuals[k]) for k in residuals}})
+        if not with_residuals:
+            writer.add(s.index, encode_entry(codec, {X0: x0}), {})
+        else:
+            noise = rng.normal(s.noise_seed, tuple(x0.shape))
+            residuals = fwd.residuals(x0, noise, np.array([s.t], np.float32), cond)
+            parts = encode_entry(codec, {X0: x0, **residuals})
+            decoded = decode_entry(codec, parts, {k: tuple(v.shape) for k, v in residuals.items()})
+            writer.add(s.index, parts, {"rel_error": {k: relative_error(decoded[k], residuals[k]) for k in residuals}})
         new += 1
         bar.update()
         fp = read_footprint()
@@ -282,9 +290,10 @@ def write_cache(w: BundleWriter, model: Bundle, photos: list[PhotoPixels], sched
 
 
 class CacheFreeEntries:
-    """Cache-free mode: sample -> its encoded cache entry, computed now (x0 from the photo by the encode program,
-    residuals by the skipped blocks' forward programs, coded with the bundle's codec in memory), what a stored
-    cache's `read_encoded` would give. StepInputs uses it for a bundle whose cache_mode is cache-free."""
+    """x0-only and cache-free modes: sample -> its encoded cache entry, computed now (x0 read from the x0-only cache,
+    or from the photo by the encode program; residuals by the skipped blocks' forward programs; coded with the
+    bundle's codec in memory), what a stored cache's `read_encoded` would give. StepInputs uses it for a bundle whose
+    cache_mode is not "stored"."""
 
     def __init__(self, bundle: Bundle, keep_blocks: bool | None = None):
         self.bundle = bundle
@@ -294,6 +303,10 @@ class CacheFreeEntries:
         self.codec = CacheCodec.parse(bundle.codec_spec)
         self.cond = {COND_PREFIX + k: v for k, v in bundle.text_conditioning().items()}
         self.photos: dict[int, np.ndarray] = {}
+        self.x0_cache = bundle.cache() if bundle.cache_mode == X0_ONLY else None
+        if self.x0_cache is not None and set(self.x0_cache.shapes) != {X0}:
+            raise BundleError(f"{bundle.root}: an x0-only bundle whose cache holds {sorted(self.x0_cache.shapes)}, "
+                              f"not x0 alone")
 
     def photo(self, index: int) -> np.ndarray:
         if index not in self.photos:
@@ -301,7 +314,10 @@ class CacheFreeEntries:
         return self.photos[index]
 
     def __call__(self, sample) -> dict[str, np.ndarray]:
-        x0 = self.fwd.x0(self.photo(sample.photo), sample.crop_box)
+        if self.x0_cache is not None:
+            x0 = self.x0_cache.read_encoded(sample.index)[X0]
+        else:
+            x0 = self.fwd.x0(self.photo(sample.photo), sample.crop_box)
         noise = rng.normal(sample.noise_seed, tuple(x0.shape))
         residuals = self.fwd.residuals(x0, noise, np.array([sample.t], np.float32), self.cond)
         return encode_entry(self.codec, {X0: x0, **residuals})

@@ -47,6 +47,8 @@ enum BundleContract {
     static let rngCheckNormals = [0.562543511390686, 0.922802209854126, -0.60619056224823, -1.8615540266036987, 0.8157831430435181, -1.341822862625122]
     static let bundleKindField = "bundle_kind"
     static let modelBundleKind = "model"
+    static let storedMode = "stored"
+    static let x0OnlyMode = "x0-only"
     static let cacheFreeMode = "cache-free"
     static let etEncode = "encode"
     static let etEmbed = "embed"

@@ -40,8 +40,9 @@ final class TrainingBundle {
         self.manifest = manifest
         guard manifest[BundleContract.bundleKindField] as? String != BundleContract.modelBundleKind
         else { throw TrainError.bundle("\(root.path): a model bundle (no photos): run the subject stage first (python -m ditskip_edge.runtime personalize)") }
-        guard (manifest["subject_stage"] as? [String: Any])?["cache_mode"] as? String != BundleContract.cacheFreeMode
-        else { throw TrainError.bundle("\(root.path): a cache-free bundle: this app trains stored residual caches only (the device-side forward programs are not wired in yet)") }
+        let cacheMode = (manifest["subject_stage"] as? [String: Any])?["cache_mode"] as? String ?? BundleContract.storedMode
+        guard cacheMode == BundleContract.storedMode
+        else { throw TrainError.bundle("\(root.path): a \(cacheMode) bundle: this app trains stored residual caches only (the device-side forward programs are not wired in yet)") }
         guard let subject = manifest["subject_stage"] as? [String: Any],
               let schedulePath = subject["schedule"] as? String, let textPath = subject["text_conditioning"] as? String,
               let cachePath = subject["cache"] as? String

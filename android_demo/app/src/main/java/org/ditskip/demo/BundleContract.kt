@@ -47,6 +47,8 @@ object BundleContract {
     val RNG_CHECK_NORMALS = doubleArrayOf(0.562543511390686, 0.922802209854126, -0.60619056224823, -1.8615540266036987, 0.8157831430435181, -1.341822862625122)
     const val BUNDLE_KIND_FIELD = "bundle_kind"
     const val MODEL_BUNDLE_KIND = "model"
+    const val STORED_MODE = "stored"
+    const val X0_ONLY_MODE = "x0-only"
     const val CACHE_FREE_MODE = "cache-free"
     const val ET_ENCODE = "encode"
     const val ET_EMBED = "embed"

@@ -49,8 +49,9 @@ class TrainingBundle(val root: File) {
             "$root: a model bundle (no photos): run the subject stage first (python -m ditskip_edge.runtime personalize)"
         }
         val subject = manifest.getJSONObject("subject_stage")
-        require(subject.optString("cache_mode") != BundleContract.CACHE_FREE_MODE) {
-            "$root: a cache-free bundle: this app trains stored residual caches only (the forward programs are not wired in yet)"
+        val cacheMode = subject.optString("cache_mode", BundleContract.STORED_MODE)
+        require(cacheMode == BundleContract.STORED_MODE) {
+            "$root: a $cacheMode bundle: this app trains stored residual caches only (the forward programs are not wired in yet)"
         }
         val schedule = JSONObject(File(root, subject.getString("schedule")).readText())
         val fields = schedule.getJSONArray("sample_fields")
