@@ -33,6 +33,8 @@ from benchmarks.testbed.study import StudyConfig, check_names, run_study, summar
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    ap.add_argument("--teacher-dir", default=None,
+                    help="where teachers are kept and reused, keyed by model, subject and config (default OUT/teachers)")
     ap.add_argument("--subjects", nargs="*", default=None)
     ap.add_argument("--methods", nargs="*", default=None)
     ap.add_argument("--train-seeds", type=int, nargs="*", default=[0, 1, 2], help="units = subjects x these")
@@ -76,7 +78,8 @@ def main() -> int:
                       guidance=args.guidance, methods=args.methods, jobs=args.jobs, lora_targets=args.lora_targets,
                       teacher=TeacherConfig(mode=args.teacher_mode, rank=args.teacher_rank,
                                             steps=args.teacher_steps, lr=args.teacher_lr,
-                                            prior_weight=args.teacher_prior), probe=args.probe)
+                                            prior_weight=args.teacher_prior), probe=args.probe,
+                      teacher_dir=Path(args.teacher_dir) if args.teacher_dir else None)
     if args.subjects:
         cfg.subjects = args.subjects
     prov = provenance()

@@ -198,6 +198,17 @@ def measure_headline(work: Path, precision: str, external: bool) -> dict:
     block_bytes = [sum(m["files"][f]["bytes"] for f in [p["path"], *p["data"]]) for p in m["programs"]
                    if p["name"] == "block"]
     st = stage["subject_stage"]
+    computed = {}
+    for mode in COMPUTED_MODES:          # each step computes its residuals (blocks kept loaded when file-backed)
+        r = child(mb, work / f"run-headline-{mode}-{precision}-{external}", photos=PHOTOS,
+                  subject_out=work / f"headline-{mode}-{precision}{'-ptd' if external else ''}", cache_mode=mode,
+                  overwrite=True)
+        computed[mode] = {"seconds_per_step": r["summary"]["seconds_per_step"],
+                          "step_time_ratio_to_stored": round(r["summary"]["seconds_per_step"]
+                                                            / train["summary"]["seconds_per_step"], 2),
+                          "footprint_above_baseline_bytes": r["footprint_above_baseline_bytes"],
+                          "max_rel_loss_diff_to_stored": max(abs(a - b) / abs(b) for a, b in
+                                                             zip(r["summary"]["losses"], train["summary"]["losses"]))}
     return {"model": spec.name, "params_m": None, "plan": "front 4 / back 2 of 12", "precision": precision,
             "weights": "mapped .ptd" if external else "in the .pte", "training_program": "XNNPACK, block remat",
             "compile_model_bundle_s": round(t_compile, 1),
@@ -209,7 +220,7 @@ def measure_headline(work: Path, precision: str, external: bool) -> dict:
                          "footprint_above_baseline_bytes": train["footprint_above_baseline_bytes"],
                          "peak_file_bytes": train["peak_file_bytes"]},
             "stage_footprint_le_training": stage["footprint_above_baseline_bytes"]
-            <= train["footprint_above_baseline_bytes"]}
+            <= train["footprint_above_baseline_bytes"], "computed_residuals": computed}
 
 
 def planner_rows() -> list[dict]:
@@ -222,7 +233,7 @@ def planner_rows() -> list[dict]:
                                              ("sana-1600m", 0.5, "int8", "mapped")]:
         d = estimate_memory(EstimateRequest(model=model, skip_ratio=ratio, precision=precision, weights=weights,
                                             subject_stage=True))
-        s, c = d["subject_stage"], d["cache_free"]
+        s, c, x = d["subject_stage"], d["cache_free"], d["x0_only"]
         rows.append({"model": model, "skip_ratio": ratio, "precision": precision, "weights": weights,
                      "plan": [d["plan"]["n_front"], d["plan"]["n_back"]],
                      "training_footprint_gib": d["memory"]["footprint_gib"],
@@ -232,7 +243,9 @@ def planner_rows() -> list[dict]:
                      "subject_tflops_per_sample": s["tflops_per_sample"], "train_tflops_per_sample": d["tflops_per_sample"],
                      "stored_cache_gib": c["stored_cache_gib"], "cache_codec": c["codec"],
                      "cache_free_footprint_gib": c["footprint_gib"], "extra_tflops_per_step": c["extra_tflops_per_step"],
-                     "predicted_step_time_ratio": c["predicted_step_time_ratio"]})
+                     "predicted_step_time_ratio": c["predicted_step_time_ratio"], "remat": d["step"]["remat"],
+                     "x0_only_cache_gib": x["stored_cache_gib"],
+                     "x0_only_predicted_step_time_ratio": x["predicted_step_time_ratio"]})
         print(f"planner {model} {precision} {weights}: subject {s['footprint_gib']} GiB vs training "
               f"{d['memory']['footprint_gib']} GiB", file=sys.stderr, flush=True)
     return rows
@@ -291,19 +304,30 @@ def markdown(res: dict) -> str:
                          f"{h['training']['seconds_per_step']} | {f(h['training']['footprint_above_baseline_bytes'])} | "
                          f"**{h['stage_footprint_le_training']}** |")
         lines.append("")
+        rows = [(h, mode, c) for h in res["headline"] for mode, c in h.get("computed_residuals", {}).items()]
+        if rows:
+            lines += ["| precision | forward weights | training run | s / step | ratio to stored | footprint MiB | "
+                      "losses vs stored (max rel.) |", "|---|---|---|---|---|---|---|"]
+            for h, mode, c in rows:
+                lines.append(f"| {h['precision']} | {h['weights']} | {mode} (blocks kept loaded) | "
+                             f"{c['seconds_per_step']} | **{c['step_time_ratio_to_stored']}x** | "
+                             f"{f(c['footprint_above_baseline_bytes'])} | {c['max_rel_loss_diff_to_stored']:.1e} |")
+            lines.append("")
     if not res["planner"]:
         return "\n".join(lines) + "\n"
     lines += ["## Planner at real scale (`ditskip-edge estimate --model M --skip-ratio 0.5 --precision P --weights W "
               "--subject-stage --json`)", "",
               "| model | precision | weights | plan | training footprint GiB | subject stage footprint GiB | <= training | "
               "largest block GiB | subject TFLOP/sample | train TFLOP/sample | stored cache GiB (2000 samples) | "
-              "cache-free footprint GiB | extra TFLOP/step (x4 samples) | predicted step time ratio |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "cache-free footprint GiB | extra TFLOP/step (x4 samples) | predicted step time ratio: cache-free | "
+              "x0-only cache GiB | predicted step time ratio: x0-only |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in res["planner"]:
         lines.append(f"| {p['model']} | {p['precision']} | {p['weights']} | {p['plan']} | {p['training_footprint_gib']} | "
                      f"{p['subject_footprint_gib']} | {p['no_larger_than_training']} | {p['largest_block_weights_gib']} | "
                      f"{p['subject_tflops_per_sample']} | {p['train_tflops_per_sample']} | {p['stored_cache_gib']} | "
-                     f"{p['cache_free_footprint_gib']} | {p['extra_tflops_per_step']} | {p['predicted_step_time_ratio']} |")
+                     f"{p['cache_free_footprint_gib']} | {p['extra_tflops_per_step']} | {p['predicted_step_time_ratio']} | "
+                     f"{p.get('x0_only_cache_gib', '-')} | {p.get('x0_only_predicted_step_time_ratio', '-')} |")
     return "\n".join(lines) + "\n"
 
 

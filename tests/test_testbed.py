@@ -237,6 +237,23 @@ def test_the_ratio_gets_a_verdict_only_over_a_denominator_clear_of_zero():
     assert mean_ci([0.0, 1.0, 2.0])["ci95"] == pytest.approx(4.303 / 3 ** 0.5, abs=1e-3)
 
 
+def test_the_tuned_probe_is_compared_with_the_row_that_used_the_base_probe_by_default():
+    """A study run with blockskip_50 (its default probe: base) and blockskip_50_tuned_probe has no
+    blockskip_50_base_probe row: the tuned-vs-base claim compares with blockskip_50, one training under two names."""
+    from benchmarks.testbed.study import orderings
+    method = {"dynamic_patches": True, "zero_residuals": False}
+
+    def unit(base, tuned, plan_tuned):
+        return {"config_key": json.dumps({"default_probe": "base"}),
+                "methods": {"blockskip_50": method, "blockskip_50_tuned_probe": method},
+                "rows": {"blockskip_50": {"velocity_progress": base, "plan": [1, 5]},
+                         "blockskip_50_tuned_probe": {"velocity_progress": tuned, "plan": plan_tuned}}}
+    claim = orderings([unit(0.3, 0.5, [4, 2]), unit(0.35, 0.6, [4, 2]), unit(0.32, 0.55, [3, 3])])[
+        "tuned probe > base probe, 50% (ours)"]
+    assert (claim["a"], claim["b"]) == ("blockskip_50_tuned_probe", "blockskip_50")
+    assert claim["verdict"] == "confirmed" and claim["velocity_progress"]["mean"] > 0.2, claim
+
+
 def test_unknown_subjects_or_methods_are_refused_before_any_work(tmp_path):
     from benchmarks.testbed.study import StudyConfig, run_study
     with pytest.raises(ValueError, match="unknown method.*blockskip_99"):

@@ -503,6 +503,7 @@ def orderings(results: list[dict]) -> dict:
     """Each claim as a paired difference over units on every anchored measure; the verdict is the primary measure's."""
     out = {}
     for label, a, b, paper in CLAIMS:
+        a, b = _row_name(results, a), _row_name(results, b)
         d = paired(results, a, b)
         if d is None:
             continue
@@ -517,6 +518,18 @@ def orderings(results: list[dict]) -> dict:
         if d is not None:
             out[label] = {"a": a, "b": b, "verdict": verdict_same(d), "paper": "-", **_paired_measures(results, a, b)}
     return out
+
+
+def _row_name(results: list[dict], name: str) -> str:
+    """`blockskip_50_base_probe` when the study ran it, else `blockskip_50` when that row used the same probe (the
+    study's default probe): one training, two names."""
+    if not results or any(name in r["rows"] for r in results):
+        return name
+    for probe in ("base", "tuned"):
+        plain = name.removesuffix(f"_{probe}_probe")
+        if plain != name and json.loads(results[0].get("config_key", "{}")).get("default_probe") == probe:
+            return plain
+    return name
 
 
 def _paired_measures(results: list[dict], a: str, b: str) -> dict:
