@@ -209,11 +209,12 @@ def test_cache_free_training_gives_the_stored_caches_losses(flux_model, flux_dev
 
 
 def test_an_x0_only_cache_holds_x0_alone_and_trains_to_the_stored_caches_losses(flux_model, flux_device, tmp_path):
-    """`personalize --x0-only`: the cache holds each sample's x0 alone (the stored cache's x0, bit for bit, in a
-    fraction of its bytes); each step computes its residuals from it: the stored cache's losses (ExecuTorch, and
+    """`personalize --x0-only`: the cache holds each sample's x0 alone (the stored cache's x0, bit for bit, in x0's
+    bytes only); each step computes its residuals from it: the stored cache's losses (ExecuTorch, and
     the eager reference reading the same bundle)."""
     from conftest import train_device, train_eager
     from ditskip_edge.runtime.bundle import Bundle
+    from ditskip_edge.runtime.cache_format import entry_layout
     out = tmp_path / "x0"
     code, err = _personalize_cli(flux_model, PHOTOS, out, "--x0-only")
     assert code == 0, err
@@ -221,7 +222,8 @@ def test_an_x0_only_cache_holds_x0_alone_and_trains_to_the_stored_caches_losses(
     assert b.cache_mode == "x0-only"
     cache, stored = b.cache(), stored_b.cache()
     assert set(cache.shapes) == {"x0"} and len(cache) == len(stored)
-    assert cache.entry_bytes * 4 < stored.entry_bytes, (cache.entry_bytes, stored.entry_bytes)
+    x0_entry_bytes = entry_layout(stored.codec, {"x0": b.entry_shapes["x0"]})[1]
+    assert cache.entry_bytes == x0_entry_bytes < stored.entry_bytes, (cache.entry_bytes, stored.entry_bytes)
     for k in range(len(cache)):
         assert np.array_equal(cache.read_encoded(k)["x0"], stored.read_encoded(k)["x0"])
     want = train_device(flux_device, "executorch", tmp_path / "stored")["losses"]
