@@ -41,8 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     _train_args(t)
     t.add_argument("--device-preprocess", action="store_true", help="x0 from the photos (executorch)")
     t.add_argument("--keep-blocks", action="store_true",
-                   help="x0-only / cache-free bundle: keep every block program loaded between steps (default: when their "
-                        "weights are file-backed)")
+                   help="x0-only / cache-free bundle: keep every block program loaded between steps (faster; every "
+                        "block's planned arena stays in memory: default one block program at a time)")
     s = sub.add_parser("personalize", help="the subject stage on a model bundle, then training")
     s.add_argument("bundle", help="a model bundle (ditskip-edge compile without --images)")
     s.add_argument("--photos", required=True, help="folder of the subject's photos (they stay on this device)")

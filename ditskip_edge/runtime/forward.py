@@ -12,9 +12,11 @@ img stream entering block num_blocks - n_back. The arithmetic between programs i
 Memory: a block program is loaded when its block runs and dropped before the next one loads (`keep_blocks=False`,
 the default), and so are the encode and embed programs: one program's weights and planned arena live at a time,
 besides the streams, the context and one sample's residuals (at the ~300M FLUX layout the embed program's 36 MB arena
-stayed beside every block's 52 MB one). With `keep_blocks=True` every program stays loaded (for a cache-free run
-that computes residuals every step: no reload per sample); that costs every block's weights unless they are file-backed (a program whose constants sit in a
-memory-mapped .ptd data file, ProgramEntry.data).
+stayed beside every block's 52 MB one). With `keep_blocks=True` every program stays loaded (for an x0-only or
+cache-free run that computes residuals every step: no reload per sample); that costs every block's planned arena at
+once, and its weights unless they are file-backed (a memory-mapped .ptd data file, ProgramEntry.data): at the ~300M
+FLUX layout with mapped weights 670-681 MiB RssAnon against training's 75 MiB (subject_stage_headline_computed.md),
+so it is opt-in.
 
 ExecuTorch's inference bindings take and return torch tensors (no autograd is used); outputs are copied to numpy.
 """

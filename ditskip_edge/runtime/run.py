@@ -23,7 +23,8 @@ def device_adapter(bundle: Bundle, runtime: str, precision: str | None = None) -
 
 def train_bundle(bundle_dir: str | Path, runtime: str, cfg: RunConfig, precision: str | None = None,
                  device_preprocess: bool = False, keep_blocks: bool | None = None) -> dict:
-    """keep_blocks: a cache-free bundle's block programs stay loaded between steps (None: when file-backed)."""
+    """keep_blocks: an x0-only / cache-free bundle's block programs stay loaded between steps (None, False: one
+    block program at a time)."""
     bundle = Bundle.open(bundle_dir)          # refuses an edited manifest or any file that does not match it
     adapter = device_adapter(bundle, runtime, precision)
     x0_from = None

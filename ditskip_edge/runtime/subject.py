@@ -297,9 +297,8 @@ class CacheFreeEntries:
 
     def __init__(self, bundle: Bundle, keep_blocks: bool | None = None):
         self.bundle = bundle
-        if keep_blocks is None:        # keep the block programs loaded only when their weights are file-backed
-            keep_blocks = all(p.get("data") for p in subject_programs(bundle)[2].values())
-        self.fwd = ForwardPrograms(bundle, keep_blocks=keep_blocks)
+        # one block program at a time unless asked: kept programs hold every block's arena at once (forward.py)
+        self.fwd = ForwardPrograms(bundle, keep_blocks=bool(keep_blocks))
         self.codec = CacheCodec.parse(bundle.codec_spec)
         self.cond = {COND_PREFIX + k: v for k, v in bundle.text_conditioning().items()}
         self.photos: dict[int, np.ndarray] = {}
