@@ -2,7 +2,7 @@
 import Foundation
 
 enum BundleContract {
-    static let contractVersion = 4
+    static let contractVersion = 5
     static let bundleFormat = "ditskip-edge-bundle"
     static let bundleFormatVersion = 3
     static let manifestFile = "manifest.json"

@@ -2,7 +2,7 @@
 package org.ditskip.demo
 
 object BundleContract {
-    const val CONTRACT_VERSION = 4
+    const val CONTRACT_VERSION = 5
     const val BUNDLE_FORMAT = "ditskip-edge-bundle"
     const val BUNDLE_FORMAT_VERSION = 3
     const val MANIFEST_FILE = "manifest.json"
