@@ -46,11 +46,9 @@ MEASURES = ("closure", "progress", "cosine")
 
 
 def scores(v: torch.Tensor, v_base: torch.Tensor, v_teacher: torch.Tensor) -> dict:
-    d_t = (v_teacher - v_base).flatten().double()
-    d = (v - v_base).flatten().double()
-    den = float(d_t @ d_t)
-    return {"closure": 1.0 - float(((v - v_teacher).double() ** 2).sum()) / den,
-            "progress": float(d @ d_t) / den,
+    """The instrument's closure and progress, and the cosine between the method's and the teacher's directions."""
+    d, d_t = (v - v_base).flatten().double(), (v_teacher - v_base).flatten().double()
+    return {"closure": ins.closure(v, v_base, v_teacher), "progress": ins.progress(v, v_base, v_teacher),
             "cosine": float(d @ d_t) / max(float(d.norm() * d_t.norm()), 1e-30)}
 
 
@@ -65,14 +63,12 @@ def subject_run(args: tuple) -> dict:
     v_base = ins.velocities(spec, build_transformer(spec).eval(), held)
     t0 = time.perf_counter()
     teachers = {}
-    full = finetune(spec, build_transformer(spec), refs, prompt,
-                    FinetuneConfig(mode="full", steps=cfg["teacher_full_steps"], lr=cfg["teacher_full_lr"],
-                                   prior_weight=0.5, seed=100))
+    full = finetune(spec, build_transformer(spec), refs, prompt, ins.TeacherConfig(
+        mode="full", steps=cfg["teacher_full_steps"], lr=cfg["teacher_full_lr"], seed=100).finetune_config())
     teachers["full"] = ins.velocities(spec, full, held)
     del full
-    planted = finetune(spec, build_transformer(spec), refs, prompt,
-                       FinetuneConfig(mode="lora", steps=cfg["teacher_lora_steps"], lr=cfg["lr"], rank=8,
-                                      prior_weight=0.5, seed=100))
+    planted = finetune(spec, build_transformer(spec), refs, prompt, ins.TeacherConfig(
+        mode="lora", steps=cfg["teacher_lora_steps"], lr=cfg["lr"], seed=100).finetune_config())
     teachers["lora"] = ins.velocities(spec, planted, held)
     del planted
     teacher_s = time.perf_counter() - t0

@@ -101,10 +101,21 @@ def losses(bundle: Path, run_dir: Path) -> list[float]:
 
 
 COMPUTED_MODES = ("cache-free", "x0-only")      # the cache modes whose steps compute their residuals first
+KEEP_WORDS = {False: "one block at a time", True: "blocks kept loaded"}
+COMPUTED_RUNS = [(m, k) for m in COMPUTED_MODES for k in KEEP_WORDS]
 
 
 def mode_key(mode: str, keep: bool) -> str:
-    return mode.replace("-", "_") + "_" + ("blocks_kept_loaded" if keep else "one_block_at_a_time")
+    return f"{mode}_{KEEP_WORDS[keep]}".replace("-", "_").replace(" ", "_")
+
+
+def computed_row(run: dict, stored: dict) -> dict:
+    """A computed-residual run's step time, footprint and losses against the stored-cache run's (child() results)."""
+    s, t = run["summary"], stored["summary"]
+    return {"seconds_per_step": s["seconds_per_step"],
+            "footprint_above_baseline_bytes": run["footprint_above_baseline_bytes"],
+            "step_time_ratio_to_stored": round(s["seconds_per_step"] / t["seconds_per_step"], 2),
+            "max_rel_loss_diff_to_stored": max(abs(a - b) / abs(b) for a, b in zip(s["losses"], t["losses"]))}
 
 
 def measure_model(model: str, work: Path, steps: int, accum: int, only: tuple[str, ...] = ()) -> dict:
@@ -118,7 +129,6 @@ def measure_model(model: str, work: Path, steps: int, accum: int, only: tuple[st
     variants = [("xnnpack", False), ("portable", False)] + ([("portable", True)] if model.startswith("flux") else [])
     if only:
         variants = [(b, e) for b, e in variants if b + ("+ptd" if e else "") in only]
-    stored_step = None
     for backend, external in variants:
         name = backend + ("+ptd" if external else "")
         mb, t_model = compile_model(model, work, steps, accum, backend, external)
@@ -138,17 +148,11 @@ def measure_model(model: str, work: Path, steps: int, accum: int, only: tuple[st
         v["training"] = {"seconds_per_step": train["summary"]["seconds_per_step"],
                          "footprint_above_baseline_bytes": train["footprint_above_baseline_bytes"],
                          "peak_file_bytes": train["peak_file_bytes"]}
-        stored_step = train["summary"]["seconds_per_step"]
-        for mode, keep in [(m, k) for m in COMPUTED_MODES for k in (False, True)]:
+        for mode, keep in COMPUTED_RUNS:
             free = work / f"{model}-{mode}-{name}"
             r = child(mb, work / f"run-{mode}-{model}-{name}-{keep}", photos=PHOTOS, subject_out=free,
                       cache_mode=mode, overwrite=True, keep_blocks=keep)
-            v[mode_key(mode, keep)] = {
-                "seconds_per_step": r["summary"]["seconds_per_step"],
-                "footprint_above_baseline_bytes": r["footprint_above_baseline_bytes"],
-                "step_time_ratio_to_stored": round(r["summary"]["seconds_per_step"] / stored_step, 2),
-                "max_rel_loss_diff_to_stored": max(abs(a - b) / abs(b) for a, b in
-                                                   zip(r["summary"]["losses"], train["summary"]["losses"]))}
+            v[mode_key(mode, keep)] = computed_row(r, train)
         v["stage_footprint_le_training"] = (v["stage"]["one_block_at_a_time"]["footprint_above_baseline_bytes"]
                                             <= v["training"]["footprint_above_baseline_bytes"])
         if backend == "portable" and not external:
@@ -199,16 +203,11 @@ def measure_headline(work: Path, precision: str, external: bool) -> dict:
                    if p["name"] == "block"]
     st = stage["subject_stage"]
     computed = {}
-    for mode, keep in [(m, k) for m in COMPUTED_MODES for k in (False, True)]:   # residuals computed each step
+    for mode, keep in COMPUTED_RUNS:     # residuals computed each step
         r = child(mb, work / f"run-headline-{mode}-{precision}-{external}-{keep}", photos=PHOTOS,
                   subject_out=work / f"headline-{mode}-{precision}{'-ptd' if external else ''}", cache_mode=mode,
                   overwrite=True, keep_blocks=keep)
-        computed[mode_key(mode, keep)] = {"mode": mode, "keep_blocks": keep,"seconds_per_step": r["summary"]["seconds_per_step"],
-                          "step_time_ratio_to_stored": round(r["summary"]["seconds_per_step"]
-                                                            / train["summary"]["seconds_per_step"], 2),
-                          "footprint_above_baseline_bytes": r["footprint_above_baseline_bytes"],
-                          "max_rel_loss_diff_to_stored": max(abs(a - b) / abs(b) for a, b in
-                                                             zip(r["summary"]["losses"], train["summary"]["losses"]))}
+        computed[mode_key(mode, keep)] = {"mode": mode, "keep_blocks": keep, **computed_row(r, train)}
     return {"model": spec.name, "params_m": None, "plan": "front 4 / back 2 of 12", "precision": precision,
             "weights": "mapped .ptd" if external else "in the .pte", "training_program": "XNNPACK, block remat",
             "compile_model_bundle_s": round(t_compile, 1),
@@ -273,11 +272,11 @@ def markdown(res: dict) -> str:
             t = v["training"]
             lines.append(f"| {name} | from the device's stored cache | {t['seconds_per_step']} | 1 | "
                          f"{f(t['footprint_above_baseline_bytes'])} | |")
-            for mode, keep in [(m, k) for m in COMPUTED_MODES for k in (False, True)]:
+            for mode, keep in COMPUTED_RUNS:
                 c = v.get(mode_key(mode, keep))
                 if c is None:                  # results written before the x0-only mode existed
                     continue
-                lines.append(f"| {name} | {mode}, {mode_key('', keep)[1:].replace('_', ' ')} | {c['seconds_per_step']} | "
+                lines.append(f"| {name} | {mode}, {KEEP_WORDS[keep]} | {c['seconds_per_step']} | "
                              f"**{c['step_time_ratio_to_stored']}x** | {f(c['footprint_above_baseline_bytes'])} | "
                              f"{c['max_rel_loss_diff_to_stored']:.1e} |")
         lines.append("")
@@ -309,8 +308,8 @@ def markdown(res: dict) -> str:
             lines += ["| precision | forward weights | training run | s / step | ratio to stored | footprint MiB | "
                       "losses vs stored (max rel.) |", "|---|---|---|---|---|---|---|"]
             for h, key, c in rows:
-                how = "blocks kept loaded" if c.get("keep_blocks", True) else "one block at a time"
-                lines.append(f"| {h['precision']} | {h['weights']} | {c.get('mode', key)}, {how} | "
+                lines.append(f"| {h['precision']} | {h['weights']} | {c.get('mode', key)}, "
+                             f"{KEEP_WORDS[c.get('keep_blocks', True)]} | "
                              f"{c['seconds_per_step']} | **{c['step_time_ratio_to_stored']}x** | "
                              f"{f(c['footprint_above_baseline_bytes'])} | {c['max_rel_loss_diff_to_stored']:.1e} |")
             lines.append("")

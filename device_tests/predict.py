@@ -19,7 +19,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ditskip_edge.runtime.bundle import Bundle
+from ditskip_edge.runtime.bundle import STORED, Bundle
 from ditskip_edge.runtime.contract import TRAIN_STEP, find_program
 
 
@@ -103,7 +103,7 @@ def predict_memory(bundle_dir: str | Path, runtime: str, use_estimate: bool = Tr
     """The memory estimate when it runs, else the program's memory report; the other figure is kept in
     `alternatives` so a run can be compared with both."""
     bundle = Bundle.open(bundle_dir, verify=False)
-    if bundle.kind != "model" and bundle.cache_mode != "stored":      # x0-only, cache-free: the forward each step
+    if bundle.kind != "model" and bundle.cache_mode != STORED:      # x0-only, cache-free: the forward each step
         cache_free = True
     program = find_program(bundle.programs, TRAIN_STEP, runtime, precision, str(bundle.root))
     report = report_prediction(bundle, program)

@@ -317,7 +317,8 @@ def study_unit(sname: str, train_seed: int, cfg: StudyConfig) -> dict:
         done[ident], loras[ident] = name, lora
         if not cfg.keep_bundles:
             _rm_tree(work / name / "bundle")
-    anchor_rows = {"base (no LoRA)": {**{m: 0.0 for m in ins.ANCHORED}, **_image_scores(anchors.x_base, held, refs, emb)},
+    anchor_rows = {"base (no LoRA)": {**{m: 0.0 for m in ins.ANCHORED},
+                                      **_image_scores(anchors.x_base, held, refs, emb)},
                    "teacher": {**{m: 1.0 for m in ins.ANCHORED},
                                **_image_scores(anchors.x_teacher, held, refs, emb)},
                    "fresh photos": _image_scores(images["fresh photos"], held, refs, emb)}

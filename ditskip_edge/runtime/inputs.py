@@ -34,7 +34,7 @@ class StepInputs:
     def __init__(self, bundle: Bundle, x0_from: Callable[[Sample], np.ndarray] | None = None,
                  entry_from: Callable[[Sample], dict[str, np.ndarray]] | None = None, keep_blocks: bool | None = None):
         if entry_from is None:
-            if bundle.cache_mode != STORED:           # keep_blocks: CacheFreeEntries' (None: when file-backed)
+            if bundle.cache_mode != STORED:           # keep_blocks: CacheFreeEntries' (None: one block at a time)
                 from .subject import CacheFreeEntries
                 entry_from = CacheFreeEntries(bundle, keep_blocks)
             else:
