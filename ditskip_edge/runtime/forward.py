@@ -15,8 +15,8 @@ besides the streams, the context and one sample's residuals (at the ~300M FLUX l
 stayed beside every block's 52 MB one). With `keep_blocks=True` every program stays loaded (for an x0-only or
 cache-free run that computes residuals every step: no reload per sample); that costs every block's planned arena at
 once, and its weights unless they are file-backed (a memory-mapped .ptd data file, ProgramEntry.data): at the ~300M
-FLUX layout with mapped weights 670-681 MiB RssAnon against training's 75 MiB (subject_stage_headline_computed.md),
-so it is opt-in.
+FLUX layout with mapped weights 669-681 MiB RssAnon over two runs against training's 75 MiB and 127-130 MiB one
+block at a time (benchmarks/results/subject_stage_headline_computed.md), so it is opt-in.
 
 ExecuTorch's inference bindings take and return torch tensors (no autograd is used); outputs are copied to numpy.
 """
