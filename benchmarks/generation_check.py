@@ -2,6 +2,13 @@
 
     python benchmarks/generation_check.py [--models flux-tiny sana-tiny flux-testbed] [--steps 4] [--seeds 0 1 2]
     -> benchmarks/results/generation_check.{json,md}
+    python benchmarks/generation_check.py --models flux-pipeline sana-pipeline --precisions fp32 int8 \
+        --out benchmarks/results/generation_check_pipelines
+
+flux-pipeline / sana-pipeline: tiny diffusers pipeline folders with real text encoders of toy size (CLIP + T5,
+Gemma-2) and real kinds of tokenizers (tests/tiny_pipeline.py); the device encodes the prompt with the exported
+encoder programs and runtime/tokenizer/, the reference is the folder's own FluxPipeline / SanaPipeline given
+the prompt as text.
 
 Per model: a bundle with the generation part at fp32, int8 and int4 (tests/conftest.py compile_tiny), a LoRA of the
 bundle's format with random A, B (std 0.3, tests/test_generation.py random_lora: a change far above the tolerance),
@@ -30,6 +37,18 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 RESULTS = ROOT / "benchmarks" / "results"
 PROMPT = "a photo of sks toy"
+PIPELINE_MODELS = ("flux-pipeline", "sana-pipeline")        # tiny folders built by tests/tiny_pipeline.py
+
+
+def model_source(model: str, work: Path) -> str:
+    """The compile --model argument: a built-in name, or the tiny pipeline folder built for it."""
+    if model not in PIPELINE_MODELS:
+        return model
+    from tiny_pipeline import save_tiny_flux_pipeline, save_tiny_sana_pipeline
+    folder = work / f"{model}-folder"
+    if not (folder / "model_index.json").is_file():
+        (save_tiny_flux_pipeline if model == "flux-pipeline" else save_tiny_sana_pipeline)(folder)
+    return str(folder)
 
 
 def main() -> int:
@@ -39,6 +58,8 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2])
     ap.add_argument("--guidance", type=float, default=3.0)
+    ap.add_argument("--text-precision", default="fp32", choices=["fp32", "int8", "int4"],
+                    help="pipeline folders: the text encoder programs' weights (compile --text-precision)")
     ap.add_argument("--work", default=None)
     ap.add_argument("--out", default=str(RESULTS / "generation_check"))
     args = ap.parse_args()
@@ -57,7 +78,8 @@ def main() -> int:
     for model in args.models:
         bundle = work / model
         if not (bundle / "manifest.json").is_file():
-            compile_tiny(bundle, model, steps=2, programs=[GenerationPrograms(tuple(args.precisions), steps=args.steps)])
+            compile_tiny(bundle, model_source(model, work), steps=2, programs=[GenerationPrograms(tuple(args.precisions), steps=args.steps,
+                                                                    text_precision=args.text_precision)])
         lora = random_lora(bundle, work / f"{model}-lora")
         m = read_manifest(bundle, verify=False)
         spec = ModelSpec.from_json(m["model"])
@@ -87,11 +109,12 @@ def main() -> int:
                      f"{np.median([r['seconds'] for r in rs]):.2f} |")
     doc = {"command": "python " + " ".join(sys.argv), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
            "machine": f"{os.cpu_count()} CPUs ({platform.machine()}), shared; load average {os.getloadavg()[0]:.1f}",
-           "steps": args.steps, "seeds": args.seeds, "guidance": args.guidance, "rows": rows}
+           "steps": args.steps, "seeds": args.seeds, "text_precision": args.text_precision, "guidance": args.guidance, "rows": rows}
     Path(args.out + ".json").write_text(json.dumps(doc, indent=1))
     md = (f"# Device generation against diffusers\n\n- command: `{doc['command']}` (date {doc['date']}); machine: "
           f"{doc['machine']}\n- {__doc__.split(chr(10) + chr(10))[1]}\n- {args.steps} steps, guidance "
-          f"{args.guidance}, prompt {PROMPT!r}, seeds {args.seeds}\n\n" + "\n".join(table) + "\n")
+          f"{args.guidance}, prompt {PROMPT!r}, seeds {args.seeds}; text encoder programs (pipeline folders) at "
+          f"{args.text_precision}\n\n" + "\n".join(table) + "\n")
     Path(args.out + ".md").write_text(md)
     print(md)
     return 0

@@ -66,6 +66,7 @@ def _values(c: dict) -> list[tuple[str, object]]:
         ("GEN_FIELD", c["generation"]["field"]),
         ("GEN_FORMAT_VERSION", c["generation"]["format_version"]),
         ("GEN_TEXT_ENCODER", c["generation"]["programs"]["text_encoder"]),
+        ("GEN_APP_TEXT_KINDS", c["generation"]["app_text_kinds"]),
         ("GEN_EMBED", c["generation"]["programs"]["embed"]),
         ("GEN_BLOCK_PREFIX", c["generation"]["programs"]["block_prefix"]),
         ("GEN_HEAD", c["generation"]["programs"]["head"]),

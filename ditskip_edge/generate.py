@@ -91,29 +91,43 @@ def diffusers_reference(spec: ModelSpec, lora_file: str | Path | None, prompt: s
       runtime's); SanaPipeline is given the same sigmas (`sigmas=`, its FlowMatch default would end at 1e-3) and no
       resolution binning. FLUX guidance is `true_cfg_scale` (cond and uncond in two calls), SANA's `guidance_scale`.
       With `decode_tiling` (a bundle's generation.decode record) the autoencoder decodes with diffusers' own tiling.
+    - a local pipeline folder with real text encoders: the folder's own FluxPipeline / SanaPipeline
+      (`from_pretrained`, its CLIP + T5 or Gemma-2 and tokenizers) given the prompt as text and "" as the negative
+      prompt, SANA without its complex human instruction (as models/text.py encodes for training); else as above.
     - flux-testbed (MiniLM text, pixel autoencoder: no stock pipeline): `generate` above, the LoRA loaded with
       `load_lora_adapter` into the full diffusers transformer, with the same noise."""
     import numpy as np
     from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline, SanaPipeline
     px = noise.shape[-1] * spec.vae_scale_factor
-    if spec.text.kind != "hash":
+    if spec.text.kind not in ("hash", "pipeline"):
         img = generate(spec, load_model(spec, lora_file), [prompt], [0], steps, guidance, px, noises=[noise])
         return (img[0].permute(1, 2, 0) * 0.5 + 0.5).clamp(0, 1)
-    cond, uncond = encode_prompt(spec, prompt), encode_prompt(spec, "")
     common = dict(transformer=build_transformer(spec), vae=enable_diffusers_tiling(build_vae(spec), decode_tiling),
                   scheduler=FlowMatchEulerDiscreteScheduler())
-    if spec.arch == "flux":
-        pipe = FluxPipeline(text_encoder=None, tokenizer=None, text_encoder_2=None, tokenizer_2=None, **common)
-        kw = dict(pooled_prompt_embeds=cond["pooled"], negative_prompt_embeds=uncond["txt"],
-                  negative_pooled_prompt_embeds=uncond["pooled"], true_cfg_scale=guidance,
-                  latents=make_view(spec.arch, pipe.transformer).pack(noise))
+    if spec.text.kind == "pipeline":                 # the folder's own encoders and tokenizers read the prompt
+        cls = FluxPipeline if spec.arch == "flux" else SanaPipeline
+        pipe = cls.from_pretrained(spec.source, dtype=torch.float32, **common)
+        text = dict(prompt=prompt, negative_prompt="", max_sequence_length=spec.text.seq_len)
+        if spec.arch != "flux":
+            text["complex_human_instruction"] = None
     else:
-        pipe = SanaPipeline(text_encoder=None, tokenizer=None, **common)
-        kw = dict(prompt_attention_mask=cond["txt_mask"], negative_prompt_embeds=uncond["txt"],
-                  negative_prompt_attention_mask=uncond["txt_mask"], negative_prompt=None, guidance_scale=guidance,
-                  sigmas=list(np.linspace(1.0, 1 / steps, steps)), use_resolution_binning=False, latents=noise)
+        cond, uncond = encode_prompt(spec, prompt), encode_prompt(spec, "")
+        if spec.arch == "flux":
+            pipe = FluxPipeline(text_encoder=None, tokenizer=None, text_encoder_2=None, tokenizer_2=None, **common)
+            text = dict(prompt_embeds=cond["txt"], pooled_prompt_embeds=cond["pooled"],
+                        negative_prompt_embeds=uncond["txt"], negative_pooled_prompt_embeds=uncond["pooled"])
+        else:
+            pipe = SanaPipeline(text_encoder=None, tokenizer=None, **common)
+            text = dict(prompt_embeds=cond["txt"], prompt_attention_mask=cond["txt_mask"],
+                        negative_prompt_embeds=uncond["txt"], negative_prompt_attention_mask=uncond["txt_mask"],
+                        negative_prompt=None)
+    if spec.arch == "flux":
+        kw = dict(true_cfg_scale=guidance, latents=make_view(spec.arch, pipe.transformer).pack(noise))
+    else:
+        kw = dict(guidance_scale=guidance, sigmas=list(np.linspace(1.0, 1 / steps, steps)),
+                  use_resolution_binning=False, latents=noise)
     if lora_file is not None:
         pipe.load_lora_weights(str(lora_file))
     pipe.set_progress_bar_config(disable=True)
-    out = pipe(prompt_embeds=cond["txt"], num_inference_steps=steps, height=px, width=px, output_type="np", **kw)
+    out = pipe(num_inference_steps=steps, height=px, width=px, output_type="np", **text, **kw)
     return torch.from_numpy(out.images[0])

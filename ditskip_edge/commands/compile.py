@@ -57,6 +57,9 @@ def register(sub, add_json_flag) -> None:
     p.add_argument("--generation-steps", type=int, default=20, help="generation: default sampler steps")
     p.add_argument("--guidance", type=float, default=3.0, help="generation: default classifier-free guidance scale")
     p.add_argument("--generation-px", type=int, default=None, help="generation: image side (model's train px)")
+    p.add_argument("--text-precision", default="fp32", choices=["fp32", "int8", "int4"],
+                   help="generation from a local pipeline folder: the text encoder programs' weights (CLIP, T5, "
+                        "Gemma-2 linears; fp32 matches the host's encoders, int8 quarters T5-XXL's 18 GiB)")
     p.add_argument("--decode-tile-px", type=int, default=None,
                    help="generation: decode in tiles of this many pixels a side, blended as diffusers' tiled "
                         "decode (the decoder's memory is one tile's; e.g. 256 for SANA's DC-AE on a phone)")
@@ -104,7 +107,8 @@ def program_stages(runtimes: list[str], precision: str, xnnpack: bool, generatio
         stages.append(et if r == "executorch" else OrtPrograms(precisions))
     if generation is not None:
         stages.append(GenerationPrograms(precisions, generation.steps, generation.guidance, generation.px,
-                                         decode_tile_px=generation.decode_tile_px))
+                                         decode_tile_px=generation.decode_tile_px,
+                                         text_precision=generation.text_precision))
     return stages
 
 
@@ -140,7 +144,8 @@ def run(args) -> dict:
                          programs=program_stages(args.runtimes, args.precision, args.xnnpack,
                                                  GenerationPrograms(steps=args.generation_steps, guidance=args.guidance,
                                                                     px=args.generation_px,
-                                                                    decode_tile_px=args.decode_tile_px)
+                                                                    decode_tile_px=args.decode_tile_px,
+                                                                    text_precision=args.text_precision)
                                                  if args.generation else None,
                                                  remat=args.remat, weights=args.weights))
     return compile_bundle(req)

@@ -21,8 +21,13 @@ alone: the full transformer one block at a time, every program at batch 1 with t
                     the runtime overhead); real-size models use their published autoencoder configs (subject.py
                     AUTOENCODER_CONFIGS, meta device)
 
-Not modeled: the text encoder (FLUX.1-dev's CLIP + T5-XXL, SANA's Gemma-2: no device program exists for them here;
-the runtime drops the text program before sampling).
+    text phase    = for a model whose prompt goes through real encoders (text kind "pipeline": FLUX.1-dev's CLIP +
+                    T5-XXL, SANA's Gemma-2), the largest encoder program's traced peak plus both prompts'
+                    conditioning (memory_estimate/text.py); the runtime drops the text programs before sampling,
+                    so the footprint is the largest of the three phases + the runtime overhead; their weights are
+                    file-backed and reported apart (text_file_backed_bytes)
+
+Not modeled: flux-testbed's MiniLM encoder (22.7M parameters).
 """
 
 from __future__ import annotations
@@ -136,6 +141,7 @@ def trace_generation(cfg: GenerationConfig, attention: str = "math") -> dict:
     non_block_bytes = sum(_module_bytes(m) for m in non_block) + _nbytes(list(view.parameters(recurse=False)))
     latents = 2 * _nbytes([x]) + CFG_BRANCHES * (_nbytes([v]) + _nbytes(list(cond.values())))
     return {"arenas_bytes": arenas, "streams_bytes": resident, "latents_and_cond_bytes": latents,
+            "cond_bytes": CFG_BRANCHES * _nbytes(list(cond.values())),
             "frozen_weights_bytes": sum(per_block) + non_block_bytes, "largest_block_bytes": max(block_bytes.values()),
             "non_block_bytes": non_block_bytes, "image_tokens": (cfg.resolution_px // spec.pixel_multiple) ** 2}
 
@@ -179,7 +185,9 @@ def trace_decoder(cfg: GenerationConfig) -> dict | None:
     return {**out, "arena_bytes": tr.peak_bytes, "phase_bytes": tr.peak_bytes + held}
 
 
-def generation_estimate(cfg: GenerationConfig, runtime_overhead_bytes: int, attention: str = "math") -> dict:
+def generation_estimate(cfg: GenerationConfig, runtime_overhead_bytes: int, attention: str = "math",
+                        text_precision: str = "fp32") -> dict:
+    from .text import text_phase_estimate
     tr = trace_generation(cfg, attention)
     arena = max(tr["arenas_bytes"].values())
     # streams: every branch's, plus one branch's block outputs while they are written (its inputs stay alive)
@@ -187,7 +195,10 @@ def generation_estimate(cfg: GenerationConfig, runtime_overhead_bytes: int, atte
     transformer_phase = arena + streams + tr["latents_and_cond_bytes"]
     decoder = trace_decoder(cfg)
     decode_phase = decoder["phase_bytes"] if decoder else None
-    footprint = max(transformer_phase, decode_phase or 0) + runtime_overhead_bytes
+    text = (text_phase_estimate(cfg.spec, cfg.text_tokens, tr["cond_bytes"], text_precision)
+            if cfg.spec.text.kind == "pipeline" else None)
+    text_phase = text["phase_bytes"] if text else None
+    footprint = max(transformer_phase, decode_phase or 0, text_phase or 0) + runtime_overhead_bytes
     working = tr["largest_block_bytes"] + tr["non_block_bytes"]
     out = {"resolution_px": cfg.resolution_px, "image_tokens": tr["image_tokens"], "text_tokens": cfg.text_tokens,
            "cfg_branches": CFG_BRANCHES, "program_batch": PROGRAM_BATCH, "precision": cfg.precision, "program_arena_bytes": arena,
@@ -198,7 +209,11 @@ def generation_estimate(cfg: GenerationConfig, runtime_overhead_bytes: int, atte
            "decode_tiling": {k: v for k, v in decoder.items() if not k.endswith("_bytes")} if decoder else None,
            "footprint_bytes": footprint, "file_backed_bytes": tr["frozen_weights_bytes"],
            "file_backed_working_set_bytes": working, "peak_bytes": footprint + working,
-           "not_modeled": ["text encoder"] + (["autoencoder decoder (no config)"] if decoder is None else [])}
+           "text_phase_bytes": text_phase, "text_arena_bytes": text["arena_bytes"] if text else None,
+           "text_file_backed_bytes": text["file_backed_bytes"] if text else None,
+           "text_encoders": text["encoders"] if text else None, "text_precision": text_precision if text else None,
+           "not_modeled": ([] if text or cfg.spec.text.kind == "hash" else [f"{cfg.spec.text.kind} text encoder"])
+           + (["autoencoder decoder (no config)"] if decoder is None else [])}
     out.update({k.replace("_bytes", "_gib"): round(v / GIB, 3) for k, v in list(out.items())
                 if k.endswith("_bytes") and isinstance(v, int)})
     return out

@@ -24,7 +24,8 @@ from .specs import FLUX_ARCH, SANA_ARCH, ModelSpec, TextSpec, builtin_spec
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 _PIPELINE_ARCH = {"FluxPipeline": FLUX_ARCH, "SanaPipeline": SANA_ARCH}
-TINY_TEXT_FILE = "ditskip_text.json"   # marks a saved tiny model whose text encoder is the built-in hash encoder
+TINY_TEXT_FILE = "ditskip_text.json"   # a saved tiny model's settings: "text" (its text encoder is the built-in hash
+                                       # encoder) and / or "data_px" / "train_px" (resolutions for a toy-size model)
 
 
 def transformer_class(arch: str):
@@ -64,10 +65,10 @@ def resolve_spec(name_or_path: str) -> ModelSpec:
         vae_scale = 2 ** (len(vcfg.get("encoder_block_out_channels", [0] * 6)) - 1)
         data_px, train_px = 1024, 512
     tiny_text = p / TINY_TEXT_FILE
-    if tiny_text.is_file():
-        extra = json.loads(tiny_text.read_text())
+    extra = json.loads(tiny_text.read_text()) if tiny_text.is_file() else {}
+    data_px, train_px = int(extra.get("data_px", data_px)), int(extra.get("train_px", train_px))
+    if "text" in extra:
         text = TextSpec(**extra["text"])
-        data_px, train_px = int(extra.get("data_px", data_px)), int(extra.get("train_px", train_px))
     elif arch == FLUX_ARCH:
         text = TextSpec("pipeline", seq_len=512, dim=int(tcfg.get("joint_attention_dim", 4096)),
                         pooled_dim=int(tcfg.get("pooled_projection_dim", 768)))

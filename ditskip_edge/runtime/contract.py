@@ -57,7 +57,10 @@ SUBJECT_PROGRAMS = (ENCODE, EMBED, BLOCK)
 STREAM_PREFIX = "stream."
 CTX_PREFIX = "ctx."
 # Generation (runtime/generation.py): inference programs, inputs looked up by name (export/generation_modules.py)
-TEXT_ENCODER = "text_encoder"
+TEXT_ENCODER = "text_encoder"      # the text encoder program (a pipeline's first: FLUX's CLIP, SANA's Gemma-2)
+TEXT_ENCODER_2 = "text_encoder_2"  # FLUX's second (T5)
+TEXT_HASH, TEXT_MINILM, TEXT_PIPELINE = "hash", "minilm", "pipeline"   # generation.text.kind
+TEXT_KINDS = (TEXT_HASH, TEXT_MINILM, TEXT_PIPELINE)
 GEN_EMBED = "gen_embed"
 GEN_BLOCK = "gen_block"            # one program per block kind: "gen_block.<kind>" (double / single / sana)
 GEN_HEAD = "gen_head"

@@ -1,7 +1,10 @@
 """Generation on the device: a prompt -> a picture, with the bundle's generation programs and the trained LoRA.
 
     check the request (prompt, steps, seed, LoRA, output path) and the generation part's files  -- before any work
-    cond   = encode(prompt); uncond = encode("")     hash_text (numpy) | WordPiece + the text_encoder program
+    cond   = encode(prompt); uncond = encode("")     hash_text (numpy) | WordPiece + the text_encoder program |
+                                                     a pipeline's encoders: each one's tokenizer.json
+                                                     (runtime/tokenizer/) + its program (FLUX: CLIP -> pooled,
+                                                     T5 -> txt; SANA: Gemma-2 -> txt, txt_mask)
     x      = rng.normal(seed, latent_shape)          [1, C, h, w], the portable RNG every runtime shares
     weights= the bundle's weights file, memory-mapped; with a LoRA, its linears merged at the weights' bit width
              into a file beside the LoRA (once), mapped the same way (runtime/weights.py)
@@ -36,7 +39,7 @@ import numpy as np
 from . import bindings, hash_text, rng, sampler, tiling
 from .bundle import MANIFEST, Bundle, sha256_file, verify_files
 from .contract import (CFG_BRANCHES, GEN_BLOCK, GEN_EMBED, GEN_HEAD, GENERATION_FORMAT_VERSION, TEXT_ENCODER,
-                       ordered_inputs)
+                       TEXT_HASH, TEXT_KINDS, TEXT_MINILM, TEXT_PIPELINE, ordered_inputs)
 from .errors import BundleError, UserError
 from .footprint import read_footprint
 from .progress import Progress
@@ -126,27 +129,39 @@ class Generator:
             raise UserError(f"--precision {self.precision}: the bundle's generation programs are "
                             f"{', '.join(precisions)}")
         self.text = self.gen["text"]
+        if self.text.get("kind") not in TEXT_KINDS:
+            raise BundleError(f"{bundle.root / MANIFEST}: generation.text.kind {self.text.get('kind')!r}: this "
+                              f"runtime reads {', '.join(TEXT_KINDS)}")
         self.decode = self.gen["decode"]
         decode_names = set(self.decode["programs"].values())
+        text_names = set(self.text_programs())
         self.entries = {p["name"]: p for p in bundle.programs
-                        if p.get("runtime") == "executorch" and (p["name"] == TEXT_ENCODER or p["name"] in decode_names)}
+                        if p.get("runtime") == "executorch" and (p["name"] in text_names or p["name"] in decode_names)}
         self.entries.update({p["name"]: p for p in bundle.programs if p.get("runtime") == "executorch"
                              and p.get("precision") == self.precision
                              and (p["name"] in (GEN_EMBED, GEN_HEAD) or p["name"].startswith(GEN_BLOCK + "."))})
         need = [GEN_EMBED, GEN_HEAD, *sorted(decode_names)] + [f"{GEN_BLOCK}.{k}" for k in {b["kind"] for b in self.gen["blocks"]}]
-        need += [TEXT_ENCODER] if self.text["kind"] == "minilm" else []
+        need += sorted(text_names)
         missing = [n for n in need if n not in self.entries]
         if missing:
             raise BundleError(f"{bundle.root / MANIFEST}: generation programs {missing} missing at {self.precision}")
         self.weights_rel = self.gen["weights"][self.precision]
-        self._tokenizer = None
+        self._tokenizers: dict[str, object] = {}
+
+    def text_programs(self) -> list[str]:
+        kind = self.text["kind"]
+        if kind == TEXT_PIPELINE:
+            return [e["program"] for e in self.text["encoders"]]
+        return [TEXT_ENCODER] if kind == TEXT_MINILM else []
 
     # ------------------------------------------------------------------------------------------ checks
     def files(self) -> list[str]:
         rels = [self.weights_rel] + [e["path"] for e in self.entries.values()]
         rels += [self.decode["weights"]] if self.decode["weights"] else []
-        if self.text["kind"] == "minilm":
+        if self.text["kind"] == TEXT_MINILM:
             rels.append(self.text["tokenizer"]["vocab"])
+        if self.text["kind"] == TEXT_PIPELINE:
+            rels += [e["tokenizer"]["file"] for e in self.text["encoders"]]
         return rels
 
     def verify(self) -> None:
@@ -157,19 +172,36 @@ class Generator:
         if unlisted:
             raise BundleError(f"{self.bundle.root / MANIFEST}: {unlisted[0]} is not listed in files")
 
-    @property
-    def tokenizer(self):
-        if self._tokenizer is None:
-            from .wordpiece import WordPiece
-            tk = self.text["tokenizer"]
-            self._tokenizer = WordPiece.from_file(self.bundle.root / tk["vocab"], tk["max_len"])
-        return self._tokenizer
+    def tokenizer(self, program: str = TEXT_ENCODER):
+        """The device tokenizer feeding one text encoder program: WordPiece (MiniLM) or HFTokenizer (a pipeline's
+        tokenizer.json)."""
+        if program not in self._tokenizers:
+            if self.text["kind"] == TEXT_MINILM:
+                from .wordpiece import WordPiece
+                tk = self.text["tokenizer"]
+                self._tokenizers[program] = WordPiece.from_file(self.bundle.root / tk["vocab"], tk["max_len"])
+            else:
+                from .tokenizer import HFTokenizer
+                tk = self._encoder(program)["tokenizer"]
+                self._tokenizers[program] = HFTokenizer.from_file(self.bundle.root / tk["file"], tk["max_len"],
+                                                                  pad_id=tk["pad_id"])
+        return self._tokenizers[program]
+
+    def _encoder(self, program: str) -> dict:
+        return next(e for e in self.text["encoders"] if e["program"] == program)
 
     def count_tokens(self, prompt: str) -> tuple[int, int, str]:
-        """(tokens the prompt needs, tokens the encoder takes, what a token is)."""
-        if self.text["kind"] == "hash":
+        """(tokens the prompt needs, tokens the encoder takes, what a token is); for a pipeline, the encoder that
+        limits the prompt (T5, Gemma-2: FLUX's CLIP truncates at 77 tokens as FluxPipeline does)."""
+        kind = self.text["kind"]
+        if kind == TEXT_HASH:
             return hash_text.count_tokens(prompt), int(self.text["seq_len"]), "words"
-        return self.tokenizer.count_tokens(prompt), int(self.text["seq_len"]), "WordPiece tokens incl. [CLS] [SEP]"
+        if kind == TEXT_MINILM:
+            return (self.tokenizer().count_tokens(prompt), int(self.text["seq_len"]),
+                    "WordPiece tokens incl. [CLS] [SEP]")
+        e = next(e for e in self.text["encoders"] if e["tokenizer"]["limits_prompt"])
+        n = self.tokenizer(e["program"]).count_tokens(_preprocess(prompt, e["tokenizer"]["preprocess"]))
+        return n, int(e["tokenizer"]["max_len"]), f"{e['role']} tokens incl. special tokens"
 
     def check_prompt(self, prompt: str) -> int:
         if not prompt or not prompt.strip():
@@ -177,7 +209,7 @@ class Generator:
         n, limit, unit = self.count_tokens(prompt)
         if n > limit:
             raise UserError(f"--prompt has {n} {unit}; the text encoder takes at most {limit}: shorten it")
-        if self.text["kind"] == "hash" and n == 0:
+        if self.text["kind"] == TEXT_HASH and n == 0:
             raise UserError("--prompt has no words (letters or digits) for the hash text encoder")
         return n
 
@@ -185,13 +217,17 @@ class Generator:
     def encode(self, prompt: str, programs: Programs) -> dict[str, np.ndarray]:
         """cond.<key> arrays of one prompt, batch 1."""
         t = self.text
-        if t["kind"] == "hash":
+        if t["kind"] == TEXT_HASH:
             cond = hash_text.encode(prompt, self.bundle.field("model", "arch"), t["seq_len"], t["dim"],
                                     t.get("pooled_dim", 0))
             return {"cond." + k: v for k, v in cond.items()}
-        ids, mask = self.tokenizer.encode(prompt)
-        return programs(self.entries[TEXT_ENCODER], {"input_ids": np.asarray([ids], np.int64),
-                                                     "attention_mask": np.asarray([mask], np.int64)})
+        out = {}
+        for name in self.text_programs():
+            text = prompt if t["kind"] == TEXT_MINILM else _preprocess(prompt, self._encoder(name)["tokenizer"]["preprocess"])
+            ids, mask = self.tokenizer(name).encode(text)
+            out.update(programs(self.entries[name], {"input_ids": np.asarray([ids], np.int64),
+                                                     "attention_mask": np.asarray([mask], np.int64)}))
+        return out
 
     # ------------------------------------------------------------------------------------------ weights
     def base_weights(self) -> MappedWeights:
@@ -310,6 +346,15 @@ class BlockInputs(dict):
         if key not in self.base:
             raise BundleError(f"{self.base.path}: no weight {key} (the program needs it)")
         return self.base.array(key)
+
+
+def _preprocess(prompt: str, rule: str) -> str:
+    """A pipeline's own prompt preprocessing before its tokenizer (SanaPipeline lower-cases and strips)."""
+    if rule == "none":
+        return prompt
+    if rule == "lower_strip":
+        return prompt.lower().strip()
+    raise BundleError(f"generation.text.encoders[].tokenizer.preprocess {rule!r}: expected none or lower_strip")
 
 
 def check_lora(bundle: Bundle, path: Path, base: MappedWeights) -> dict[str, np.ndarray]:

@@ -2,7 +2,7 @@
 import Foundation
 
 enum BundleContract {
-    static let contractVersion = 5
+    static let contractVersion = 6
     static let bundleFormat = "ditskip-edge-bundle"
     static let bundleFormatVersion = 3
     static let manifestFile = "manifest.json"
@@ -37,6 +37,7 @@ enum BundleContract {
     static let genField = "generation"
     static let genFormatVersion = 3
     static let genTextEncoder = "text_encoder"
+    static let genAppTextKinds = ["hash", "minilm"]
     static let genEmbed = "gen_embed"
     static let genBlockPrefix = "gen_block."
     static let genHead = "gen_head"

@@ -30,6 +30,9 @@ final class Generator {
         else { throw TrainError.bundle("manifest.json: no generation part (compile with --generation)") }
         guard gen["format_version"] as? Int == BundleContract.genFormatVersion
         else { throw TrainError.bundle("generation part format \(gen["format_version"] ?? "none"), this app reads \(BundleContract.genFormatVersion): recompile with --generation") }
+        let textKind = (gen["text"] as? [String: Any])?["kind"] as? String ?? ""
+        guard BundleContract.genAppTextKinds.contains(textKind)
+        else { throw TrainError.bundle("generation text encoders of kind '\(textKind)': this app tokenizes \(BundleContract.genAppTextKinds.joined(separator: ", ")) only (generate with python -m ditskip_edge.runtime generate)") }
         self.gen = gen
         arch = ((bundle.manifest["model"] as? [String: Any])?["arch"] as? String) ?? "flux"
         self.precision = precision ?? ((gen["precisions"] as? [String])?.first ?? "fp32")

@@ -2,7 +2,7 @@
 package org.ditskip.demo
 
 object BundleContract {
-    const val CONTRACT_VERSION = 5
+    const val CONTRACT_VERSION = 6
     const val BUNDLE_FORMAT = "ditskip-edge-bundle"
     const val BUNDLE_FORMAT_VERSION = 3
     const val MANIFEST_FILE = "manifest.json"
@@ -37,6 +37,7 @@ object BundleContract {
     const val GEN_FIELD = "generation"
     const val GEN_FORMAT_VERSION = 3
     const val GEN_TEXT_ENCODER = "text_encoder"
+    val GEN_APP_TEXT_KINDS = listOf("hash", "minilm")
     const val GEN_EMBED = "gen_embed"
     const val GEN_BLOCK_PREFIX = "gen_block."
     const val GEN_HEAD = "gen_head"

@@ -42,6 +42,8 @@ class Generator(private val root: File, manifest: JSONObject, precision: String?
     init {
         require(gen.optInt("format_version") == BundleContract.GEN_FORMAT_VERSION) {
             "generation part format ${gen.optInt("format_version")}, this app reads ${BundleContract.GEN_FORMAT_VERSION}: recompile with --generation" }
+        require(text.optString("kind") in BundleContract.GEN_APP_TEXT_KINDS) {
+            "generation text encoders of kind '${text.optString("kind")}': this app tokenizes ${BundleContract.GEN_APP_TEXT_KINDS.joinToString(", ")} only (generate with python -m ditskip_edge.runtime generate)" }
         val list = manifest.getJSONArray(BundleContract.PROGRAMS_FIELD)
         for (i in 0 until list.length()) {
             val p = list.getJSONObject(i)
