@@ -51,6 +51,10 @@ def model_source(model: str, work: Path) -> str:
     return str(folder)
 
 
+def _doc_paragraph(start: str) -> str:
+    return next(p for p in __doc__.split("\n\n") if p.startswith(start)).replace("\n", " ")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", nargs="*", default=["flux-tiny", "sana-tiny", "flux-testbed"])
@@ -112,7 +116,7 @@ def main() -> int:
            "steps": args.steps, "seeds": args.seeds, "text_precision": args.text_precision, "guidance": args.guidance, "rows": rows}
     Path(args.out + ".json").write_text(json.dumps(doc, indent=1))
     md = (f"# Device generation against diffusers\n\n- command: `{doc['command']}` (date {doc['date']}); machine: "
-          f"{doc['machine']}\n- {__doc__.split(chr(10) + chr(10))[1]}\n- {args.steps} steps, guidance "
+          f"{doc['machine']}\n- {_doc_paragraph('Per model')}\n- {args.steps} steps, guidance "
           f"{args.guidance}, prompt {PROMPT!r}, seeds {args.seeds}; text encoder programs (pipeline folders) at "
           f"{args.text_precision}\n\n" + "\n".join(table) + "\n")
     Path(args.out + ".md").write_text(md)

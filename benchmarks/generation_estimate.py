@@ -10,9 +10,12 @@ mapped) and the autoencoder's decoder (its published config, traced on the meta 
 transformer programs are dropped, so the footprint is the larger phase plus the 100 MiB runtime overhead). Each
 resolution is estimated twice: the decoder on the whole picture, and on tiles of 256 px (`--decode-tile-px 256`,
 what compile exports with that flag: runtime/tiling.py, diffusers' tiled_decode; the decode phase then adds the
-picture and two rows of decoded tiles); FLUX.1-dev also at its native 1024 px. Both count dirty anonymous memory
-(what a phone counts); the mapped weights are file-backed and reported apart. Not modeled: the text encoders
-(CLIP + T5-XXL, Gemma-2).
+picture and two rows of decoded tiles); FLUX.1-dev also at its native 1024 px. The text phase comes first: the
+model's own encoders (FLUX.1-dev: CLIP-L at 77 tokens, then T5-XXL at 512; SANA: Gemma-2-2B at 300) as the
+bundle's fp32 programs, one at a time, traced on the meta device from their published configs
+(memory_estimate/text.py), plus both prompts' conditioning; the runtime drops them before sampling. All phases count
+dirty anonymous memory (what a phone counts); the mapped weights are file-backed and reported apart. The second
+table is each encoder program at fp32 (compile's default) and at int8 (`compile --text-precision int8`).
 """
 
 from __future__ import annotations
@@ -50,8 +53,9 @@ def main() -> int:
          "estimates": {f"{m}{'' if t is None else f' tiles {t}px'}": d for (m, t), d in docs.items()}}, indent=1))
     rows = ["| model | training (remat blocks, mapped) GiB | generation at | decoder on | generation footprint GiB | "
             "program arena GiB (per program) | streams GiB | mapped weights GiB (whole model) | mapped working set GiB "
-            "| transformer phase GiB | decode phase GiB (arena) | generation <= training |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+            "| text phase GiB (mapped text weights GiB) | transformer phase GiB | decode phase GiB (arena) "
+            "| generation <= training |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for (model, tile, px) in sorted(((m, t, px) for (m, t), d in docs.items() for px in d["generation"]),
                                     key=lambda k: (k[0], int(k[2]), k[1] or 0)):
         doc = docs[(model, tile)]
@@ -65,11 +69,28 @@ def main() -> int:
         rows.append(f"| {model} | {p['n_front']}/{p['n_back']} {s['precision']}, {s['resolution_px']} px, "
                     f"L={s['text_tokens']}: {tr} | {px} px ({g['image_tokens']} image + {g['text_tokens']} text "
                     f"tokens) | {on} | {g['footprint_gib']} | {g['program_arena_gib']} ({per}) | {g['streams_gib']} | "
-                    f"{g['file_backed_gib']} | {g['file_backed_working_set_gib']} | {g['transformer_phase_gib']} | "
+                    f"{g['file_backed_gib']} | {g['file_backed_working_set_gib']} | {g['text_phase_gib']} "
+                    f"({g['text_file_backed_gib']}) | {g['transformer_phase_gib']} | "
                     f"{g['decoder_gib']} ({g['decoder_arena_gib']}) | "
                     f"{'yes' if g['within_training_footprint'] else 'NO'} |")
+    from ditskip_edge.memory_estimate.text import encoder_roles, trace_text_encoder
+    enc_rows = ["| model | encoder | tokens | precision | program arena MiB (RssAnon) | mapped weights GiB |",
+                "|---|---|---|---|---|---|"]
+    encoders = []
+    for model in MODELS:
+        spec = resolve_spec(model)
+        for role in encoder_roles(spec):
+            for precision in ("fp32", "int8"):
+                e = trace_text_encoder(role, spec.text.seq_len, precision)
+                encoders.append({"model": model, **e})
+                enc_rows.append(f"| {model} | {role} | {e['tokens']} | {precision} | {e['arena_bytes'] / 2**20:.1f} | "
+                                f"{e['weights_bytes'] / 2**30:.2f} |")
+    data = json.loads((RESULTS / "generation_estimate.json").read_text())
+    data["text_encoders"] = encoders
+    (RESULTS / "generation_estimate.json").write_text(json.dumps(data, indent=1))
     md = ("# Generation in the planner: FLUX.1-dev and SANA-1600M\n\n" + provenance_md(prov) + "\n"
-          + __doc__.split("\n\n", 2)[2].strip() + "\n\n" + "\n".join(rows) + "\n")
+          + __doc__.split("\n\n", 2)[2].strip() + "\n\n" + "\n".join(rows) + "\n\n"
+          + "## The text encoder programs\n\n" + "\n".join(enc_rows) + "\n")
     (RESULTS / "generation_estimate.md").write_text(md)
     print(md)
     return 0

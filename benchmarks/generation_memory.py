@@ -2,6 +2,7 @@
 
     python benchmarks/generation_memory.py --models flux-tiny sana-tiny flux-testbed [--headline] [--precision int8]
     -> benchmarks/results/generation_memory.{json,md}
+    (flux-pipeline / sana-pipeline: tiny pipeline folders with real text encoders, benchmarks/generation_check.py)
 
 Per model: one bundle compiled with `--runtime executorch --generation` at the precision (front 1 / back 2 blocks
 skipped for the tiny models, 50% for flux-testbed and the headline layout), then two children that import only the
@@ -98,12 +99,51 @@ def headline_folder(work: Path) -> str:
     return str(folder)
 
 
+def headline_text_folder(work: Path) -> str:
+    """The headline layout as a FluxPipeline folder with real text encoders at FLUX.1-dev's widths: a CLIP text model
+    of CLIP-L's width (768, 12 heads; 1 layer) and a T5 encoder of T5-XXL's (d_model 4096, 64 heads, d_ff 10240,
+    gated-gelu; 2 of its 24 layers), random weights, the tiny tokenizers of tests/tiny_pipeline.py; 512 T5 tokens
+    as FLUX.1-dev. The text programs' arenas do not grow with the layer count: this measures the planner's
+    T5-XXL text phase (memory_estimate/text.py) in the runtime."""
+    import json as _json
+
+    import torch
+    from dataclasses import replace
+    from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline
+    from memory_speed import headline_specs
+    from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
+    from ditskip_edge.models.loading import TINY_TEXT_FILE, build_vae, transformer_class, _randomize_zero_params
+    from ditskip_edge.models.specs import BUILTIN_SPECS
+    from ditskip_edge.models.tiny_tokenizers import clip_style_tokenizer, t5_style_tokenizer
+    spec = headline_specs()["flux-layout-300m"]
+    folder = work / "flux-layout-300m-t5xxl-width"
+    if not (folder / "model_index.json").is_file():
+        torch.manual_seed(0)
+        transformer = transformer_class("flux").from_config(spec.transformer_config).eval()
+        _randomize_zero_params(transformer, 0)
+        clip_tok, t5_tok = clip_style_tokenizer(), t5_style_tokenizer()
+        clip = CLIPTextModel(CLIPTextConfig(vocab_size=len(clip_tok), hidden_size=768, intermediate_size=3072,
+                                            num_hidden_layers=1, num_attention_heads=12, projection_dim=768,
+                                            max_position_embeddings=77, hidden_act="quick_gelu",
+                                            eos_token_id=clip_tok.eos_token_id, pad_token_id=clip_tok.pad_token_id,
+                                            bos_token_id=clip_tok.bos_token_id))
+        t5 = T5EncoderModel(T5Config(vocab_size=len(t5_tok), d_model=4096, d_kv=64, d_ff=10240, num_layers=2,
+                                     num_heads=64, feed_forward_proj="gated-gelu",
+                                     pad_token_id=t5_tok.pad_token_id, eos_token_id=t5_tok.eos_token_id))
+        vae = build_vae(BUILTIN_SPECS["flux-tiny"])
+        FluxPipeline(scheduler=FlowMatchEulerDiscreteScheduler(), vae=vae, text_encoder=clip, tokenizer=clip_tok,
+                     text_encoder_2=t5, tokenizer_2=t5_tok, transformer=transformer).save_pretrained(folder)
+        (folder / TINY_TEXT_FILE).write_text(_json.dumps({"data_px": spec.data_px, "train_px": spec.train_px}))
+    return str(folder)
+
+
 def compile_bundle(model: str, work: Path, precision: str, decode_tile_px: int | None = None) -> tuple[Path, float]:
     from conftest import compile_tiny
     from export.executorch_stage import ExecutorchPrograms
     from export.generation_stage import GenerationPrograms
     out = work / (f"{Path(model).name}-{precision}" + (f"-tiles{decode_tile_px}" if decode_tile_px else ""))
-    split = {"flux-testbed": (0, 6)}.get(model, (1, 2) if "tiny" in model else (4, 2))
+    split = {"flux-testbed": (0, 6)}.get(model, (1, 2) if "tiny" in model or model.endswith("pipeline-folder")
+                                         else (4, 2))
     t0 = time.perf_counter()
     if not (out / "manifest.json").is_file():
         compile_tiny(out, model, n_front=split[0], n_back=split[1], steps=4,
@@ -150,6 +190,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", nargs="*", default=["flux-tiny", "sana-tiny", "flux-testbed"])
     ap.add_argument("--headline", action="store_true")
+    ap.add_argument("--headline-text", action="store_true",
+                    help="the headline layout with CLIP-L / T5-XXL-width text encoders (headline_text_folder)")
     ap.add_argument("--precision", default="int8")
     ap.add_argument("--train-steps", type=int, default=2)
     ap.add_argument("--gen-steps", type=int, default=4)
@@ -161,7 +203,9 @@ def main() -> int:
     import torch
     torch.set_num_threads(1)
     work = Path(args.work or tempfile.mkdtemp(prefix="genmem-"))
-    models = list(args.models) + ([headline_folder(work)] if args.headline else [])
+    from benchmarks.generation_check import model_source      # flux-pipeline / sana-pipeline: tiny folders
+    models = [model_source(m, work) for m in args.models] + ([headline_folder(work)] if args.headline else [])
+    models += [headline_text_folder(work)] if args.headline_text else []
     results = []
     for model in models:
         bundle, compile_s = compile_bundle(model, work, args.precision, tiles.get(Path(model).name))

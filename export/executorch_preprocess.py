@@ -28,7 +28,7 @@ class Preprocess(nn.Module):
 
 
 def export_module(module: nn.Module, example: tuple, backend: str = "portable", planned_inputs: bool = True,
-                  mm_rewrite: bool = False):
+                  mm_rewrite: bool = False, fold_constants: bool = False):
     """Inference export (no backward). Returns the ExecutorchProgramManager. planned_inputs=False leaves the graph
     inputs out of the memory plan: the runtime then uses the caller's memory (e.g. a memory-mapped weights file) in
     place instead of copying it into the program's arena. mm_rewrite: addmm -> mm + add (graph_passes; the portable
@@ -42,6 +42,9 @@ def export_module(module: nn.Module, example: tuple, backend: str = "portable", 
         from .graph_passes import addmm_to_mm_add
         ep = ep.run_decompositions()
         addmm_to_mm_add(ep)
+    if fold_constants:
+        from executorch.exir.passes.constant_prop_pass import constant_prop_pass
+        ep = constant_prop_pass(ep)
     remove_unused_constants(ep)        # buffers nothing reads (a block program's module holds the whole model's)
     cc = EdgeCompileConfig(_check_ir_validity=False)
     if backend == "xnnpack":

@@ -132,13 +132,14 @@ def _specs(names: list[str], tensors) -> list[dict]:
 
 
 def _export(writer: BundleWriter, rel: str, module, names: list[str], example: tuple, out_names: list[str],
-            name: str, precision: str = "fp32", data: list[str] | None = None, extra: dict | None = None) -> dict:
+            name: str, precision: str = "fp32", data: list[str] | None = None, extra: dict | None = None,
+            fold_constants: bool = False) -> dict:
     log.info("exporting %s", rel)
     example = tuple(t.contiguous() for t in example)      # the runtime passes row-major arrays (dim order 0, 1, ..)
     with torch.no_grad():
         outs = module(*example)
     outs = outs if isinstance(outs, tuple) else (outs,)
-    et = export_module(module, example, planned_inputs=False, mm_rewrite=True)
+    et = export_module(module, example, planned_inputs=False, mm_rewrite=True, fold_constants=fold_constants)
     writer.path(rel).write_bytes(et.buffer)
     plan = et.executorch_program.execution_plan[0]
     fep = et.exported_program()
@@ -190,7 +191,9 @@ def _pipeline_text_part(writer: BundleWriter, spec: ModelSpec, precision: str, g
     model's text length (seq_len: a longer prompt is refused on the device). SANA lower-cases and strips the prompt
     first (SanaPipeline._text_preprocessing without clean_caption); no complex human instruction (the host's
     training conditioning has none either: models/text.py). At int8 / int4 every linear of the encoders is
-    quantized by quantize.py's rule (dequantized in the graph); embeddings and norms stay fp32."""
+    quantized by quantize.py's rule (dequantized in the graph); embeddings and norms stay fp32. At fp32 the programs
+    store what depends on weights alone as constants (the linears' transposed weights, T5's position bias): the
+    portable kernels would write them into the arena at every call (T5-XXL width: 160 MiB per feed-forward weight)."""
     pipe = PipelineTextEncoder(spec).pipe
     t = spec.text
     encoders, entries = [], []
@@ -213,7 +216,8 @@ def _pipeline_text_part(writer: BundleWriter, spec: ModelSpec, precision: str, g
         example = tuple(b[k].long() for k in module.input_names)
         entries.append(_export(writer, f"{GEN_DIR}/{name}.pte", module, module.input_names, example,
                                [COND_PREFIX + k for k in module.output_keys], name, precision,
-                               extra={"weights": "constants inside the program (mapped when loaded)"}))
+                               extra={"weights": "constants inside the program (mapped when loaded)"},
+                               fold_constants=precision == "fp32"))
         encoders.append({"program": name, "role": role, "outputs": module.output_keys,
                          "tokenizer": {"kind": "hf_tokenizer_json", "file": tok_rel, "max_len": max_len,
                                        "pad_id": int(tok.pad_token_id), "limits_prompt": role != "clip",

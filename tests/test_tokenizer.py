@@ -146,9 +146,16 @@ def test_older_t5_layout_normalizer_and_metaspace_fields_tokenize_the_same(built
     meta = old["pre_tokenizer"]["pretokenizers"][1]
     del meta["prepend_scheme"], meta["split"]
     meta["add_prefix_space"] = True
-    backend.enable_truncation(512)
-    backend.enable_padding(length=512, pad_id=0, pad_token="<pad>")
-    port = HFTokenizer.from_json(old, max_len=512)
+    assert_port_equals_tokenizers(old, 512, 0, "<pad>")
+
+
+def assert_port_equals_tokenizers(doc: dict, max_len: int, pad_id: int, pad_token: str) -> None:
+    """HFTokenizer on `doc` gives `tokenizers`' own ids and mask (truncated and padded to max_len) on every prompt."""
+    from tokenizers import Tokenizer
+    backend = Tokenizer.from_str(json.dumps(doc))
+    backend.enable_truncation(max_len)
+    backend.enable_padding(length=max_len, pad_id=pad_id, pad_token=pad_token)
+    port = HFTokenizer.from_json(doc, max_len=max_len)
     for text in prompts():
         ref = backend.encode(text)
         assert port.encode(text) == (ref.ids, ref.attention_mask), text
@@ -156,34 +163,20 @@ def test_older_t5_layout_normalizer_and_metaspace_fields_tokenize_the_same(built
 
 def test_gemma_file_without_pre_tokenizer_tokenizes_like_tokenizers(built):
     """The real Gemma-2 tokenizer.json has pre_tokenizer null (the class built here adds a no-op Split)."""
-    from tokenizers import Tokenizer
     _, doc = built["gemma"]
     doc = dict(doc, pre_tokenizer=None)
-    backend = Tokenizer.from_str(json.dumps(doc))
-    backend.enable_truncation(300)
-    backend.enable_padding(length=300, pad_id=0, pad_token="<pad>")
-    port = HFTokenizer.from_json(doc, max_len=300)
-    for text in prompts():
-        ref = backend.encode(text)
-        assert port.encode(text) == (ref.ids, ref.attention_mask), text
+    assert_port_equals_tokenizers(doc, 300, 0, "<pad>")
 
 
 def test_older_clip_layout_split_pattern_tokenizes_the_same(built):
     """CLIPConverter (older transformers, likely what FLUX's tokenizer/tokenizer.json was saved with) writes the Split
     regex without the <|startoftext|>/<|endoftext|> alternatives."""
-    from tokenizers import Tokenizer
     _, doc = built["clip"]
     old = json.loads(json.dumps(doc))
     split = old["pre_tokenizer"]["pretokenizers"][0]
     split["pattern"]["Regex"] = r"""'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+"""
     tok, _ = built["clip"]
-    backend = Tokenizer.from_str(json.dumps(old))
-    backend.enable_truncation(77)
-    backend.enable_padding(length=77, pad_id=tok.pad_token_id, pad_token=tok.pad_token)
-    port = HFTokenizer.from_json(old, max_len=77)
-    for text in prompts():
-        ref = backend.encode(text)
-        assert port.encode(text) == (ref.ids, ref.attention_mask), text
+    assert_port_equals_tokenizers(old, 77, tok.pad_token_id, tok.pad_token)
 
 
 def test_added_tokens_match_as_tokenizers_matches_them(built):

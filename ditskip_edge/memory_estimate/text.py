@@ -3,8 +3,9 @@ then drops the text programs before sampling): each encoder program of a real mo
 its published config (no weights needed), one program at a time.
 
     phase_bytes (dirty anonymous)  = the largest encoder program's traced transient peak at batch 1 (its weights
-                                     excluded: constants of the program, read from the mapped file; int8 / int4
-                                     weights are dequantized in the graph, one linear at a time, and counted)
+                                     excluded: constants of the program, read from the mapped file, fp32 ones
+                                     stored transposed; int8 / int4 weights are dequantized in the graph, one
+                                     linear at a time, and their transposed copy for the portable mm is counted)
                                      + the conditioning of both prompts (what leaves the phase)
     file_backed_bytes              = every encoder's weights at the precision
 
@@ -68,7 +69,10 @@ def trace_text_encoder(role: str, tokens: int, precision: str = "fp32") -> dict:
         ids = torch.zeros(1, tokens, dtype=torch.long)
         mask = torch.ones(1, tokens, dtype=torch.long)
         weights = list(model.parameters()) + [b for b in model.buffers() if b is not None]
-        tr = StepMemoryTracker(storage_keys(weights + [ids, mask]))
+        # fp32 programs store transposed weights (export's fold_constants); int8 / int4 transpose the dequantized
+        # weight at every matmul (the portable mm writes it into the arena)
+        tr = StepMemoryTracker(storage_keys(weights + [ids, mask]),
+                               weight_transposes=None if precision == "fp32" else "portable")
         with tr:
             if role == "gemma":
                 model(input_ids=ids, attention_mask=mask)
