@@ -9,7 +9,9 @@ Properties protected:
   names, prefixes and method from the contract constants (no hard-coded copies), and handle exactly the contract's
   fixed inputs;
 - the Kotlin and Swift RNG constants are ditskip_edge/runtime/rng.py's, and the contract's check values are rng.normal's;
-- the Kotlin and Swift AdamW loops, transliterated to numpy, compute torch.optim.AdamW's update.
+- the Kotlin and Swift AdamW loops, transliterated to numpy, compute torch.optim.AdamW's update;
+- the apps' tokenizer.json ports (HfTokenizer*.kt / .swift) read exactly the fields the Python port reads, and the
+  Kotlin one, run on the JVM, gives the Python port's ids, masks and token counts on the tokenizer test prompts.
 The apps cannot be built here (no Android SDK, no Xcode): these textual checks are what keeps them from drifting.
 """
 
@@ -57,14 +59,15 @@ def test_the_contracts_cache_modes_are_the_runtimes():
     assert sorted(v for k, v in modes.items() if k not in ("field", "rule")) == sorted(CACHE_MODES)
 
 
-def test_the_contracts_text_kinds_are_the_runtimes_and_the_apps_refuse_the_rest():
-    """Every generation text kind the runtime reads is in the contract, and the apps' constants name the kinds they
-    tokenize (the others are refused in one line by Generator.kt / Generator.swift)."""
+def test_the_contracts_text_kinds_are_the_runtimes_and_every_kind_the_apps_take_is_one_it_reads():
+    """Every generation text kind the runtime reads is in the contract; every kind the apps take (app_text_kinds) is
+    one the runtime reads, and Generator.kt / Generator.swift check a bundle's kind against that constant (a kind
+    outside it is refused in one line)."""
     from device_tests.gen_contract import load_contract
     from ditskip_edge.runtime.contract import TEXT_KINDS
     gen = load_contract()["generation"]
     assert sorted(gen["text_kinds"]) == sorted(TEXT_KINDS)
-    assert set(gen["app_text_kinds"]) < set(TEXT_KINDS)
+    assert set(gen["app_text_kinds"]) <= set(TEXT_KINDS)
     for app in (ROOT / "android_demo/app/src/main/java/org/ditskip/demo/Generator.kt",
                 ROOT / "ios_demo/DitSkipDemo/Generator.swift"):
         text = app.read_text()
@@ -220,6 +223,8 @@ def test_the_checkpoint_and_its_identity_follow_the_contract(device_bundle, tmp_
 # ---------------------------------------------------------------- the app sources against the contract
 
 KT_JSON_READ = re.compile(r'\b(?:get|opt)(?:JSONObject|JSONArray|String|Int|Long|Double|Boolean)\("([^"]+)"\)')
+KT_TOKENIZER_READ = re.compile(r'\.(?:get|opt|has|isNull)\w*\("([^"]+)"')      # every JSON read of the tokenizer port
+PY_TOKENIZER_READ = re.compile(r'(?:\.get\(|\[)"(\w+)"|"(\w+)" in \w+')         # spec.get("x"), spec["x"], "x" in spec
 SWIFT_JSON_READ = re.compile(r'\[\s*"([^"]+)"\s*\](?!\s*=[^=])')          # reads, not report writes
 APP_OWN_FIELDS = {"step", "losses", "identity", "optimizer_steps",                  # the apps' checkpoint metadata
                   "dtype", "shape", "data_offsets", "__metadata__",              # safetensors header
@@ -238,19 +243,37 @@ def _json_keys(obj, out: set[str]) -> set[str]:
     return out
 
 
+def _is_tokenizer_port(name: str) -> bool:
+    """The apps' tokenizer.json ports (HfTokenizer.kt / .swift and their parts): they read tokenizer.json, not the
+    bundle's JSON files (test_the_tokenizer_ports_read_the_python_ports_fields)."""
+    return name.startswith("Hf")
+
+
+@pytest.fixture(scope="module")
+def generation_pipeline_bundle(tmp_path_factory) -> Path:
+    """A local FLUX pipeline folder's own text encoders (CLIP + T5, tests/tiny_pipeline.py) compiled into the
+    generation part: the fields of text kind `pipeline` the apps read."""
+    from conftest import compile_tiny
+    from export.generation_stage import GenerationPrograms
+    from tiny_pipeline import save_tiny_flux_pipeline
+    root = tmp_path_factory.mktemp("gen-flux-pipe")
+    folder = save_tiny_flux_pipeline(root / "pipe")
+    return compile_tiny(root / "bundle", str(folder), steps=2, programs=[GenerationPrograms(("fp32",), steps=3)])
+
+
 def test_every_field_the_apps_read_exists_in_a_real_bundle(device_bundle, generation_bundle,
-                                                           generation_testbed_bundle):
+                                                           generation_testbed_bundle, generation_pipeline_bundle):
     root = device_bundle
     manifest = json.loads((root / "manifest.json").read_text())
     stage = manifest["subject_stage"]
     keys = _json_keys(manifest, set())
-    for gen in (generation_bundle, generation_testbed_bundle):     # the generation part: hash and MiniLM text
+    for gen in (generation_bundle, generation_testbed_bundle, generation_pipeline_bundle):   # hash, MiniLM, pipeline
         _json_keys(json.loads((gen / "manifest.json").read_text()), keys)
     _json_keys(json.loads((root / stage["schedule"]).read_text()), keys)
     _json_keys(json.loads((root / stage["cache"] / CONTRACT["cache"]["index_file"]).read_text()), keys)
     keys |= APP_OWN_FIELDS
     for lang, sources, pattern in (("Kotlin", KOTLIN, KT_JSON_READ), ("Swift", SWIFT, SWIFT_JSON_READ)):
-        used = {m for text in sources.values() for m in pattern.findall(text)}
+        used = {m for name, text in sources.items() if not _is_tokenizer_port(name) for m in pattern.findall(text)}
         used = {u for u in used if not u.startswith(("param/", "m/", "v/"))}
         assert used, f"no JSON reads found in the {lang} sources (pattern broken?)"
         unknown = sorted(used - keys)
@@ -260,6 +283,21 @@ def test_every_field_the_apps_read_exists_in_a_real_bundle(device_bundle, genera
         need = {"layout", "entries", "shards", "entry_bytes", "format", "format_version",
                 *c["entry_fields"], *c["layout_fields"], *c["shard_fields"]}
         assert need <= used, f"{lang} app does not read the cache fields {sorted(need - used)}"
+
+
+@pytest.mark.parametrize("lang", ["kotlin", "swift"])
+def test_the_tokenizer_ports_read_the_python_ports_fields(lang):
+    """The apps' tokenizer.json ports read exactly the tokenizer.json fields ditskip_edge/runtime/tokenizer/ reads:
+    none it does not know, none of its settings left out (the Swift port, which cannot be compiled here, included)."""
+    py_dir = ROOT / "ditskip_edge/runtime/tokenizer"
+    want = {a or b for f in py_dir.glob("*.py") if f.name != "__init__.py"
+            for a, b in PY_TOKENIZER_READ.findall(f.read_text())}
+    sources, pattern = (KOTLIN, KT_TOKENIZER_READ) if lang == "kotlin" else (SWIFT, SWIFT_JSON_READ)
+    ports = {n: _code_only(t) for n, t in sources.items() if _is_tokenizer_port(n)}
+    assert ports, f"no {lang} tokenizer port (Hf*)"
+    got = {m for text in ports.values() for m in pattern.findall(text)}
+    assert got == want, (f"{lang} reads {sorted(got - want)} the Python port does not; "
+                         f"misses {sorted(want - got)}")
 
 
 @pytest.mark.parametrize("lang", ["kotlin", "swift"])
@@ -458,7 +496,8 @@ def test_kotlin_sources_compile_and_match_python_on_the_jvm(tmp_path):
     app = [KT_DIR / n for n in ("PortableRng.kt", "AdamW.kt", "BundleContract.kt", "Safetensors.kt", "ResidualCache.kt",
                                 "TrainingBundle.kt", "EtTrainer.kt", "MemoryProbe.kt", "Schedule.kt",
                                 "Patches.kt", "Wordpiece.kt", "HashText.kt", "Sampler.kt", "LoraMerge.kt",
-                                "Tiling.kt", "Generator.kt")]
+                                "Tiling.kt", "HfUnicode.kt", "HfNormalizers.kt", "HfPreTokenizers.kt", "HfModels.kt",
+                                "HfTokenizer.kt", "Generator.kt")]
     jar = tmp_path / "check.jar"
     out = subprocess.run(["kotlinc", "-nowarn", *map(str, stubs + app), "-include-runtime", "-d", str(jar)],
                          capture_output=True, text=True)
@@ -497,6 +536,7 @@ def test_kotlin_sources_compile_and_match_python_on_the_jvm(tmp_path):
         want = crop_patch(photo, (x0, y0, side), outpx).reshape(-1)
         assert np.abs(np.array(got, np.float32) - want).max() <= 1e-6, (h, w, x0, y0, side)
     check_kotlin_generation_parts(jar, tmp_path)
+    check_kotlin_tokenizers(jar, tmp_path)
 
 
 GEN_PROMPTS = ["a photo of sks toy", "", "Café naïve dog's U.S.A. 3.14 東京 emoji🙂 ﬁne Straße (red)\tTab",
@@ -555,6 +595,99 @@ def check_kotlin_generation_parts(jar: Path, tmp_path: Path) -> None:
         hh, ww, *vals = tiled[name]
         assert (int(hh), int(ww)) == want.shape[2:], name
         assert np.array_equal(np.array(vals, np.float32), want.ravel()), name
+
+
+# Where the JVM and the Python port could part: characters outside the BMP inside words (surrogate pairs), Python's
+# str.strip() set (0x1C-0x1F, 0x85), final sigma in lower(), regex syntax the translation rewrites ({ } literals).
+APP_TOKENIZER_PROMPTS = ["𝐁𝐨𝐥𝐝 𝑖𝑡𝑎𝑙𝑖𝑐 𠀀𠀁 ext-B 🦄🦄", "\x1c\x1dsep chars\x1f ", " ΣΑΣ Σ σς ΟΔΟΣ. ",
+                         "\x85next line\u2028ls\u2029", "a{2} b{ c} [x] (y) \\ ^$", "aaa aab babababa aacab",
+                         "a toy, toys, my_toy, toy", "left   <mask>   right", "sks dogs <|endoftext|><mask> toy"]
+
+
+def tokenizer_variants() -> dict[str, tuple[dict, int, int]]:
+    """name -> (tokenizer.json, max_len, pad_id): the three tiny tokenizers of the real kinds (FLUX's CLIP and T5,
+    SANA's Gemma-2) at the pipelines' lengths, and older or other layouts of the same files (tests/test_tokenizer.py
+    checks the Python port on each against `tokenizers`) that reach the port's other branches: Strip, a Replace regex,
+    legacy Metaspace, no pre-tokenizer, the older CLIP split, added tokens with lstrip / rstrip / single_word /
+    normalized, byte fallback with fused unk, WordLevel with Whitespace, NFKD + StripAccents + Prepend + Digits +
+    Metaspace "first", BPE merge ties."""
+    from tokenizers import AddedToken, Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers
+    from test_tokenizer import STYLES
+    from ditskip_edge.models import tiny_tokenizers as tt
+    out = {}
+    for style, (build, max_len) in STYLES.items():
+        tok = build()
+        out[style] = (json.loads(tok.backend_tokenizer.to_str()), max_len, tok.pad_token_id)
+    t5, clip, gemma = (out[k][0] for k in ("t5", "clip", "gemma"))
+    backend = Tokenizer.from_str(json.dumps(t5))
+    backend.normalizer = normalizers.Sequence([backend.normalizer, normalizers.Strip(left=False, right=True),
+                                               normalizers.Replace(Regex(" {2,}"), "▁")])
+    old = json.loads(backend.to_str())
+    meta = old["pre_tokenizer"]["pretokenizers"][1]
+    del meta["prepend_scheme"], meta["split"]
+    meta["add_prefix_space"] = True
+    out["t5-older-layout"] = (old, 512, 0)
+    out["gemma-no-pre-tokenizer"] = (dict(gemma, pre_tokenizer=None), 300, 0)
+    old = json.loads(json.dumps(clip))
+    old["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = r"""'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+"""
+    out["clip-older-split"] = (old, 77, out["clip"][2])
+    backend = Tokenizer.from_str(json.dumps(clip))
+    backend.add_tokens([AddedToken("Sks Dog", normalized=True), AddedToken("toy", single_word=True, normalized=False)])
+    backend.add_special_tokens([AddedToken("<mask>", lstrip=True, rstrip=True, normalized=False)])
+    out["clip-added-tokens"] = (json.loads(backend.to_str()), 77, out["clip"][2])
+    t = Tokenizer(models.BPE(unk_token="<unk>", fuse_unk=True, byte_fallback=True))
+    t.normalizer = normalizers.Replace(" ", "▁")
+    t.pre_tokenizer = pre_tokenizers.Split("▁", behavior="merged_with_next")
+    specials = ["<pad>", "<unk>"] + [f"<0x{b:02X}>" for b in range(0x80, 0x100)]
+    t.train_from_iterator([p.encode("ascii", "ignore").decode() for p in tt.training_prompts()],
+                          trainers.BpeTrainer(vocab_size=300, show_progress=False, special_tokens=specials))
+    out["bpe-byte-fallback"] = (json.loads(t.to_str()), 64, 0)
+    words = "<pad> <unk> </s> <s> a photo of sks toy dog cat on the table red blue".split()
+    t = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    t.pre_tokenizer = pre_tokenizers.Whitespace()
+    out["wordlevel-whitespace"] = (json.loads(t.to_str()), 16, 0)
+    t.normalizer = normalizers.Sequence([normalizers.NFKD(), normalizers.StripAccents(), normalizers.Lowercase(),
+                                         normalizers.Prepend("▁"), normalizers.Strip()])
+    t.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Digits(individual_digits=True),
+                                               pre_tokenizers.Metaspace(prepend_scheme="first")])
+    out["wordlevel-other-steps"] = (json.loads(t.to_str()), 16, 0)
+    t = Tokenizer(models.BPE({"<unk>": 0, "a": 1, "b": 2, "aa": 3, "ab": 4, "aab": 5, "aaaa": 6, "ba": 7},
+                             [("a", "b"), ("a", "a"), ("aa", "aa"), ("b", "a"), ("a", "ab")], unk_token="<unk>"))
+    out["bpe-merge-ties"] = (json.loads(t.to_str()), 32, 0)
+    return out
+
+
+def check_kotlin_tokenizers(jar: Path, tmp_path: Path) -> None:
+    """The app's tokenizer.json port (HfTokenizer.kt, android_demo/hostcheck/TokCheck.kt) gives the Python port's
+    (ditskip_edge/runtime/tokenizer/, equal to `transformers`' by tests/test_tokenizer.py) input_ids, attention_mask
+    and token counts on every tokenizer test prompt (non-ASCII, emoji, tabs, literal special tokens, prompts longer
+    than max_len), for the three tiny tokenizers of the real kinds and the other layouts; and its lower_strip
+    preprocessing is Python's str.lower().strip()."""
+    import subprocess
+    from test_tokenizer import prompts
+    from ditskip_edge.runtime.tokenizer import HFTokenizer
+    texts = prompts() + APP_TOKENIZER_PROMPTS
+    assert len(texts) >= 300 and any(len(t) > 3000 for t in texts)
+    hex_file = tmp_path / "tokenizer_prompts.hex"
+    hex_file.write_text("\n".join(t.encode().hex() for t in texts) + "\n")
+    for name, (doc, max_len, pad_id) in tokenizer_variants().items():
+        path = tmp_path / f"{name}.tokenizer.json"
+        path.write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
+        port = HFTokenizer.from_file(path, max_len, pad_id=pad_id)
+        out = subprocess.run(["java", "-cp", str(jar), "TokCheckKt", str(path), str(max_len), str(pad_id), str(hex_file)],
+                             capture_output=True, text=True)
+        assert out.returncode == 0, (name, out.stderr[-3000:])
+        lines = out.stdout.splitlines()
+        toks = [line.split(" ") for line in lines if line.startswith("tok ")]
+        pres = [line[4:] for line in lines if line.startswith("pre ")]
+        assert len(toks) == len(pres) == len(texts), name
+        bad = [f"{t[:60]!r}: kotlin {n} {ids[:80]}, python {port.count_tokens(t)} {port.encode(t)[0][:20]}"
+               for t, (_, n, ids, mask) in zip(texts, toks)
+               if (int(n), [int(x) for x in ids.split(",")], [int(x) for x in mask.split(",")])
+               != (port.count_tokens(t), *port.encode(t))]
+        assert not bad, f"{name}: {len(bad)} of {len(texts)} prompts differ:\n" + "\n".join(bad[:5])
+        if name == "gemma":                                      # SANA's encoder: the app's preprocess "lower_strip"
+            assert [bytes.fromhex(h).decode() for h in pres] == [t.lower().strip() for t in texts]
 
 
 def tile_decoder(t: np.ndarray, s: int) -> np.ndarray:

@@ -37,7 +37,7 @@ enum BundleContract {
     static let genField = "generation"
     static let genFormatVersion = 3
     static let genTextEncoder = "text_encoder"
-    static let genAppTextKinds = ["hash", "minilm"]
+    static let genAppTextKinds = ["hash", "minilm", "pipeline"]
     static let genEmbed = "gen_embed"
     static let genBlockPrefix = "gen_block."
     static let genHead = "gen_head"

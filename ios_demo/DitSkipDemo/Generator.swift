@@ -4,7 +4,10 @@ import Foundation
 /// Generator.kt) over the bundle's generation programs (manifest `generation`, the gen_* / decode / text_encoder
 /// program entries), through the Objective-C++ bridge over ExecuTorch's C++ Module (ETInferenceBridge):
 ///
-///   cond = text(prompt), uncond = text("")          HashText (built-in tiny models) | Wordpiece + text_encoder.pte
+///   cond = text(prompt), uncond = text("")          HashText (built-in tiny models) | Wordpiece + text_encoder.pte |
+///                                                   a pipeline's encoders in order: each one's tokenizer.json (HfTokenizer)
+///                                                   + its program (FLUX: CLIP -> pooled, T5 -> txt; SANA: Gemma-2 -> txt,
+///                                                   txt_mask), each program loaded once and run once per branch
 ///   x    = PortableRng.normal(seed, latent_shape)
 ///   branches: uncond, cond (cond alone at guidance 1); every program at batch 1, once per branch
 ///   for each sigma: values[b] = gen_embed(x, t, b's conditioning)
@@ -22,7 +25,13 @@ final class Generator {
     let precision: String
     let loraRecord: [String: Any]
     private var programs: [String: [String: Any]] = [:]
-    private var tokenizer: Wordpiece?
+    private var wordpiece: Wordpiece?
+    /// A pipeline's encoders in order (generation.text.encoders): program, role, tokenizer (file, max_len, pad_id,
+    /// limits_prompt, preprocess).
+    private let encoders: [[String: Any]]
+    /// The text encoder programs, in the order they run (none for hash text).
+    private let textPrograms: [String]
+    private var hfTokenizers: [String: HfTokenizer] = [:]      // program -> its tokenizer, read on first use
 
     init(bundle: TrainingBundle, precision: String? = nil) throws {
         root = bundle.root
@@ -37,15 +46,19 @@ final class Generator {
         arch = ((bundle.manifest["model"] as? [String: Any])?["arch"] as? String) ?? "flux"
         self.precision = precision ?? ((gen["precisions"] as? [String])?.first ?? "fp32")
         loraRecord = bundle.manifest[BundleContract.loraFileField] as? [String: Any] ?? [:]
+        let encoders = (gen["text"] as? [String: Any])?["encoders"] as? [[String: Any]] ?? []
+        self.encoders = encoders
+        textPrograms = textKind == "pipeline" ? encoders.compactMap { $0["program"] as? String }
+            : textKind == "minilm" ? [BundleContract.genTextEncoder] : []
         for p in bundle.manifest[BundleContract.programsField] as? [[String: Any]] ?? [] {
             let name = p["name"] as? String ?? ""
-            let shared = name == BundleContract.genTextEncoder || name.hasPrefix(BundleContract.genDecodePrefix)
+            let shared = textPrograms.contains(name) || name.hasPrefix(BundleContract.genDecodePrefix)
             if p["runtime"] as? String == BundleContract.etRuntime
                 && (shared || p[BundleContract.etPrecisionField] as? String == self.precision) { programs[name] = p }
         }
         if let text = gen["text"] as? [String: Any], let tk = text["tokenizer"] as? [String: Any],
            let vocab = tk["vocab"] as? String, let maxLen = tk["max_len"] as? Int {
-            tokenizer = try Wordpiece(vocabFile: root.appendingPathComponent(vocab), maxLen: maxLen)
+            wordpiece = try Wordpiece(vocabFile: root.appendingPathComponent(vocab), maxLen: maxLen)
         }
     }
 
@@ -53,12 +66,49 @@ final class Generator {
     static let velocity = "v"                 // gen_head's output
     static let imageOutput = "image"          // decode's output
 
+    /// (tokens the prompt needs, tokens the encoder takes, what a token is): generation refuses a longer prompt. For a
+    /// pipeline, the encoder that limits the prompt (T5, Gemma-2: FLUX's CLIP truncates at 77 tokens as FluxPipeline
+    /// does).
+    func countTokens(_ prompt: String) throws -> (Int, Int, String) {
+        if text["kind"] as? String == "pipeline" {
+            guard let e = encoders.first(where: { ($0["tokenizer"] as? [String: Any])?["limits_prompt"] as? Bool ?? false }),
+                  let tk = e["tokenizer"] as? [String: Any], let maxLen = tk["max_len"] as? Int
+            else { throw TrainError.bundle("generation.text.encoders: no encoder has tokenizer.limits_prompt (recompile with --generation)") }
+            let pre = try HfTokenizer.preprocess(prompt, tk["preprocess"] as? String ?? "")
+            let n = try hfTokenizer(e).countTokens(pre)
+            return (n, maxLen, "\(e["role"] as? String ?? "text") tokens incl. special tokens")
+        }
+        let limit = text["seq_len"] as? Int ?? 0
+        if let wp = wordpiece { return (wp.countTokens(prompt), limit, "WordPiece tokens incl. [CLS] [SEP]") }
+        return (HashText.words(prompt).count, limit, "words")
+    }
+
     func checkPrompt(_ prompt: String) throws {
         guard !prompt.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty
         else { throw TrainError.bundle("the prompt is empty: describe the picture") }
-        let n = tokenizer?.countTokens(prompt) ?? HashText.words(prompt).count
-        let limit = text["seq_len"] as? Int ?? 0
-        if n > limit { throw TrainError.bundle("the prompt has \(n) tokens; the text encoder takes at most \(limit): shorten it") }
+        let (n, limit, unit) = try countTokens(prompt)
+        if n > limit { throw TrainError.bundle("the prompt has \(n) \(unit); the text encoder takes at most \(limit): shorten it") }
+    }
+
+    private func hfTokenizer(_ encoder: [String: Any]) throws -> HfTokenizer {
+        guard let program = encoder["program"] as? String, let tk = encoder["tokenizer"] as? [String: Any],
+              let file = tk["file"] as? String, let maxLen = tk["max_len"] as? Int, let padId = tk["pad_id"] as? Int
+        else { throw TrainError.bundle("generation.text.encoders: an entry lacks program or tokenizer file / max_len / pad_id") }
+        if let t = hfTokenizers[program] { return t }
+        let t = try HfTokenizer.fromFile(root.appendingPathComponent(file), maxLen: maxLen, padId: padId)
+        hfTokenizers[program] = t
+        return t
+    }
+
+    /// (input_ids, attention_mask) of a prompt for one text encoder program: WordPiece (MiniLM), or the encoder's
+    /// tokenizer.json after its preprocessing (a pipeline).
+    private func tokenize(_ program: String, _ prompt: String) throws -> (ids: [Int64], mask: [Int64]) {
+        guard let e = encoders.first(where: { $0["program"] as? String == program }) else {
+            guard let wp = wordpiece else { throw TrainError.bundle("no tokenizer for the \(program) program") }
+            return wp.encode(prompt)
+        }
+        let pre = try HfTokenizer.preprocess(prompt, (e["tokenizer"] as? [String: Any])?["preprocess"] as? String ?? "")
+        return try hfTokenizer(e).encode(pre)
     }
 
     private func load(_ name: String) throws -> (DSModule, [String: Any]) {
@@ -86,17 +136,30 @@ final class Generator {
         o.floats.withUnsafeBytes { Array($0.bindMemory(to: Float.self)) }
     }
 
-    private func encode(_ prompt: String, _ textProgram: (DSModule, [String: Any])?) throws -> [String: ([Int], [Float])] {
-        guard let tp = textProgram, let tk = tokenizer else {
-            return HashText.encode(prompt, arch: arch, seqLen: text["seq_len"] as? Int ?? 0, dim: text["dim"] as? Int ?? 0,
-                                   pooledDim: text["pooled_dim"] as? Int ?? 0)
+    /// cond.* of each branch's prompt (batch 1): hash text, or the text encoder programs in order, each loaded once
+    /// (released before the next loads) and run once per branch, its outputs merged into the branch's conditioning.
+    private func conditioning(_ branchPrompts: [String]) throws -> [[String: ([Int], [Float])]] {
+        if textPrograms.isEmpty {
+            return branchPrompts.map {
+                HashText.encode($0, arch: arch, seqLen: text["seq_len"] as? Int ?? 0, dim: text["dim"] as? Int ?? 0,
+                                pooledDim: text["pooled_dim"] as? Int ?? 0)
+            }
         }
-        let (ids, mask) = tk.encode(prompt)
-        let out = try run(tp) { name, _, shape in
-            let v = name == "input_ids" ? ids : mask
-            return DSTensorInput(bytes: v.withUnsafeBufferPointer { Data(buffer: $0) }, dtype: "int64", shape: shape.map { NSNumber(value: $0) })
+        var conds = [[String: ([Int], [Float])]](repeating: [:], count: branchPrompts.count)
+        for name in textPrograms {
+            let program = try load(name)
+            for (b, p) in branchPrompts.enumerated() {
+                let (ids, mask) = try tokenize(name, p)
+                let out = try run(program) { input, _, shape in
+                    var v: [Int64] = []
+                    if input == "input_ids" { v = ids } else if input == "attention_mask" { v = mask }
+                    else { throw TrainError.bundle("text encoder \(name): input \(input) is neither input_ids nor attention_mask") }
+                    return DSTensorInput(bytes: v.withUnsafeBufferPointer { Data(buffer: $0) }, dtype: "int64", shape: shape.map { NSNumber(value: $0) })
+                }
+                for (k, o) in out { conds[b][k] = (o.shape.map { $0.intValue }, Generator.floats(o)) }
+            }
         }
-        return out.mapValues { ($0.shape.map { $0.intValue }, Generator.floats($0)) }
+        return conds
     }
 
     func generate(prompt: String, seed: UInt64, steps: Int, guidance: Float, mergedLora: URL?,
@@ -106,11 +169,9 @@ final class Generator {
         else { throw TrainError.bundle("no generation weights at \(precision)") }
         let base = try MappedWeights(root.appendingPathComponent(weights))
         let merged = try mergedLora.map { try MappedWeights($0) }
-        let textProgram = programs[BundleContract.genTextEncoder] != nil ? try load(BundleContract.genTextEncoder) : nil
         // the guidance branches' prompts: [uncond = "", cond] (cond alone at guidance 1)
         let branchPrompts = guidance == 1 ? [prompt] : ["", prompt]
-        var conds: [[String: ([Int], [Float])]] = []
-        for p in branchPrompts { conds.append(try encode(p, textProgram)) }
+        var conds = try conditioning(branchPrompts)
         if (gen["cond_keys"] as? [String] ?? []).contains("guidance"), let g = gen["guidance_embeds"] as? Double {
             for b in conds.indices { conds[b][BundleContract.condPrefix + "guidance"] = ([1], [Float(g)]) }
         }

@@ -37,7 +37,7 @@ object BundleContract {
     const val GEN_FIELD = "generation"
     const val GEN_FORMAT_VERSION = 3
     const val GEN_TEXT_ENCODER = "text_encoder"
-    val GEN_APP_TEXT_KINDS = listOf("hash", "minilm")
+    val GEN_APP_TEXT_KINDS = listOf("hash", "minilm", "pipeline")
     const val GEN_EMBED = "gen_embed"
     const val GEN_BLOCK_PREFIX = "gen_block."
     const val GEN_HEAD = "gen_head"

@@ -14,7 +14,10 @@ import java.nio.channels.FileChannel
  * Generation on the phone after training, line for line ditskip_edge/runtime/generation.py over the bundle's
  * generation programs (manifest `generation` + the gen_* / decode / text_encoder program entries):
  *
- *   cond = text(prompt), uncond = text("")          HashText (built-in tiny models) | Wordpiece + text_encoder.pte
+ *   cond = text(prompt), uncond = text("")          HashText (built-in tiny models) | Wordpiece + text_encoder.pte |
+ *                                                   a pipeline's encoders in order: each one's tokenizer.json (HfTokenizer)
+ *                                                   + its program (FLUX: CLIP -> pooled, T5 -> txt; SANA: Gemma-2 -> txt,
+ *                                                   txt_mask), each program loaded once and run once per branch
  *   x    = PortableRng.normal(seed, latent_shape)
  *   branches: uncond, cond (cond alone at guidance 1); every program at batch 1, once per branch
  *   for each sigma: values[b] = gen_embed(x, t, b's conditioning)
@@ -36,8 +39,20 @@ class Generator(private val root: File, manifest: JSONObject, precision: String?
     private val sampler = gen.getJSONObject("sampler")
     private val latentShape = gen.getJSONArray("latent_shape").let { a -> LongArray(a.length()) { a.getLong(it) } }
     private val programs = HashMap<String, JSONObject>()
-    private val tokenizer: Wordpiece? = text.optJSONObject("tokenizer")?.let {
-        Wordpiece.fromFile(File(root, it.getString("vocab")), it.getInt("max_len")) }
+    private val textKind = text.optString("kind")
+    /** A pipeline's encoders in order (generation.text.encoders): program, role, tokenizer (file, max_len, pad_id,
+     *  limits_prompt, preprocess). */
+    private val encoders: List<JSONObject> =
+        text.optJSONArray("encoders")?.let { a -> (0 until a.length()).map { a.getJSONObject(it) } } ?: emptyList()
+    /** The text encoder programs, in the order they run (none for hash text). */
+    private val textPrograms: List<String> = when (textKind) {
+        "pipeline" -> encoders.map { it.getString("program") }
+        "minilm" -> listOf(BundleContract.GEN_TEXT_ENCODER)
+        else -> emptyList()
+    }
+    private val wordpiece: Wordpiece? by lazy { text.optJSONObject("tokenizer")?.let {
+        Wordpiece.fromFile(File(root, it.getString("vocab")), it.getInt("max_len")) } }
+    private val hfTokenizers = HashMap<String, HfTokenizer>()      // program -> its tokenizer, read on first use
 
     init {
         require(gen.optInt("format_version") == BundleContract.GEN_FORMAT_VERSION) {
@@ -48,19 +63,42 @@ class Generator(private val root: File, manifest: JSONObject, precision: String?
         for (i in 0 until list.length()) {
             val p = list.getJSONObject(i)
             val name = p.getString("name")
-            val shared = name == BundleContract.GEN_TEXT_ENCODER || name.startsWith(BundleContract.GEN_DECODE_PREFIX)
+            val shared = name in textPrograms || name.startsWith(BundleContract.GEN_DECODE_PREFIX)
             if (p.getString("runtime") == BundleContract.ET_RUNTIME && (shared || p.getString(BundleContract.ET_PRECISION_FIELD) == this.precision)) programs[name] = p
         }
     }
 
-    /** (tokens the prompt needs, tokens the encoder takes): generation refuses a longer prompt. */
-    fun countTokens(prompt: String): Pair<Int, Int> =
-        (tokenizer?.countTokens(prompt) ?: HashText.words(prompt).size) to text.getInt("seq_len")
+    /** (tokens the prompt needs, tokens the encoder takes, what a token is): generation refuses a longer prompt. For a
+     *  pipeline, the encoder that limits the prompt (T5, Gemma-2: FLUX's CLIP truncates at 77 tokens as FluxPipeline
+     *  does). */
+    fun countTokens(prompt: String): Triple<Int, Int, String> = when (textKind) {
+        "pipeline" -> {
+            val e = encoders.firstOrNull { it.getJSONObject("tokenizer").getBoolean("limits_prompt") }
+                ?: error("generation.text.encoders: no encoder has tokenizer.limits_prompt (recompile with --generation)")
+            val tk = e.getJSONObject("tokenizer")
+            Triple(hfTokenizer(e).countTokens(HfTokenizer.preprocess(prompt, tk.getString("preprocess"))), tk.getInt("max_len"),
+                   "${e.getString("role")} tokens incl. special tokens")
+        }
+        "minilm" -> Triple(wordpiece!!.countTokens(prompt), text.getInt("seq_len"), "WordPiece tokens incl. [CLS] [SEP]")
+        else -> Triple(HashText.words(prompt).size, text.getInt("seq_len"), "words")
+    }
 
     fun checkPrompt(prompt: String) {
         require(prompt.isNotBlank()) { "the prompt is empty: describe the picture" }
-        val (n, limit) = countTokens(prompt)
-        require(n <= limit) { "the prompt has $n tokens; the text encoder takes at most $limit: shorten it" }
+        val (n, limit, unit) = countTokens(prompt)
+        require(n <= limit) { "the prompt has $n $unit; the text encoder takes at most $limit: shorten it" }
+    }
+
+    private fun hfTokenizer(encoder: JSONObject): HfTokenizer = hfTokenizers.getOrPut(encoder.getString("program")) {
+        val tk = encoder.getJSONObject("tokenizer")
+        HfTokenizer.fromFile(File(root, tk.getString("file")), tk.getInt("max_len"), tk.getInt("pad_id"))
+    }
+
+    /** (input_ids, attention_mask) of a prompt for one text encoder program: WordPiece (MiniLM), or the encoder's
+     *  tokenizer.json after its preprocessing (a pipeline). */
+    private fun tokenize(program: String, prompt: String): Pair<LongArray, LongArray> {
+        val e = encoders.firstOrNull { it.getString("program") == program } ?: return wordpiece!!.encode(prompt)
+        return hfTokenizer(e).encode(HfTokenizer.preprocess(prompt, e.getJSONObject("tokenizer").getString("preprocess")))
     }
 
     private fun load(name: String): Pair<Module, JSONObject> {
@@ -80,11 +118,33 @@ class Generator(private val root: File, manifest: JSONObject, precision: String?
         return (0 until names.length()).associate { names.getJSONObject(it).getString("name") to outs[it].toTensor() }
     }
 
-    private fun encode(prompt: String, textProgram: Pair<Module, JSONObject>?): Map<String, Pair<LongArray, FloatArray>> {
-        if (textProgram == null) return HashText.encode(prompt, arch, text.getInt("seq_len"), text.getInt("dim"), text.optInt("pooled_dim"))
-        val (ids, mask) = tokenizer!!.encode(prompt)
-        val out = run(textProgram) { name, _, shape -> Tensor.fromBlob(if (name == "input_ids") ids else mask, shape) }
-        return out.mapValues { (_, t) -> t.shape() to t.dataAsFloatArray }
+    /** cond.* of each branch's prompt (uncond: the empty prompt), batch 1: hash text, or the text encoder programs in
+     *  order, each loaded once and run once per branch, its outputs merged into the branch's conditioning. */
+    private fun conditioning(branches: List<String>, prompt: String): Map<String, MutableMap<String, Pair<LongArray, FloatArray>>> {
+        val conds = branches.associateWith { HashMap<String, Pair<LongArray, FloatArray>>() }
+        fun promptOf(b: String) = if (b == "uncond") "" else prompt
+        if (textPrograms.isEmpty()) {
+            for (b in branches) conds.getValue(b).putAll(
+                HashText.encode(promptOf(b), arch, text.getInt("seq_len"), text.getInt("dim"), text.optInt("pooled_dim")))
+            return conds
+        }
+        for (name in textPrograms) {
+            val program = load(name)
+            try {
+                for (b in branches) {
+                    val (ids, mask) = tokenize(name, promptOf(b))
+                    val out = run(program) { input, _, shape -> when (input) {
+                        "input_ids" -> Tensor.fromBlob(ids, shape)
+                        "attention_mask" -> Tensor.fromBlob(mask, shape)
+                        else -> error("text encoder $name: input $input is neither input_ids nor attention_mask")
+                    } }
+                    for ((k, t) in out) conds.getValue(b)[k] = t.shape() to t.dataAsFloatArray
+                }
+            } finally {
+                program.first.destroy()
+            }
+        }
+        return conds
     }
 
     fun generate(prompt: String, seed: Long, steps: Int, guidance: Float, mergedLora: File?,
@@ -92,10 +152,8 @@ class Generator(private val root: File, manifest: JSONObject, precision: String?
         checkPrompt(prompt)
         val base = MappedWeights(File(root, gen.getJSONObject("weights").getString(precision)))
         val merged = mergedLora?.let { MappedWeights(it) }
-        val textProgram = if (programs.containsKey(BundleContract.GEN_TEXT_ENCODER)) load(BundleContract.GEN_TEXT_ENCODER) else null
         val branches = if (guidance == 1f) listOf("cond") else listOf("uncond", "cond")
-        val conds = branches.associateWith { b -> encode(if (b == "uncond") "" else prompt, textProgram).toMutableMap() }
-        textProgram?.first?.destroy()
+        val conds = conditioning(branches, prompt)
         val condKeys = gen.getJSONArray("cond_keys").let { a -> (0 until a.length()).map { a.getString(it) } }
         if ("guidance" in condKeys) conds.values.forEach {
             it[BundleContract.COND_PREFIX + "guidance"] = longArrayOf(1) to floatArrayOf(gen.getDouble("guidance_embeds").toFloat()) }

@@ -46,12 +46,17 @@ class TrainingBundle(val root: File) {
             "${root}/manifest.json: format_version ${manifest.optInt("format_version")} is not supported"
         }
         require(manifest.optString(BundleContract.BUNDLE_KIND_FIELD) != BundleContract.MODEL_BUNDLE_KIND) {
-            "$root: a model bundle (no photos): run the subject stage first (python -m ditskip_edge.runtime personalize)"
+            "$root: a model bundle (no photos, no residual cache): run the subject stage on it first. In this app " +
+                "ModelBundle.writeCache computes its residual cache from your photos (stored mode); it does not yet " +
+                "assemble the subject bundle (manifest, photos, schedule.json), so until then use " +
+                "python -m ditskip_edge.runtime personalize"
         }
         val subject = manifest.getJSONObject("subject_stage")
         val cacheMode = subject.optString("cache_mode", BundleContract.STORED_MODE)
         require(cacheMode == BundleContract.STORED_MODE) {
-            "$root: a $cacheMode bundle: this app trains stored residual caches only (the forward programs are not wired in yet)"
+            "$root: a $cacheMode bundle: this app trains stored residual caches only (the ${BundleContract.X0_ONLY_MODE} " +
+                "and ${BundleContract.CACHE_FREE_MODE} modes, residuals computed every step by SubjectStage, are not " +
+                "wired into training yet): run the subject stage without --x0-only / --cache-free (stored mode)"
         }
         val schedule = JSONObject(File(root, subject.getString("schedule")).readText())
         val fields = schedule.getJSONArray("sample_fields")

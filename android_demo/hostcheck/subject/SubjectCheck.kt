@@ -1,0 +1,159 @@
+// Host check of the subject stage (kotlinc on a plain JVM): runs the app's CacheCodecs, CacheWriter and SubjectStage
+// on float32 arrays from files and writes a residual cache that tests/test_app_subject_stage.py compares byte for byte
+// with the Python runtime's. Not part of the app. In its own folder: tests/test_bundle_contract.py compiles every .kt
+// directly in hostcheck/ with an app file list that does not hold the subject-stage files.
+//
+//   cache SPEC.json OUT_DIR [STOP_AFTER]   residuals given: spec {codec, shapes, identity, shard_bytes, run,
+//                                          entries: [file of one entry's tensors, float32 LE, in shapes order]}
+//   stage SPEC.json OUT_DIR [STOP_AFTER]   the whole per-sample loop with stand-in programs (StandIn below):
+//                                          spec {schedule, photos: [[h, w, file]], photo_names, spans, model, codec,
+//                                          shapes, cond: {name: [shape, file]}, shard_bytes, run}
+//   model SPEC.json WORK_DIR [STOP_AFTER]  ModelBundle.writeCache on a model bundle folder with the stand-in programs:
+//                                          spec {bundle, photos: [[name, sha256, h, w, file]]}
+// Prints "resumed R computed C" (entries taken from the journal, entries computed by this run).
+import org.ditskip.demo.CacheCodec
+import org.ditskip.demo.CacheWriter
+import org.ditskip.demo.FloatTensor
+import org.ditskip.demo.ForwardRunner
+import org.ditskip.demo.ModelBundle
+import org.ditskip.demo.SubjectPhoto
+import org.ditskip.demo.ProgramKey
+import org.ditskip.demo.PyJson
+import org.ditskip.demo.Schedule
+import org.ditskip.demo.ScheduleConfig
+import org.ditskip.demo.SkipSpans
+import org.ditskip.demo.SubjectStage
+import java.io.File
+import java.nio.ByteBuffer
+import java.nio.ByteOrder
+
+fun readF32(path: String): FloatArray {
+    val b = File(path).readBytes()
+    val out = FloatArray(b.size / 4)
+    ByteBuffer.wrap(b).order(ByteOrder.LITTLE_ENDIAN).asFloatBuffer().get(out)
+    return out
+}
+
+@Suppress("UNCHECKED_CAST")
+fun obj(v: Any?): Map<String, Any?> = v as Map<String, Any?>
+
+@Suppress("UNCHECKED_CAST")
+fun ints(v: Any?): IntArray = (v as List<Any?>).map { (it as Long).toInt() }.toIntArray()
+
+fun shapesOf(v: Any?): LinkedHashMap<String, IntArray> {
+    val out = LinkedHashMap<String, IntArray>()
+    for ((k, s) in obj(v)) out[k] = ints(s)
+    return out
+}
+
+fun writerFor(spec: Map<String, Any?>, out: String): CacheWriter =
+    CacheWriter(File(out), obj(spec["identity"]), CacheCodec.parse(spec["codec"] as String), shapesOf(spec["shapes"]),
+                spec["shard_bytes"] as Long, resumable = true, run = spec["run"] as String)
+
+fun main(args: Array<String>) {
+    val spec = obj(PyJson.parse(File(args[1]).readText()))
+    val stopAfter = args.getOrNull(3)?.toInt()
+    if (args[0] == "cache") return cache(spec, args[2], stopAfter)
+    if (args[0] == "stage") return stage(spec, args[2], stopAfter)
+    if (args[0] == "model") return model(spec, args[2], stopAfter)
+    error("unknown mode ${args[0]}")
+}
+
+fun cache(spec: Map<String, Any?>, out: String, stopAfter: Int?) {
+    val writer = writerFor(spec, out)
+    val resumed = writer.nextIndex
+    val files = (spec["entries"] as List<*>).map { it as String }
+    var computed = 0
+    for (k in writer.nextIndex until files.size) {
+        val flat = readF32(files[k])
+        val tensors = LinkedHashMap<String, FloatTensor>()
+        var at = 0
+        for ((name, shape) in writer.shapes) {
+            val n = shape.fold(1) { a, b -> a * b }
+            tensors[name] = FloatTensor(shape, flat.copyOfRange(at, at + n))
+            at += n
+        }
+        val x0 = tensors.remove("x0")!!
+        writer.codec.requireEncodable(tensors.keys)
+        SubjectStage.addEntry(writer, k, x0, tensors)
+        computed += 1
+        if (stopAfter != null && computed >= stopAfter && writer.nextIndex < files.size) {
+            writer.close(); println("resumed $resumed computed $computed"); return
+        }
+    }
+    writer.finish(mapOf("rel_error" to SubjectStage.relErrorSummary(writer.extras)))
+    println("resumed $resumed computed $computed")
+}
+
+fun stage(spec: Map<String, Any?>, out: String, stopAfter: Int?) {
+    val c = obj(spec["schedule"])
+    val cfg = ScheduleConfig((c["steps"] as Long).toInt(), (c["grad_accum"] as Long).toInt(), (c["s_min_px"] as Long).toInt(),
+                             (c["s_max_px"] as Long).toInt(), (c["multiple_px"] as Long).toInt(), c["seed"] as Long,
+                             c["t_sampling"] as String, c["dynamic_patches"] as Boolean)
+    val photos = (spec["photos"] as List<*>).map { p -> val l = p as List<*>
+        Triple((l[0] as Long).toInt(), (l[1] as Long).toInt(), readF32(l[2] as String)) }
+    val sizes = photos.map { intArrayOf(it.first, it.second) }
+    val samples = Schedule.make(cfg, sizes)
+    val sp = ints(spec["spans"])
+    val spans = SkipSpans(sp[0], sp[1], sp[2])
+    val schedule = SubjectStage.scheduleJson(cfg, samples, (spec["photo_names"] as List<*>).map { it as String }, sizes)
+    val identity = SubjectStage.cacheIdentity(obj(spec["model"]), spans, schedule)
+    val writer = CacheWriter(File(out), identity, CacheCodec.parse(spec["codec"] as String), shapesOf(spec["shapes"]),
+                             spec["shard_bytes"] as Long, resumable = true, run = spec["run"] as String)
+    val cond = LinkedHashMap<String, FloatTensor>()
+    for ((k, v) in obj(spec["cond"])) { val l = v as List<*>; cond[k] = FloatTensor(ints(l[0]), readF32(l[1] as String)) }
+    val resumed = writer.nextIndex
+    var computed = 0
+    SubjectStage.writeCache(writer, samples, photos, StandIn, spans, cfg.sMinPx, cond, stopAfter) { _, _ -> computed += 1 }
+    println("resumed $resumed computed $computed")
+}
+
+fun model(spec: Map<String, Any?>, work: String, stopAfter: Int?) {
+    val bundle = ModelBundle(File(spec["bundle"] as String))
+    val photos = (spec["photos"] as List<*>).map { p -> val l = p as List<*>
+        SubjectPhoto(l[0] as String, l[1] as String, (l[2] as Long).toInt(), (l[3] as Long).toInt(), readF32(l[4] as String)) }
+    var computed = 0
+    var resumed = -1
+    bundle.writeCache(photos, 0, File(work), stopAfter, StandIn) { done, _ -> if (resumed < 0) resumed = done - 1; computed += 1 }
+    println("resumed $resumed computed $computed")
+}
+
+/** Stand-in programs, deterministic float32 elementwise functions of their inputs (the Python test has their twins):
+ *  encode: x0[c, i, j] = patch[c % 3, 2i, 2j] * 0.5 (c + 1), C = 4; embed: stream.img [1, h w, C] = (x0 (1 - t) +
+ *  noise t) transposed, stream.txt = cond.txt * 2, ctx.temb [1, C] = t (c + 1); block i (a = 0.75 + 0.0625 i):
+ *  img' = img a + temb + txt[token 0], txt' = txt a - temb 0.5. */
+object StandIn : ForwardRunner {
+    const val C = 4
+
+    override fun run(program: ProgramKey, inputs: Map<String, FloatTensor>): Map<String, FloatTensor> {
+        return when (program.name) {
+            "encode" -> {
+                val p = inputs.getValue("patch"); val s = p.shape[2]; val h = s / 2
+                mapOf("x0" to FloatTensor(intArrayOf(1, C, h, h), FloatArray(C * h * h) { q ->
+                    val ch = q / (h * h); val i = q / h % h; val j = q % h
+                    p.data[((ch % 3) * s + 2 * i) * s + 2 * j] * (0.5f * (ch + 1)) }))
+            }
+            "embed" -> {
+                val x0 = inputs.getValue("x0"); val noise = inputs.getValue("noise"); val t = inputs.getValue("t").data[0]
+                val n = x0.data.size / C
+                val txt = inputs.getValue("cond.txt")
+                linkedMapOf(
+                    "stream.img" to FloatTensor(intArrayOf(1, n, C), FloatArray(n * C) { q ->
+                        val tok = q / C; val ch = q % C
+                        x0.data[ch * n + tok] * (1f - t) + noise.data[ch * n + tok] * t }),
+                    "stream.txt" to FloatTensor(txt.shape, FloatArray(txt.data.size) { txt.data[it] * 2f }),
+                    "ctx.temb" to FloatTensor(intArrayOf(1, C), FloatArray(C) { t * (it + 1).toFloat() }))
+            }
+            else -> {
+                val a = 0.75f + 0.0625f * program.block
+                val img = inputs.getValue("stream.img"); val txt = inputs.getValue("stream.txt")
+                val temb = inputs.getValue("ctx.temb").data
+                linkedMapOf(
+                    "stream.img" to FloatTensor(img.shape, FloatArray(img.data.size) { q ->
+                        img.data[q] * a + temb[q % C] + txt.data[q % C] }),
+                    "stream.txt" to FloatTensor(txt.shape, FloatArray(txt.data.size) { q ->
+                        txt.data[q] * a - temb[q % C] * 0.5f }))
+            }
+        }
+    }
+}

@@ -1,0 +1,425 @@
+"""The Android app's subject stage (android_demo/.../CacheCodecs.kt, CacheWriter.kt, SubjectStage.kt), run on a plain JVM
+by android_demo/hostcheck/subject/SubjectCheck.kt, against the Python device runtime.
+
+Properties protected:
+- for every codec kind the app encodes (fp32, fp16, int8 / int4 per token, channel, group; overrides), the Kotlin
+  writer's residual cache is the Python runtime's (runtime/codecs.py encode_entry + runtime/cache.py CacheWriter):
+  shards byte for byte (values on rounding ties, zeros, values past fp16's range and in its subnormals included),
+  the index the same bytes but for the recorded coding errors (float32 norms in Python, float64 in Kotlin: to 1e-5);
+- an interrupted Kotlin write (stopped after k entries, then a torn shard tail and a torn journal line, as a kill
+  leaves them) resumes to the same cache without computing a journalled entry again; the journals of the two runtimes
+  are interchangeable (each resumes the other's);
+- the per-sample loop (crop -> encode -> noise -> embed -> blocks one at a time -> residuals -> codec -> cache) with
+  stand-in programs on both sides gives subject.py write_cache's cache, with and without a back span;
+- ModelBundle.kt on a model bundle folder (manifest digest, its schedule, plan, codec, entry shapes, prompt
+  conditioning; run identity of subject.py run_identity) writes that same cache, and resumes it;
+- lowrank is refused by name, and a journal of other inputs is refused.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+KT_DIR = ROOT / "android_demo/app/src/main/java/org/ditskip/demo"
+HOSTCHECK = ROOT / "android_demo/hostcheck"
+STUBS = ["AndroidDebugStub.kt", "ExecutorchStubs.kt", "JsonStubs.kt", "TrainingModuleStubs.kt"]
+APP = ["PortableRng.kt", "BundleContract.kt", "Schedule.kt", "Patches.kt", "PyJson.kt", "CacheCodecs.kt",
+       "CacheWriter.kt", "SubjectStage.kt", "ModelBundle.kt", "Safetensors.kt",
+       "ResidualCache.kt", "TrainingBundle.kt"]          # the last two: type-checked with the new refusal messages
+RUN = "f" * 64
+F32 = np.float32
+
+pytestmark = pytest.mark.skipif(shutil.which("kotlinc") is None, reason="no kotlinc on this machine")
+
+
+@pytest.fixture(scope="module")
+def jar(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("kt") / "subject.jar"
+    srcs = [HOSTCHECK / n for n in STUBS] + [KT_DIR / n for n in APP] + [HOSTCHECK / "subject/SubjectCheck.kt"]
+    r = subprocess.run(["kotlinc", "-nowarn", *map(str, srcs), "-include-runtime", "-d", str(out)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return out
+
+
+def kotlin(jar: Path, *args, ok: bool = True) -> subprocess.CompletedProcess:
+    r = subprocess.run(["java", "-cp", str(jar), "SubjectCheckKt", *map(str, args)], capture_output=True, text=True)
+    if ok:
+        assert r.returncode == 0, r.stderr[-3000:]
+    return r
+
+
+# ------------------------------------------------------------------------------------------------ residuals
+
+SHAPES = {"x0": [1, 4, 4, 4], "front.img": [1, 16, 8], "front.txt": [1, 3, 8], "back.img": [1, 16, 8]}
+IDENTITY = {"model": "stand-in", "transformer_config": {"eps": 1e-06, "dim": 8, "theta": 10000.0, "scale": 0.1,
+                                                        "big": 1e16, "names": ["caf\u00e9", "a\"b\\c\n"], "ok": True,
+                                                        "none": None, "empty": {}, "list": []},
+            "plan": [5, 2, 2], "schedule": {"t": [0.30000000000000004, 2.5e-05, 0.0001, 123456789012345.67]}}
+
+
+def residuals(k: int) -> dict[str, np.ndarray]:
+    """Entry k: random values around special rows (ties for int8 / int4 at scale 1, zeros, values below the minimum
+    scale, fp16 overflow, ties and subnormals)."""
+    r = np.random.default_rng(100 + k)
+    x0 = r.normal(size=SHAPES["x0"]).astype(F32)
+    img = (r.normal(size=SHAPES["front.img"]) * 2).astype(F32)
+    img[0, 0] = [127, 2.5, -3.5, 0.5, -126.5, 1.5, 0, -0.5]              # int8 per token: scale 1, exact ties
+    img[0, 1] = [7, 2.5, -3.5, 0.5, -7, 6.5, -0.5, 1.5]                  # int4: every group of 4 has +-7
+    img[0, 2] = 0.0
+    img[0, 5] = F32(1e-13) * np.arange(8, dtype=F32)                     # absmax / qmax below MIN_SCALE
+    txt = r.normal(size=SHAPES["front.txt"]).astype(F32)
+    txt[0, 0] = [1e5, -7e4, 65519.0, 65520.0, 65504.5, -65505.0, 1 + 2.0 ** -11, 1 + 3 * 2.0 ** -11]
+    txt[0, 1] = [2.0 ** -25, 3 * 2.0 ** -25, 1e-8, 6e-8, -(2.0 ** -25), 1.5 * 2.0 ** -24, 0.0, -0.0]
+    back = (r.integers(-7, 7, size=SHAPES["back.img"]) + 0.5).astype(F32)
+    back[0, 0] = 127.0                                                   # int8 per channel: scale 1, ties
+    back[0, 4] = back[0, 8] = back[0, 12] = 7.0                          # int4 per 4 tokens: +-7 in groups 2..4
+    return {"x0": x0, "front.img": img, "front.txt": txt, "back.img": back}
+
+
+def python_cache(directory: Path, codec: str, n: int, shard_bytes: int, stop_after: int | None = None) -> None:
+    """What subject.py write_cache does with given residuals (resumable writer, coding errors as extras)."""
+    from ditskip_edge.runtime.cache import CacheWriter
+    from ditskip_edge.runtime.cache_format import CacheCodec
+    from ditskip_edge.runtime.codecs import decode_entry, encode_entry, relative_error
+    c = CacheCodec.parse(codec)
+    w = CacheWriter(directory, IDENTITY, c, shard_bytes=shard_bytes, resumable=True, run=RUN)
+    w.set_shapes({k: tuple(v) for k, v in SHAPES.items()})
+    new = 0
+    for k in range(w.next_index, n):
+        t = residuals(k)
+        res = {name: v for name, v in t.items() if name != "x0"}
+        parts = encode_entry(c, t)
+        dec = decode_entry(c, parts, {name: v.shape for name, v in res.items()})
+        w.add(k, parts, {"rel_error": {name: relative_error(dec[name], res[name]) for name in res}})
+        new += 1
+        if stop_after is not None and new >= stop_after:
+            w.close()
+            return
+    errors: dict[str, list[float]] = {}
+    for extra in w.extras:
+        for name, v in extra["rel_error"].items():
+            errors.setdefault(name, []).append(v)
+    w.finish({"rel_error": {name: {"mean": sum(v) / len(v), "max": max(v)} for name, v in errors.items()}})
+
+
+def kotlin_spec(tmp: Path, codec: str, n: int, shard_bytes: int) -> Path:
+    files = []
+    for k in range(n):
+        f = tmp / f"entry_{k}.f32"
+        f.write_bytes(b"".join(v.astype("<f4").tobytes() for v in residuals(k).values()))
+        files.append(str(f))
+    spec = tmp / "spec.json"
+    spec.write_text(json.dumps({"codec": codec, "shapes": SHAPES, "identity": IDENTITY, "shard_bytes": shard_bytes,
+                                "run": RUN, "entries": files}))
+    return spec
+
+
+def assert_same_cache(py: Path, kt: Path) -> None:
+    """Shards byte for byte; the index byte for byte once Python's coding errors replace Kotlin's (which agree to
+    1e-5); no journal or temporary file left."""
+    assert sorted(p.name for p in py.iterdir()) == sorted(p.name for p in kt.iterdir())
+    for p in py.glob("shard_*"):
+        assert p.read_bytes() == (kt / p.name).read_bytes(), p.name
+    ptext, ktext = (py / "cache_index.json").read_text(), (kt / "cache_index.json").read_text()
+    pidx, kidx = json.loads(ptext), json.loads(ktext)
+    assert ktext == json.dumps(kidx, indent=1)                            # Python's own formatting
+    for name, err in pidx["rel_error"].items():
+        for stat in ("mean", "max"):
+            assert kidx["rel_error"][name][stat] == pytest.approx(err[stat], rel=1e-5, abs=1e-12), (name, stat)
+    kidx["rel_error"] = pidx["rel_error"]
+    assert json.dumps(kidx, indent=1) == ptext
+
+
+def entry_bytes(codec: str) -> int:
+    from ditskip_edge.runtime.cache_format import CacheCodec, entry_layout
+    return entry_layout(CacheCodec.parse(codec), {k: tuple(v) for k, v in SHAPES.items()})[1]
+
+
+CODECS = ["fp32", "fp16", "int8-token", "int8-channel", "int8-g4", "int8-t4", "int4-g4", "int4-t4", "int4-g6",
+          "int8-channel,front.txt=fp16,back.img=int4-g4"]
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_kotlin_cache_writer_is_python_s_byte_for_byte(jar, tmp_path, codec):
+    n, shard = 5, 2 * entry_bytes(codec) + 1                             # 2 entries a shard: 3 shards
+    python_cache(tmp_path / "py", codec, n, shard)
+    out = kotlin(jar, "cache", kotlin_spec(tmp_path, codec, n, shard), tmp_path / "kt").stdout.split()
+    assert out == ["resumed", "0", "computed", str(n)]
+    assert_same_cache(tmp_path / "py", tmp_path / "kt")
+    from ditskip_edge.runtime.cache import CacheReader
+    reader = CacheReader(tmp_path / "kt", IDENTITY, expected_entries=n)  # the runtime's reader takes it
+    reader.verify()
+    assert len(reader) == n
+
+
+def _tear(directory: Path, newline_only: bool = False) -> None:
+    """What a kill mid-entry leaves: bytes of an unjournalled entry on the open shard, half a journal line (or, killed
+    between a line and its newline, a complete last line without it)."""
+    journal = directory / "cache_journal.jsonl"
+    if newline_only:
+        journal.write_text(journal.read_text().removesuffix("\n"))
+        return
+    for tmp in directory.glob("shard_*.tmp"):
+        with open(tmp, "ab") as f:
+            f.write(b"\x07" * 100)
+    with open(journal, "a") as f:
+        f.write('{"entry":{"shard":"shard_0')
+
+
+@pytest.mark.parametrize("stop", [1, 2, 3])
+def test_an_interrupted_kotlin_cache_resumes_to_the_same_cache(jar, tmp_path, stop):
+    codec, n = "int8-channel,front.txt=fp16", 5
+    shard = 2 * entry_bytes(codec) + 1
+    python_cache(tmp_path / "py", codec, n, shard)
+    spec = kotlin_spec(tmp_path, codec, n, shard)
+    # Kotlin stopped after `stop` entries: its journal is Python's for the same entries (coding errors to 1e-5)
+    assert kotlin(jar, "cache", spec, tmp_path / "kt", stop).stdout.split() == ["resumed", "0", "computed", str(stop)]
+    python_cache(tmp_path / "py_part", codec, n, shard, stop_after=stop)
+    kl = (tmp_path / "kt/cache_journal.jsonl").read_text().splitlines()
+    pl = (tmp_path / "py_part/cache_journal.jsonl").read_text().splitlines()
+    assert len(kl) == len(pl)
+    for a, b in zip(kl, pl):
+        ka, pb = json.loads(a), json.loads(b)
+        assert a == json.dumps(ka, separators=(",", ":"))
+        if "extra" in ka:
+            for name, v in pb["extra"]["rel_error"].items():
+                assert ka["extra"]["rel_error"][name] == pytest.approx(v, rel=1e-5, abs=1e-12)
+            ka["extra"] = pb["extra"]
+        assert json.dumps(ka, separators=(",", ":")) == b
+    shutil.copytree(tmp_path / "kt", tmp_path / "kt_for_py")
+    shutil.copytree(tmp_path / "py_part", tmp_path / "py_for_kt")
+    # killed mid-entry, then resumed: the same cache, the journalled entries not computed again
+    _tear(tmp_path / "kt", newline_only=stop == 3)
+    out = kotlin(jar, "cache", spec, tmp_path / "kt").stdout.split()
+    assert out == ["resumed", str(stop), "computed", str(n - stop)]
+    assert_same_cache(tmp_path / "py", tmp_path / "kt")
+    # the journals are interchangeable: Python resumes Kotlin's, Kotlin resumes Python's
+    python_cache(tmp_path / "kt_for_py", codec, n, shard)
+    assert_same_cache(tmp_path / "py", tmp_path / "kt_for_py")
+    _tear(tmp_path / "py_for_kt")
+    assert kotlin(jar, "cache", spec, tmp_path / "py_for_kt").stdout.split()[1] == str(stop)
+    assert_same_cache(tmp_path / "py", tmp_path / "py_for_kt")
+
+
+def test_lowrank_and_a_journal_of_other_inputs_are_refused(jar, tmp_path):
+    r = kotlin(jar, "cache", kotlin_spec(tmp_path, "int8-channel,front.txt=lowrank-r4", 2, 1 << 20), tmp_path / "lr",
+               ok=False)
+    assert r.returncode != 0 and "lowrank-r4" in r.stderr and "front.txt" in r.stderr
+    spec = kotlin_spec(tmp_path, "fp16", 3, 1 << 20)
+    kotlin(jar, "cache", spec, tmp_path / "other", 1)
+    d = json.loads(spec.read_text())
+    d["run"] = "0" * 64
+    spec.write_text(json.dumps(d))
+    r = kotlin(jar, "cache", spec, tmp_path / "other", ok=False)
+    assert r.returncode != 0 and "interrupted residual cache for other inputs" in r.stderr
+
+
+# ------------------------------------------------------------------------------------------------ the per-sample loop
+
+C = 4          # SubjectCheck.kt StandIn
+
+
+def standin_encode(inp):
+    p = inp["patch"]
+    return {"x0": np.stack([p[0, c % 3, ::2, ::2] * F32(0.5 * (c + 1)) for c in range(C)])[None].astype(F32)}
+
+
+def standin_embed(inp):
+    x0, noise, t = inp["x0"], inp["noise"], inp["t"]
+    xt = x0 * (F32(1) - t) + noise * t
+    return {"stream.img": np.ascontiguousarray(xt.reshape(1, C, -1).transpose(0, 2, 1)),
+            "stream.txt": inp["cond.txt"] * F32(2), "ctx.temb": (t * np.arange(1, C + 1, dtype=F32)).reshape(1, C)}
+
+
+def standin_block(i):
+    a = F32(0.75 + 0.0625 * i)
+
+    def run(inp):
+        img, txt, temb = inp["stream.img"], inp["stream.txt"], inp["ctx.temb"]
+        return {"stream.img": img * a + temb[:, None, :] + txt[:, :1, :], "stream.txt": txt * a - temb[:, None, :] * F32(0.5)}
+    return run
+
+
+def python_stage(monkeypatch, out: Path, spans, codec, shapes, sched_cfg, photos, names, cond, model, shard,
+                 stop_after=None, run=RUN):
+    """runtime/subject.py write_cache itself, with forward.py's ForwardPrograms running the stand-in programs."""
+    from ditskip_edge.runtime import subject
+    from ditskip_edge.runtime.cache import CacheWriter
+    from ditskip_edge.runtime.forward import ForwardPrograms
+    from ditskip_edge.runtime.schedule import ScheduleConfig, make_schedule
+    fwd = ForwardPrograms.__new__(ForwardPrograms)
+    fwd.num_blocks, fwd.n_front, fwd.n_back = spans
+    fwd.s_min_px, fwd.keep_blocks = sched_cfg["s_min_px"], True
+    fwd._encode, fwd._embed = standin_encode, standin_embed
+    fwd._blocks = {i: standin_block(i) for i in range(spans[0])}
+    schedule = make_schedule(ScheduleConfig(**sched_cfg), [p.shape[1:] for p in photos], names)
+    plan = {"num_blocks": spans[0], "n_front": spans[1], "n_back": spans[2]}
+    fake_model = SimpleNamespace(codec_spec=codec, entry_shapes={k: tuple(v) for k, v in shapes.items()},
+                                 field=lambda key: {"model": model, "plan": plan}[key],
+                                 prompts=lambda: ["p"], prompt_conditioning=lambda i: {"txt": cond})
+    w = SimpleNamespace(path=lambda rel: out / rel)
+    cfg = subject.SubjectConfig(progress=False, stop_after=stop_after)
+    monkeypatch.setattr(subject, "CacheWriter", functools.partial(CacheWriter, shard_bytes=shard))
+    subject.write_cache(w, fake_model, [SimpleNamespace(pixels=p) for p in photos], schedule, fwd, run, cfg,
+                        {"prompt": "p"})
+
+
+@pytest.mark.parametrize("spans", [(5, 2, 2), (3, 2, 0)])
+def test_the_kotlin_subject_stage_loop_writes_subject_py_s_cache(jar, tmp_path, monkeypatch, spans):
+    from ditskip_edge.runtime.bundle import CACHE_DIR
+    sched = {"steps": 3, "grad_accum": 2, "s_min_px": 8, "s_max_px": 16, "multiple_px": 4, "seed": 7,
+             "t_sampling": "uniform", "dynamic_patches": True}
+    r = np.random.default_rng(5)
+    photos = [r.uniform(-1, 1, size=(3, h, w)).astype(F32) for h, w in ((20, 18), (16, 24))]
+    names = ["a.png", "b.png"]
+    cond = r.normal(size=(1, 3, C)).astype(F32)
+    shapes = {"x0": [1, C, 4, 4], "front.img": [1, 16, C], "front.txt": [1, 3, C]}
+    if spans[2]:
+        shapes["back.img"] = [1, 16, C]
+    codec = "int8-channel,front.txt=fp16"
+    model = {"name": "stand-in", "transformer_config": {"eps": 1e-06, "dim": C}}
+    shard = 3 * entry_bytes_for(codec, shapes)
+    python_stage(monkeypatch, tmp_path / "py", spans, codec, shapes, sched, photos, names, cond, model, shard)
+    files = []
+    for i, p in enumerate(photos):
+        (tmp_path / f"photo{i}.f32").write_bytes(p.astype("<f4").tobytes())
+        files.append([p.shape[1], p.shape[2], str(tmp_path / f"photo{i}.f32")])
+    (tmp_path / "cond.f32").write_bytes(cond.astype("<f4").tobytes())
+    spec = tmp_path / "stage.json"
+    spec.write_text(json.dumps({"schedule": sched, "photos": files, "photo_names": names, "spans": list(spans),
+                                "model": model, "codec": codec, "shapes": shapes,
+                                "cond": {"cond.txt": [list(cond.shape), str(tmp_path / "cond.f32")]},
+                                "shard_bytes": shard, "run": RUN}))
+    assert kotlin(jar, "stage", spec, tmp_path / "kt", 4).stdout.split() == ["resumed", "0", "computed", "4"]
+    _tear(tmp_path / "kt")
+    assert kotlin(jar, "stage", spec, tmp_path / "kt").stdout.split() == ["resumed", "4", "computed", "2"]
+    assert_same_cache(tmp_path / "py" / CACHE_DIR, tmp_path / "kt")
+
+
+def entry_bytes_for(codec: str, shapes: dict) -> int:
+    from ditskip_edge.runtime.cache_format import CacheCodec, entry_layout
+    return entry_layout(CacheCodec.parse(codec), {k: tuple(v) for k, v in shapes.items()})[1]
+
+
+def test_the_kotlin_model_bundle_reader_runs_the_stage_of_subject_py(jar, tmp_path, monkeypatch):
+    """ModelBundle.writeCache on a model bundle folder (stand-in programs) = subject.py write_cache with that bundle's
+    fields and run identity: the manifest's schedule, plan, codec, entry shapes, prompt conditioning and digest."""
+    from safetensors.numpy import save_file
+
+    from ditskip_edge.runtime.bundle import CACHE_DIR, _read_manifest
+    from ditskip_edge.runtime.subject import run_identity
+    root = tmp_path / "model"
+    root.mkdir()
+    r = np.random.default_rng(9)
+    cond = r.normal(size=(1, 3, C)).astype(F32)
+    save_file({"txt": cond}, str(root / "prompt0.safetensors"))
+    sched = {"steps": 2, "grad_accum": 2, "s_min_px": 8, "s_max_px": 16, "multiple_px": 4, "seed": 11,
+             "t_sampling": "uniform", "dynamic_patches": True}
+    shapes = {"x0": [1, C, 4, 4], "front.img": [1, 16, C], "front.txt": [1, 3, C], "back.img": [1, 16, C]}
+    model = {"name": "stand-in", "transformer_config": {"eps": 1e-06, "dim": C, "theta": 10000.0}}
+    codec = "int4-g4,front.txt=fp16"
+    fields = {"format": "ditskip-edge-bundle", "format_version": 3, "bundle_kind": "model", "model": model,
+              "plan": {"num_blocks": 4, "n_front": 1, "n_back": 2}, "schedule": sched,
+              "model_bundle": {"prompts": [{"prompt": "p", "text_conditioning": "prompt0.safetensors"}],
+                               "cache_codec": codec, "entry_shapes": shapes, "min_photos": 2, "num_samples": 4},
+              "programs": standin_programs(shapes, codec, 4)}
+    digest = write_manifest(root, fields)
+    assert _read_manifest(root, verify=False)[1] == digest
+    photos = [r.uniform(-1, 1, size=(3, h, w)).astype(F32) for h, w in ((16, 20), (18, 16))]
+    names, shas = ["one.jpg", "two.jpg"], [hashlib.sha256(str(i).encode()).hexdigest() for i in range(2)]
+    run = run_identity(SimpleNamespace(manifest_sha256=digest),
+                       [SimpleNamespace(name=n, sha256=h) for n, h in zip(names, shas)], "p", "stored")
+    python_stage(monkeypatch, tmp_path / "py", (4, 1, 2), codec, shapes, sched, photos, names, cond, model, 64 << 20,
+                 run=run)
+    spec_photos = []
+    for i, p in enumerate(photos):
+        (tmp_path / f"p{i}.f32").write_bytes(p.astype("<f4").tobytes())
+        spec_photos.append([names[i], shas[i], p.shape[1], p.shape[2], str(tmp_path / f"p{i}.f32")])
+    spec = tmp_path / "model.json"
+    spec.write_text(json.dumps({"bundle": str(root), "photos": spec_photos}))
+    assert kotlin(jar, "model", spec, tmp_path / "kt", 1).stdout.split() == ["resumed", "0", "computed", "1"]
+    assert kotlin(jar, "model", spec, tmp_path / "kt").stdout.split() == ["resumed", "1", "computed", "3"]
+    assert_same_cache(tmp_path / "py" / CACHE_DIR, tmp_path / "kt" / CACHE_DIR)
+    # programs of another model are refused before any work (subject.py check_programs)
+    fields["programs"][3]["inputs"][0]["shape"] = [1, 16, C + 2]              # block 1 takes another stream width
+    write_manifest(root, fields)
+    r = kotlin(jar, "model", spec, tmp_path / "kt2", ok=False)
+    assert r.returncode != 0 and "another model's" in r.stderr and not (tmp_path / "kt2").exists()
+
+
+def write_manifest(root: Path, fields: dict) -> str:
+    """A manifest with its own digest on the first line (runtime/bundle.py's form); returns the digest."""
+    rest = json.dumps(fields, indent=1)[2:]
+    digest = hashlib.sha256(rest.encode()).hexdigest()
+    (root / "manifest.json").write_text('{"manifest_sha256": "' + digest + '",\n' + rest)
+    return digest
+
+
+def standin_programs(shapes: dict, codec: str, num_blocks: int) -> list[dict]:
+    """Manifest program entries with the stand-in programs' inputs and outputs (what check_programs reads)."""
+    from ditskip_edge.runtime.cache_format import CacheCodec, entry_layout
+    from ditskip_edge.runtime.contract import step_input_names
+
+    def io(**kv):
+        return [{"name": k, "shape": v, "dtype": "float32"} for k, v in kv.items()]
+    n, s_min = shapes["front.img"][1], 2 * shapes["x0"][2]
+    streams = {"stream.img": [1, n, C], "stream.txt": shapes["front.txt"], "ctx.temb": [1, C]}
+    progs = [{"name": "encode", "runtime": "executorch", "path": "encode.pte", "data": [], "block": None,
+              "inputs": io(patch=[1, 3, s_min, s_min]), "outputs": io(x0=shapes["x0"])},
+             {"name": "embed", "runtime": "executorch", "path": "embed.pte", "data": [], "block": None,
+              "inputs": io(x0=shapes["x0"], noise=shapes["x0"], t=[1], **{"cond.txt": [1, 3, C]}),
+              "outputs": io(**streams)}]
+    progs += [{"name": "block", "runtime": "executorch", "path": f"block_{i}.pte", "data": [], "block": i,
+               "inputs": io(**streams), "outputs": io(**{k: v for k, v in streams.items() if k.startswith("stream.")})}
+              for i in range(num_blocks)]
+    layout, _ = entry_layout(CacheCodec.parse(codec), {k: tuple(v) for k, v in shapes.items()})
+    progs.append({"name": "train_step", "runtime": "executorch", "path": "train.pte", "data": [], "block": None,
+                  "inputs": [{"name": k, "shape": [], "dtype": "float32"} for k in step_input_names(["txt"], layout)],
+                  "outputs": []})
+    return progs
+
+
+def test_the_swift_mirror_follows_the_kotlin_port():
+    """Swift cannot be compiled here: its subject stage is checked against the Kotlin port (which runs above) on the
+    lines that carry the arithmetic and the file format: rounding modes, constants, int4 packing, fp16 bits, the
+    journal's keys and separators, the index's indent, the residual spans."""
+    sw = {n: (ROOT / "ios_demo/DitSkipDemo" / n).read_text()
+          for n in ("CacheCodecs.swift", "CacheWriter.swift", "SubjectStage.swift", "PyJson.swift", "Patches.swift")}
+    kt = {n: (KT_DIR / n).read_text() for n in ("CacheCodecs.kt", "CacheWriter.kt", "SubjectStage.kt", "Patches.kt")}
+    codecs_sw, codecs_kt = sw["CacheCodecs.swift"], kt["CacheCodecs.kt"]
+    assert ".rounded(.toNearestOrEven)" in codecs_sw and "Math.rint(" in codecs_kt              # numpy's round
+    for line in ("lower > 0x1000 || (lower == 0x1000 && h & 1 == 1)", "let s = 126 - exp", "if s > 24 { return sign }",
+                 "static let fp16Max: Float = 65504", "static let minScale: Float = 1e-12",
+                 "(q[2 * $0] + 8) + 16 * (q[2 * $0 + 1] + 8)", "max($0 / qmax, minScale)",
+                 "let g = group != 0 && s[1] % group == 0 ? group : s[1]",
+                 "if c.axis == \"channel\" { return ((row / shape[1]) * gs[1] + (row % shape[1]) / gs[2]) * d + x }"):
+        assert line in codecs_sw, line
+    for line in ("lower > 0x1000 || (lower == 0x1000 && (h and 1) == 1)", "val s = 126 - exp", "if (s > 24) return sign",
+                 "((q[2 * it] + 8) + 16 * (q[2 * it + 1] + 8))", "max(absmax[k] / qmax, MIN_SCALE)"):
+        assert line in codecs_kt, line
+    w = sw["CacheWriter.swift"]
+    assert 'headerKey = "header", entryKey = "entry", extraKey = "extra", shardKey = "shard"' in w
+    assert "PyJson.dumps(record, compact: true)" in w and "PyJson.dumps(value, indent: 1)" in w
+    assert "PyJson.dumps(identity, sortKeys: true)" in w and 'String(format: "shard_%05d.bin", shards.count)' in w
+    assert "pos + entrySize > shardBytes && pos > 0" in w and "pos + entrySize > shardBytes && pos > 0" in kt["CacheWriter.kt"]
+    st = sw["SubjectStage.swift"]
+    for line in ("if i == spans.nFront && spans.nFront > 0 { try front() }", "if i == backStart {",
+                 "let last = spans.nBack > 0 ? spans.numBlocks : spans.nFront",
+                 "if spans.nFront > 0 && last == spans.nFront { try front() }"):
+        assert line in st, line
+    assert "if (i == spans.nFront && spans.nFront > 0)" in kt["SubjectStage.kt"]
+    assert "decpt <= -4 || decpt > 16" in sw["PyJson.swift"] and "decpt <= -4 || decpt > 16" in \
+        (KT_DIR / "PyJson.kt").read_text()
+    assert "let g = (2 * src + 1) / Float(size) - 1" in sw["Patches.swift"] and \
+        "val g = (2f * src + 1f) / size.toFloat() - 1f" in kt["Patches.kt"]
