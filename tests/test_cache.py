@@ -290,3 +290,40 @@ def test_cache_report_lists_bytes_error_and_loss_change_per_codec(flux_bundle, c
     assert rows["fp32"]["loss_rel_change_max"] == 0.0
     assert rows["int4-g32"]["entry_bytes_per_sample"] < rows["fp32"]["entry_bytes_per_sample"]
     assert 0 < rows["int4-g32"]["rel_error_mean"] <= rows["int4-g32"]["rel_error_max"]
+
+
+def test_a_resume_after_a_torn_journal_line_keeps_every_entry_journalled_after_it(tmp_path):
+    """A kill mid-line leaves a torn journal tail; the resumed writer cuts it off before appending, so a second
+    interruption and resume recompute nothing that was journalled (before the fix, lines appended after the torn one
+    were dropped by the next resume), and the finished cache equals one written in a single run."""
+    import numpy as np
+    from ditskip_edge.runtime.cache import JOURNAL, CacheWriter
+    shapes = {"x0": (1, 4, 2, 2), "front.img": (1, 4, 8)}
+
+    def entry(k):
+        g = np.random.default_rng(k)
+        return {"x0": g.standard_normal(shapes["x0"]).astype(np.float32),
+                "front.img.values": g.standard_normal(shapes["front.img"]).astype(np.float32)}
+
+    def run(directory, stop_at):
+        w = CacheWriter(directory, ID_A, "fp32", shard_bytes=256, resumable=True, run="r")
+        w.set_shapes(shapes)
+        computed = list(range(w.next_index, stop_at))
+        for k in computed:
+            w.add(k, entry(k))
+        if stop_at < 6:
+            w.close()
+            return computed, None
+        return computed, w.finish()
+
+    resumed = tmp_path / "resumed"
+    assert run(resumed, 2)[0] == [0, 1]
+    with open(resumed / JOURNAL, "a") as f:
+        f.write('{"entry": {"shard": "shard_0')                      # torn by a kill mid-line
+    assert run(resumed, 4)[0] == [2, 3]
+    computed, index = run(resumed, 6)
+    assert computed == [4, 5]                                          # 2 and 3 stayed journalled
+    _, once = run(tmp_path / "once", 6)
+    assert index["entries"] == once["entries"] and index["shards"] == once["shards"]
+    for shard in (tmp_path / "once").glob("shard_*"):
+        assert (resumed / shard.name).read_bytes() == shard.read_bytes()

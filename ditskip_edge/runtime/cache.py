@@ -107,13 +107,18 @@ class CacheWriter:
 
     def _resume_or_start(self) -> None:
         path = self.dir / JOURNAL
-        lines = []
+        lines, durable_bytes = [], 0
         if path.is_file():
-            for raw in path.read_text().split("\n"):
+            data = path.read_bytes()
+            for raw in data.split(b"\n")[:-1]:   # complete lines only: a last line without its newline is torn
                 try:
                     lines.append(json.loads(raw))
                 except ValueError:
                     break                        # a line torn by a kill: what follows it was never durable
+                durable_bytes += len(raw) + 1
+            if durable_bytes < len(data):        # cut the torn tail off, so new lines follow the last durable one
+                with open(path, "r+b") as f:
+                    f.truncate(durable_bytes)
         if not lines:
             for stale in self.dir.glob("shard_*"):
                 stale.unlink()
