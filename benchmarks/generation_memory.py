@@ -108,7 +108,6 @@ def headline_text_folder(work: Path) -> str:
     import json as _json
 
     import torch
-    from dataclasses import replace
     from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline
     from memory_speed import headline_specs
     from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
