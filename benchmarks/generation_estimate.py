@@ -16,6 +16,8 @@ bundle's fp32 programs, one at a time, traced on the meta device from their publ
 (memory_estimate/text.py), plus both prompts' conditioning; the runtime drops them before sampling. All phases count
 dirty anonymous memory (what a phone counts); the mapped weights are file-backed and reported apart. The second
 table is each encoder program at fp32 (compile's default) and at int8 (`compile --text-precision int8`).
+FLUX.1-dev at 1024 px is also estimated with its attention in query chunks of 512 (`--attention-chunk 512`,
+models/attention.py: the same attention, one chunk's scores at a time).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 MODELS = ("flux-dev", "sana-1600m")
 EXTRA_PX = {"flux-dev": (1024,)}
 TILE_PX = 256
+CHUNK = {"flux-dev": 512}          # also estimated with attention in query chunks (compile --attention-chunk)
 
 
 def main() -> int:
@@ -42,29 +45,34 @@ def main() -> int:
     for model in MODELS:
         spec = resolve_spec(model)
         px = sorted({spec.train_px, data_resolution(spec), *EXTRA_PX.get(model, ())})
-        for tile in (None, TILE_PX):
-            docs[(model, tile)] = estimate_memory(EstimateRequest(model=model, skip_ratio=0.5, precision="int8",
-                                                                  weights="mapped", generation_px=tuple(px),
-                                                                  decode_tile_px=tile))
-        print(f"{model}: {docs[(model, None)]['summary']}", file=sys.stderr, flush=True)
+        for tile, chunk in ((None, None), (TILE_PX, None)) + (((TILE_PX, CHUNK[model]),) if model in CHUNK else ()):
+            docs[(model, tile, chunk)] = estimate_memory(EstimateRequest(
+                model=model, skip_ratio=0.5, precision="int8", weights="mapped", generation_px=tuple(px),
+                decode_tile_px=tile, attention_chunk=chunk))
+        print(f"{model}: {docs[(model, None, None)]['summary']}", file=sys.stderr, flush=True)
     prov = provenance()
     (RESULTS / "generation_estimate.json").write_text(json.dumps(
         {"provenance": prov, "decode_tile_px": TILE_PX,
-         "estimates": {f"{m}{'' if t is None else f' tiles {t}px'}": d for (m, t), d in docs.items()}}, indent=1))
-    rows = ["| model | training (remat blocks, mapped) GiB | generation at | decoder on | generation footprint GiB | "
+         "estimates": {f"{m}{'' if t is None else f' tiles {t}px'}{'' if c is None else f' chunk {c}'}": d
+                       for (m, t, c), d in docs.items()}}, indent=1))
+    rows = ["| model | training (remat blocks, mapped) GiB | generation at | decoder on, attention | "
+            "generation footprint GiB | "
             "program arena GiB (per program) | streams GiB | mapped weights GiB (whole model) | mapped working set GiB "
             "| text phase GiB (mapped text weights GiB) | transformer phase GiB | decode phase GiB (arena) "
             "| generation <= training |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for (model, tile, px) in sorted(((m, t, px) for (m, t), d in docs.items() for px in d["generation"]),
-                                    key=lambda k: (k[0], int(k[2]), k[1] or 0)):
-        doc = docs[(model, tile)]
+    for (model, tile, chunk, px) in sorted(((m, t, c, px) for (m, t, c), d in docs.items() for px in d["generation"]),
+                                           key=lambda k: (k[0], int(k[3]), k[1] or 0, k[2] or 0)):
+        doc = docs[(model, tile, chunk)]
         g = doc["generation"][px]
         p, s, tr = doc["plan"], doc["step"], doc["memory"]["footprint_gib"]
         til = g["decode_tiling"]
         if tile is not None and not til["tiling"]["tiled"]:
             continue                                # the picture fits one tile: the same row as untiled
+        if chunk is not None and int(px) < 1024:
+            continue                                # chunks matter at FLUX.1-dev's native size
         on = (f"{til['tiles']} tiles of {til['tile_px']} px" if til["tiling"]["tiled"] else "the whole picture")
+        on += f", queries in chunks of {chunk}" if chunk else ", all queries at once"
         per = ", ".join(f"{k} {v / 2**30:.3f}" for k, v in g["arenas_bytes"].items())
         rows.append(f"| {model} | {p['n_front']}/{p['n_back']} {s['precision']}, {s['resolution_px']} px, "
                     f"L={s['text_tokens']}: {tr} | {px} px ({g['image_tokens']} image + {g['text_tokens']} text "

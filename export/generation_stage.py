@@ -39,6 +39,7 @@ from pathlib import Path
 
 import torch
 
+from ditskip_edge.models.attention import chunked_attention
 from ditskip_edge.models.latents import LatentEncoder, decode_tiling
 from ditskip_edge.models.loading import build_transformer, build_vae
 from ditskip_edge.models.specs import FLUX_ARCH, SANA_ARCH, ModelSpec
@@ -76,6 +77,7 @@ class GenerationPrograms:
     backend: str = "portable"
     decode_tile_px: int | None = None            # decode in tiles of this many pixels a side; None: one tile
     text_precision: str = "fp32"                 # a pipeline folder's text encoder programs: their linears' weights
+    attention_chunk: int | None = None           # attention in query chunks of this many tokens (models/attention.py)
 
     def validate(self) -> None:
         check_precisions(self.precisions)
@@ -86,6 +88,8 @@ class GenerationPrograms:
         if self.decode_tile_px is not None and self.decode_tile_px <= 0:
             raise UserError(f"--decode-tile-px {self.decode_tile_px}: expected a positive number of pixels")
         check_precisions((self.text_precision,))
+        if self.attention_chunk is not None and self.attention_chunk < 1:
+            raise UserError(f"--attention-chunk {self.attention_chunk}: expected a positive number of query tokens")
         if self.backend != "portable":
             raise UserError("generation programs: only the portable backend is exported (weights arrive as inputs)")
 
@@ -297,7 +301,9 @@ def add_generation_programs(writer: BundleWriter, config: GenerationPrograms) ->
     entries += es
     weights = {}
     for precision in config.precisions:
-        es, weights[precision] = _transformer_part(writer, spec, precision, config.group_size, latent_shape, cond)
+        with chunked_attention(config.attention_chunk):
+            es, weights[precision] = _transformer_part(writer, spec, precision, config.group_size, latent_shape,
+                                                       cond)
         entries += es
     names = block_names_of(build_transformer(spec, "meta"))
     lora = writer.manifest["lora"]
@@ -311,6 +317,7 @@ def add_generation_programs(writer: BundleWriter, config: GenerationPrograms) ->
                                 "only (diffusers' pipelines skip the negative pass there too)"},
         "blocks": [{"name": n, "kind": block_kind(spec.arch, n)} for n in names],
         "weights": weights, "precisions": list(config.precisions), "group_size": config.group_size,
+        "attention_chunk": config.attention_chunk,
         "lora_scale": float(lora["alpha"]) / float(lora["rank"]),
         "decode": decode_record,
         "output": "image = clip(decode(x) * 0.5 + 0.5, 0, 1); PNG = round(image * 255) (diffusers' postprocess)",

@@ -34,7 +34,7 @@ KT_DIR = ROOT / "android_demo/app/src/main/java/org/ditskip/demo"
 HOSTCHECK = ROOT / "android_demo/hostcheck"
 STUBS = ["AndroidDebugStub.kt", "ExecutorchStubs.kt", "JsonStubs.kt", "TrainingModuleStubs.kt"]
 APP = ["PortableRng.kt", "BundleContract.kt", "Schedule.kt", "Patches.kt", "PyJson.kt", "CacheCodecs.kt",
-       "CacheWriter.kt", "SubjectStage.kt", "ModelBundle.kt", "Safetensors.kt",
+       "CacheWriter.kt", "SubjectStage.kt", "ModelBundle.kt", "Safetensors.kt", "SubjectBundle.kt", "PhotoNormalise.kt",
        "ResidualCache.kt", "TrainingBundle.kt"]          # the last two: type-checked with the new refusal messages
 RUN = "f" * 64
 F32 = np.float32
@@ -251,18 +251,24 @@ def standin_block(i):
     return run
 
 
+def standin_forward(spans, s_min_px: int):
+    """forward.py's ForwardPrograms running the stand-in programs."""
+    from ditskip_edge.runtime.forward import ForwardPrograms
+    fwd = ForwardPrograms.__new__(ForwardPrograms)
+    fwd.num_blocks, fwd.n_front, fwd.n_back = spans
+    fwd.s_min_px, fwd.keep_blocks = s_min_px, True
+    fwd._encode, fwd._embed = standin_encode, standin_embed
+    fwd._blocks = {i: standin_block(i) for i in range(spans[0])}
+    return fwd
+
+
 def python_stage(monkeypatch, out: Path, spans, codec, shapes, sched_cfg, photos, names, cond, model, shard,
                  stop_after=None, run=RUN):
     """runtime/subject.py write_cache itself, with forward.py's ForwardPrograms running the stand-in programs."""
     from ditskip_edge.runtime import subject
     from ditskip_edge.runtime.cache import CacheWriter
-    from ditskip_edge.runtime.forward import ForwardPrograms
     from ditskip_edge.runtime.schedule import ScheduleConfig, make_schedule
-    fwd = ForwardPrograms.__new__(ForwardPrograms)
-    fwd.num_blocks, fwd.n_front, fwd.n_back = spans
-    fwd.s_min_px, fwd.keep_blocks = sched_cfg["s_min_px"], True
-    fwd._encode, fwd._embed = standin_encode, standin_embed
-    fwd._blocks = {i: standin_block(i) for i in range(spans[0])}
+    fwd = standin_forward(spans, sched_cfg["s_min_px"])
     schedule = make_schedule(ScheduleConfig(**sched_cfg), [p.shape[1:] for p in photos], names)
     plan = {"num_blocks": spans[0], "n_front": spans[1], "n_back": spans[2]}
     fake_model = SimpleNamespace(codec_spec=codec, entry_shapes={k: tuple(v) for k, v in shapes.items()},
@@ -390,6 +396,165 @@ def standin_programs(shapes: dict, codec: str, num_blocks: int) -> list[dict]:
     return progs
 
 
+# ------------------------------------------------------------------------------------------------ the subject bundle
+
+def verified_model_bundle(root: Path) -> Path:
+    """A model bundle Bundle.open(verify=True) accepts: stand-in programs (check_programs' shapes), a prompt's text
+    conditioning and a weights file listed in `files` with their SHA-256 and size; fields with floats, a non-ASCII
+    string and nesting that the subject manifest keeps."""
+    from safetensors.numpy import save_file
+
+    from ditskip_edge.runtime.bundle import sha256_file, write_manifest as bundle_write_manifest
+    (root / "model/text").mkdir(parents=True)
+    r = np.random.default_rng(13)
+    save_file({"txt": r.normal(size=(1, 3, C)).astype(F32)}, str(root / "model/text/prompt_000.safetensors"))
+    save_file({"w": r.normal(size=(5, 3)).astype(F32)}, str(root / "model/kept_weights.safetensors"))
+    sched = {"steps": 2, "grad_accum": 2, "s_min_px": 8, "s_max_px": 16, "multiple_px": 4, "seed": 5,
+             "t_sampling": "uniform", "dynamic_patches": True}
+    shapes = {"x0": [1, C, 4, 4], "front.img": [1, 16, C], "front.txt": [1, 3, C], "back.img": [1, 16, C]}
+    codec = "int8-channel,front.txt=fp16"
+    files = {rel: {"sha256": sha256_file(root / rel), "bytes": (root / rel).stat().st_size}
+             for rel in ("model/kept_weights.safetensors", "model/text/prompt_000.safetensors")}
+    bundle_write_manifest(root / "manifest.json", {
+        "format": "ditskip-edge-bundle", "format_version": 3,
+        "created_by": {"tool": "ditskip-edge", "note": "caf\u00e9 \u2713", "version": 0.1},
+        "bundle_kind": "model", "model": {"name": "stand-in", "transformer_config": {"eps": 1e-06, "dim": C}},
+        "plan": {"num_blocks": 4, "n_front": 1, "n_back": 2}, "lora": {"rank": 4, "alpha": 4.0, "targets": []},
+        "optimizer": {"lr": 0.001, "betas": [0.9, 0.999], "eps": 1e-08, "weight_decay": 0.0001}, "schedule": sched,
+        "model_bundle": {"prompts": [{"prompt": "a photo of sks toy",
+                                      "text_conditioning": "model/text/prompt_000.safetensors"}],
+                         "cache_codec": codec, "entry_shapes": shapes, "min_photos": 2, "num_samples": 4},
+        "programs": standin_programs(shapes, codec, 4), "files": files})
+    return root
+
+
+def python_subject_bundle(model_dir: Path, photos, out: Path) -> None:
+    """subject.py _write_subject_bundle itself (what personalize runs after its checks), stand-in programs."""
+    from ditskip_edge.runtime import subject
+    from ditskip_edge.runtime.bundle import Bundle
+    from ditskip_edge.runtime.schedule import ScheduleConfig, make_schedule
+    model = Bundle.open(model_dir)
+    p = model.field("plan")
+    fwd = standin_forward((p["num_blocks"], p["n_front"], p["n_back"]), model.field("schedule", "s_min_px"))
+    schedule = make_schedule(ScheduleConfig(**model.field("schedule")), [x.hw for x in photos], [x.name for x in photos])
+    prompt = model.prompts()[0]
+    identity = subject.run_identity(model, photos, prompt, "stored")
+    cfg = subject.SubjectConfig(progress=False)
+    subject._write_subject_bundle(model, photos, schedule, prompt, model.field("model_bundle", "prompts")[0][
+        "text_conditioning"], fwd, identity, cfg, out, subject.work_dir_for(out), {"prompt": prompt})
+
+
+def subject_photos(tmp: Path):
+    """Two photos at the data resolution, 8-bit values (what normalise gives, so their PNGs read back the same)."""
+    from ditskip_edge.runtime.photos import PhotoPixels
+    r = np.random.default_rng(21)
+    photos, spec = [], []
+    for i, (h, w) in enumerate(((16, 20), (18, 16))):
+        px = (r.integers(0, 256, size=(3, h, w)).astype(F32) / F32(127.5) - F32(1)).astype(F32)
+        sha = hashlib.sha256(f"photo {i}".encode()).hexdigest()
+        photos.append(PhotoPixels(f"img_{i}.jpg", px, (h, w), sha))
+        (tmp / f"s{i}.f32").write_bytes(px.astype("<f4").tobytes())
+        spec.append([f"img_{i}.jpg", sha, h, w, str(tmp / f"s{i}.f32")])
+    return photos, spec
+
+
+def test_the_kotlin_subject_bundle_is_personalize_s(jar, tmp_path):
+    """SubjectBundle.write on a model bundle = subject.py's subject bundle: Bundle.open(verify=True) takes it; every
+    file but the photo PNGs (another encoder) byte for byte (model files, schedule.json, text conditioning, residual
+    cache); the photos decode to the same pixels; the manifest is Python's json.dumps(indent=1) with its digest line,
+    and its fields are Python's but for the photo PNGs' hashes and sizes, the timings and the coding errors (float32
+    norms in numpy: to 1e-5); an interrupted run leaves nothing at the destination and resumes."""
+    from ditskip_edge.runtime.bundle import Bundle, manifest_bytes, read_manifest
+    from ditskip_edge.runtime.photos import read_png
+    model_dir = verified_model_bundle(tmp_path / "model")
+    photos, spec_photos = subject_photos(tmp_path)
+    python_subject_bundle(model_dir, photos, tmp_path / "py")
+    spec = tmp_path / "subject.json"
+    spec.write_text(json.dumps({"bundle": str(model_dir), "photos": spec_photos}))
+    kt = tmp_path / "kt"
+    assert kotlin(jar, "subject", spec, kt, 2).stdout.split() == ["resumed", "0", "computed", "2", "stopped"]
+    assert not kt.exists() and (tmp_path / ".kt.partial").is_dir()
+    assert kotlin(jar, "subject", spec, kt).stdout.split() == ["resumed", "2", "computed", "2", "written"]
+    assert not (tmp_path / ".kt.partial").exists()
+
+    b = Bundle.open(kt, verify=True)
+    assert b.kind == "subject" and b.cache_mode == "stored"
+    reader, py_reader = b.cache(), Bundle.open(tmp_path / "py").cache()
+    reader.verify()
+    for k in range(b.schedule.num_samples):
+        got, want = reader.read_encoded(k), py_reader.read_encoded(k)
+        assert got.keys() == want.keys() and all(np.array_equal(got[n], want[n]) for n in want)
+    raw = (kt / "manifest.json").read_bytes()
+    km, pm = read_manifest(kt), read_manifest(tmp_path / "py")
+    assert manifest_bytes(km) == raw                                           # Python's formatting, digest line
+    photo_files = [f"subject/photos/{i:03d}.png" for i in range(len(photos))]
+    index = "subject/cache/cache_index.json"                                   # coding errors to 1e-5
+    assert list(km["files"]) == list(pm["files"])
+    assert_same_cache(tmp_path / "py/subject/cache", kt / "subject/cache")
+    for rel in pm["files"]:
+        if rel in photo_files:
+            assert np.array_equal(read_png(kt / rel), read_png(tmp_path / "py" / rel)), rel
+        elif rel != index:
+            assert (kt / rel).read_bytes() == (tmp_path / "py" / rel).read_bytes(), rel
+            assert km["files"][rel] == pm["files"][rel], rel
+    ks, ps = km["subject_stage"], pm["subject_stage"]
+    assert list(ks) == list(ps)
+    assert (ks["resumed_entries"], ks["computed_entries"]) == (2, 2) and (ps["resumed_entries"], ps["computed_entries"]) == (0, 4)
+    for name, err in ps["cache_rel_error"].items():
+        for stat in ("mean", "max"):
+            assert ks["cache_rel_error"][name][stat] == pytest.approx(err[stat], rel=1e-5, abs=1e-12)
+    for m in (km, pm):
+        for rel in photo_files + [index]:
+            m["files"][rel] = None
+        for key in ("seconds", "seconds_per_sample", "cache_rel_error", "resumed_entries", "computed_entries"):
+            m["subject_stage"][key] = None
+    assert json.dumps(km, indent=1) == json.dumps(pm, indent=1)                # same fields, same order
+
+
+def test_a_failed_kotlin_assembly_leaves_no_bundle(jar, tmp_path):
+    """A failure while writing (here: the photo PNG writer) removes the working folder: nothing at the destination,
+    no .partial; a model bundle file that does not match its manifest is refused before any work."""
+    model_dir = verified_model_bundle(tmp_path / "model")
+    _, spec_photos = subject_photos(tmp_path)
+    spec = tmp_path / "subject.json"
+    spec.write_text(json.dumps({"bundle": str(model_dir), "photos": spec_photos, "fail_at_png": True}))
+    r = kotlin(jar, "subject", spec, tmp_path / "kt", ok=False)
+    assert r.returncode != 0 and "injected failure" in r.stderr
+    assert not (tmp_path / "kt").exists() and not (tmp_path / ".kt.partial").exists()
+    spec.write_text(json.dumps({"bundle": str(model_dir), "photos": spec_photos}))
+    weights = model_dir / "model/kept_weights.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1] + b"\x00")
+    r = kotlin(jar, "subject", spec, tmp_path / "kt", ok=False)
+    assert r.returncode != 0 and "kept_weights.safetensors" in r.stderr and "SHA-256" in r.stderr
+    assert not (tmp_path / "kt").exists() and not (tmp_path / ".kt.partial").exists()
+
+
+# ------------------------------------------------------------------------------------------------ photo normalisation
+
+def test_kotlin_lanczos_is_pillow_s_bit_for_bit(jar, tmp_path):
+    """PhotoNormalise.kt = photos.py normalise (Pillow's LANCZOS, short side -> data_px, round half to even) on random
+    and smooth images, downscaled by non-integer factors, portrait and landscape, by a pixel and by 3x."""
+    from PIL import Image
+
+    from ditskip_edge.runtime.photos import normalise, to_uint8
+    cases = [(480, 640, 256), (300, 500, 256), (257, 300, 256), (1000, 700, 333), (64, 50, 17), (256, 1000, 255)]
+    r = np.random.default_rng(0)
+    spec, want = [], []
+    for i, (h, w, d) in enumerate(cases):
+        a = r.integers(0, 256, size=(h, w, 3), dtype=np.uint8)
+        if i % 2:                                                               # smooth ramps: no clipping noise
+            a = np.clip(a.astype(int) // 4 + np.arange(w)[None, :, None] % 200, 0, 255).astype(np.uint8)
+        (tmp_path / f"in{i}.rgb").write_bytes(a.tobytes())
+        spec.append([h, w, d, str(tmp_path / f"in{i}.rgb"), str(tmp_path / f"out{i}.rgb")])
+        want.append(to_uint8(normalise(Image.fromarray(a), d)))
+    (tmp_path / "lanczos.json").write_text(json.dumps(spec))
+    kotlin(jar, "lanczos", tmp_path / "lanczos.json")
+    for i, w in enumerate(want):
+        got = np.frombuffer((tmp_path / f"out{i}.rgb").read_bytes(), np.uint8)
+        assert got.size == w.size, (cases[i], w.shape)
+        assert np.array_equal(got.reshape(w.shape), w), (cases[i], int(np.abs(got.reshape(w.shape) - w.astype(int)).max()))
+
+
 def test_the_swift_mirror_follows_the_kotlin_port():
     """Swift cannot be compiled here: its subject stage is checked against the Kotlin port (which runs above) on the
     lines that carry the arithmetic and the file format: rounding modes, constants, int4 packing, fp16 bits, the
@@ -423,3 +588,36 @@ def test_the_swift_mirror_follows_the_kotlin_port():
         (KT_DIR / "PyJson.kt").read_text()
     assert "let g = (2 * src + 1) / Float(size) - 1" in sw["Patches.swift"] and \
         "val g = (2f * src + 1f) / size.toFloat() - 1f" in kt["Patches.kt"]
+
+
+def test_the_swift_subject_bundle_and_lanczos_follow_the_kotlin_port():
+    """SubjectBundle.swift and PhotoNormalise.swift (uncompiled) against the Kotlin files checked above: the kept
+    manifest fields and their order, the subject_stage keys in personalize's order, the paths, the digest line, the
+    Lanczos filter, its fixed point and the size rule."""
+    import re
+    sw = (ROOT / "ios_demo/DitSkipDemo/SubjectBundle.swift").read_text()
+    kt = (KT_DIR / "SubjectBundle.kt").read_text()
+    from ditskip_edge.runtime import bundle
+    kept = re.findall(r'"(\w+)"', re.search(r"KEPT_FIELDS = listOf\(([^)]*)\)", kt).group(1))
+    assert kept == re.findall(r'"(\w+)"', re.search(r"keptFields = \[([^\]]*)\]", sw).group(1))
+    assert kept == ["created_by", "model", "plan", "lora", "optimizer", "model_stage", "lora_file", "schedule",
+                    "programs", "generation"]                                   # subject.py subject_manifest
+    for const in (bundle.PHOTOS_DIR, bundle.SCHEDULE_FILE, bundle.TEXT_FILE, bundle.CACHE_DIR):
+        assert f'"{const}"' in sw and f'"{const}"' in kt, const
+    kt_keys = re.findall(r'stage\["(\w+)"\] =', kt)
+    sw_keys = re.findall(r'\("(\w+)", [.\w(]', sw.split("let stage = PyValue.object([", 1)[1].split("])\n", 1)[0])
+    assert kt_keys == sw_keys and kt_keys[0] == "schedule" and kt_keys[-1] == "seconds", (kt_keys, sw_keys)
+    assert "dumps(manifest, indent: 1).utf8).dropFirst(2)" in sw and "indent = 1).substring(2)" in kt
+    assert '".\\(out.lastPathComponent).partial"' in sw and '".${out.name}.partial"' in kt
+    pn_sw = (ROOT / "ios_demo/DitSkipDemo/PhotoNormalise.swift").read_text()
+    pn_kt = (KT_DIR / "PhotoNormalise.kt").read_text()
+    for line in ("precisionBits = 32 - 8 - 2", "(-3.0 <= x && x < 3.0) ? sinc(x) * sinc(x / 3)",
+                 "let center = (Double(xx) + 0.5) * scale", "Int(center - support + 0.5)", "Int(center + support + 0.5)",
+                 "lanczos((Double(x + xmin) - center + 0.5) * ss)", "(-0.5 + $0 * one).rounded(.towardZero)",
+                 "(0.5 + $0 * one).rounded(.towardZero)", "Int(support.rounded(.up)) * 2 + 1",
+                 "Float(px[i * 3 + c]) / 127.5 - 1", "(Double(h) * scale).rounded(.toNearestOrEven)"):
+        assert line in pn_sw, line
+    for line in ("PRECISION_BITS = 32 - 8 - 2", "if (-3.0 <= x && x < 3.0) sinc(x) * sinc(x / 3.0)",
+                 "val center = (xx + 0.5) * scale", "(center - support + 0.5).toInt()", "(-0.5 + pre[it] * one).toInt()",
+                 "Math.ceil(support).toInt() * 2 + 1", ".toFloat() / 127.5f - 1f", "Math.rint(h * scale)"):
+        assert line in pn_kt, line

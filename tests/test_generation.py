@@ -58,12 +58,15 @@ def gen_testbed(generation_testbed_bundle) -> Path:
 
 def _pipeline_bundle(tmp_path_factory, arch: str) -> Path:
     """A local pipeline folder with real (toy-size) text encoders and real kinds of tokenizers (tests/tiny_pipeline.py),
-    compiled with the generation part at fp32: the encoders become programs, their tokenizer.json files go along."""
+    compiled with the generation part at fp32: the encoders become programs, their tokenizer.json files go along;
+    FLUX's block programs compute attention in query chunks (compile --attention-chunk)."""
     from export.generation_stage import GenerationPrograms
     from tiny_pipeline import save_tiny_flux_pipeline, save_tiny_sana_pipeline
     root = tmp_path_factory.mktemp(f"gen-{arch}-pipe")
     folder = (save_tiny_flux_pipeline if arch == "flux" else save_tiny_sana_pipeline)(root / "pipe")
-    return compile_tiny(root / "bundle", str(folder), steps=2, programs=[GenerationPrograms(("fp32",), steps=3)])
+    chunk = 256 if arch == "flux" else None      # FLUX's 256 image + 512 text tokens: attention in 3 query chunks
+    return compile_tiny(root / "bundle", str(folder), steps=2,
+                        programs=[GenerationPrograms(("fp32",), steps=3, attention_chunk=chunk)])
 
 
 @pytest.fixture(scope="session")
@@ -403,3 +406,37 @@ def test_folded_text_encoder_stores_its_weight_transposes_and_computes_the_same(
     assert arenas[True] <= 0.75 * arenas[False], arenas    # the weight transposes were the peak (measured: -33%)
     for fold in (False, True):
         assert torch.allclose(outs[fold], want, atol=1e-5), fold
+
+
+def test_attention_in_query_chunks_is_the_same_attention_in_a_smaller_arena():
+    """models/attention.py: a FLUX block with its attention in query chunks gives the unchunked block's outputs
+    (eager: bit for bit; the exported program within 1e-5) and its program plans a smaller arena (one chunk's scores)."""
+    from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
+    from ditskip_edge.models.attention import chunked_attention
+    from ditskip_edge.models.loading import build_transformer, resolve_spec
+    from ditskip_edge.models.text import encode_prompt
+    from ditskip_edge.models.views import make_view
+    from export.executorch_preprocess import export_module
+    from export.generation_modules import ACTIVATIONS, GenEmbed, LiftedBlock, block_states
+    spec = resolve_spec("flux-tiny")
+    view = make_view(spec.arch, build_transformer(spec).requires_grad_(False))
+    cond = encode_prompt(spec, PROMPT)
+    embed = GenEmbed(view, list(cond))
+    acts = ACTIVATIONS[spec.arch]
+    x = torch.randn(1, 16, 32, 32, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        values = dict(zip(acts["embed"], embed(x, torch.tensor([0.7]), *[cond[k] for k in embed.cond_keys])))
+    block = view.blocks[-1]                                          # a single block: 256 image + 8 text tokens
+    states = block_states(block)
+    lifted = LiftedBlock(view, block, (32, 32), sorted(states))
+    example = tuple(values[a] for a in acts["block"]) + tuple(states[k].detach() for k in sorted(states))
+    outs, arenas = {}, {}
+    for chunk in (None, 64):
+        with chunked_attention(chunk), torch.no_grad():
+            outs[chunk] = lifted(*example)
+            et = export_module(lifted, example, planned_inputs=False, mm_rewrite=True)
+        arenas[chunk] = sum(et.executorch_program.execution_plan[0].non_const_buffer_sizes)
+        got = _load_for_executorch_from_buffer(et.buffer).forward(list(example))
+        assert all(torch.allclose(g, w, atol=1e-5) for g, w in zip(got, outs[None] if chunk else outs[chunk])), chunk
+    assert all(torch.equal(a, b) for a, b in zip(outs[64], outs[None]))
+    assert arenas[64] < 0.5 * arenas[None], arenas

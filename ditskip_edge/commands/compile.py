@@ -60,6 +60,9 @@ def register(sub, add_json_flag) -> None:
     p.add_argument("--text-precision", default="fp32", choices=["fp32", "int8", "int4"],
                    help="generation from a local pipeline folder: the text encoder programs' weights (CLIP, T5, "
                         "Gemma-2 linears; fp32 matches the host's encoders, int8 quarters T5-XXL's 18 GiB)")
+    p.add_argument("--attention-chunk", type=int, default=None,
+                   help="generation: attention in query chunks of this many tokens (the same result; one chunk's "
+                        "scores in memory: FLUX.1-dev at 1024 px needs it to fit a phone, see `estimate`)")
     p.add_argument("--decode-tile-px", type=int, default=None,
                    help="generation: decode in tiles of this many pixels a side, blended as diffusers' tiled "
                         "decode (the decoder's memory is one tile's; e.g. 256 for SANA's DC-AE on a phone)")
@@ -108,7 +111,8 @@ def program_stages(runtimes: list[str], precision: str, xnnpack: bool, generatio
     if generation is not None:
         stages.append(GenerationPrograms(precisions, generation.steps, generation.guidance, generation.px,
                                          decode_tile_px=generation.decode_tile_px,
-                                         text_precision=generation.text_precision))
+                                         text_precision=generation.text_precision,
+                                         attention_chunk=generation.attention_chunk))
     return stages
 
 
@@ -145,7 +149,8 @@ def run(args) -> dict:
                                                  GenerationPrograms(steps=args.generation_steps, guidance=args.guidance,
                                                                     px=args.generation_px,
                                                                     decode_tile_px=args.decode_tile_px,
-                                                                    text_precision=args.text_precision)
+                                                                    text_precision=args.text_precision,
+                                                                    attention_chunk=args.attention_chunk)
                                                  if args.generation else None,
                                                  remat=args.remat, weights=args.weights))
     return compile_bundle(req)

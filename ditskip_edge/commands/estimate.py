@@ -50,6 +50,8 @@ def register(sub, add_json_flag) -> None:
     p.add_argument("--decode-tile-px", type=int, default=None,
                    help="generation: the decoder runs on tiles of this many pixels a side (compile's "
                         "--decode-tile-px; default: the whole picture at once)")
+    p.add_argument("--attention-chunk", type=int, default=None,
+                   help="generation: attention in query chunks of this many tokens (compile's --attention-chunk)")
     add_json_flag(p)
     p.set_defaults(func=run)
 
@@ -62,7 +64,7 @@ def run(args) -> dict:
                                  grad_accum=args.grad_accum, remat=args.remat, weights=args.weights, backend=args.backend,
                                  subject_stage=args.subject_stage, cache_codec=args.cache_codec,
                                  forward_precision=args.forward_precision, generation_px=_generation_px(args),
-                                 decode_tile_px=args.decode_tile_px))
+                                 decode_tile_px=args.decode_tile_px, attention_chunk=args.attention_chunk))
 
 
 def _generation_px(args) -> tuple[int, ...]:

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..models.attention import chunked_attention
 from ..models.loading import build_transformer
 from ..models.specs import FLUX_ARCH, ModelSpec
 from ..models.views import block_names_of, make_view
@@ -55,6 +56,7 @@ class GenerationConfig:
     text_tokens: int
     precision: str = "int8"
     decode_tile_px: int | None = None      # the decoder runs on tiles of this side (compile --decode-tile-px)
+    attention_chunk: int | None = None     # attention in query chunks (compile --attention-chunk)
 
     @property
     def latent_shape(self) -> tuple[int, int, int, int]:
@@ -115,7 +117,7 @@ def trace_generation(cfg: GenerationConfig, attention: str = "math") -> dict:
             cond = {"txt": torch.zeros(b, L, int(c["caption_channels"])), "txt_mask": torch.ones(b, L)}
         weights = [p for m in non_block for p in list(m.parameters()) + list(m.buffers())]
         weights += list(view.parameters(recurse=False))
-        with _sdpa_context(attention):
+        with _sdpa_context(attention), chunked_attention(cfg.attention_chunk):
             tr = StepMemoryTracker(storage_keys(weights + [x, t, *cond.values()]))
             with tr:
                 streams, ctx = view.embed(view.pack(x), t, cond)

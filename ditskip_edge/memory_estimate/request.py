@@ -36,6 +36,7 @@ class EstimateRequest:
     forward_precision: str | None = None  # the subject stage's forward programs (default: precision)
     generation_px: tuple[int, ...] = ()  # also estimate generation (memory_estimate/generation.py) at these sides
     decode_tile_px: int | None = None    # generation's decoder on tiles of this side (compile --decode-tile-px)
+    attention_chunk: int | None = None   # generation's attention in query chunks (compile --attention-chunk)
     backend: str = "portable"            # the ExecuTorch program's backend (compile's default): its weight copies
 
 
@@ -77,7 +78,8 @@ def estimate_memory(req: EstimateRequest) -> dict:
         from .generation import GenerationConfig, generation_estimate
         if px < spec.pixel_multiple or px % spec.pixel_multiple:
             raise UserError(f"--generation-px {px}: expected a positive multiple of {spec.pixel_multiple}")
-        g = generation_estimate(GenerationConfig(spec, px, cfg.text_tokens, req.precision, req.decode_tile_px),
+        g = generation_estimate(GenerationConfig(spec, px, cfg.text_tokens, req.precision, req.decode_tile_px,
+                                                 req.attention_chunk),
                                 int(req.runtime_overhead_mib * MIB), req.attention)
         g["training_footprint_bytes"] = memory.footprint_bytes          # the same request's step, its --weights
         g["within_training_footprint"] = g["footprint_bytes"] <= memory.footprint_bytes
