@@ -1,4 +1,5 @@
-"""The Android app's subject stage (android_demo/.../CacheCodecs.kt, CacheWriter.kt, SubjectStage.kt), run on a plain JVM
+"""The Android app's subject stage (android_demo/.../CacheCodecs.kt, CacheWriter.kt, SubjectStage.kt, ModelBundle.kt,
+SubjectBundle.kt, PhotoNormalise.kt), run on a plain JVM
 by android_demo/hostcheck/subject/SubjectCheck.kt, against the Python device runtime.
 
 Properties protected:
@@ -13,7 +14,12 @@ Properties protected:
   stand-in programs on both sides gives subject.py write_cache's cache, with and without a back span;
 - ModelBundle.kt on a model bundle folder (manifest digest, its schedule, plan, codec, entry shapes, prompt
   conditioning; run identity of subject.py run_identity) writes that same cache, and resumes it;
-- lowrank is refused by name, and a journal of other inputs is refused.
+- lowrank is refused by name, and a journal of other inputs is refused;
+- SubjectBundle.kt writes subject.py's subject bundle around that cache: Bundle.open(verify=True) takes it, every file
+  but the photo PNGs (another encoder: same pixels) byte for byte, the manifest Python's but for those PNGs, the
+  timings and the coding errors; an interrupted or failed assembly leaves nothing at the destination;
+- PhotoNormalise.kt is photos.py normalise (Pillow's LANCZOS) bit for bit;
+- the Swift mirrors (uncompiled) follow the Kotlin port on the lines that carry the arithmetic and the format.
 """
 
 from __future__ import annotations
@@ -513,7 +519,8 @@ def test_the_kotlin_subject_bundle_is_personalize_s(jar, tmp_path):
 
 def test_a_failed_kotlin_assembly_leaves_no_bundle(jar, tmp_path):
     """A failure while writing (here: the photo PNG writer) removes the working folder: nothing at the destination,
-    no .partial; a model bundle file that does not match its manifest is refused before any work."""
+    no .partial; the working folder of an interrupted run with other inputs is refused and kept; a model bundle file
+    that does not match its manifest is refused before any work."""
     model_dir = verified_model_bundle(tmp_path / "model")
     _, spec_photos = subject_photos(tmp_path)
     spec = tmp_path / "subject.json"
@@ -522,6 +529,15 @@ def test_a_failed_kotlin_assembly_leaves_no_bundle(jar, tmp_path):
     assert r.returncode != 0 and "injected failure" in r.stderr
     assert not (tmp_path / "kt").exists() and not (tmp_path / ".kt.partial").exists()
     spec.write_text(json.dumps({"bundle": str(model_dir), "photos": spec_photos}))
+    # an interrupted run's working folder: another run with other photos is refused and leaves it (subject.py
+    # check_partial), the same inputs continue it
+    assert kotlin(jar, "subject", spec, tmp_path / "kt", 1).stdout.split()[-1] == "stopped"
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"bundle": str(model_dir), "photos": [[*p[:1], "0" * 64, *p[2:]] for p in spec_photos]}))
+    r = kotlin(jar, "subject", other, tmp_path / "kt", ok=False)
+    assert r.returncode != 0 and "for other inputs" in r.stderr and (tmp_path / ".kt.partial").is_dir()
+    assert kotlin(jar, "subject", spec, tmp_path / "kt").stdout.split() == ["resumed", "1", "computed", "3", "written"]
+    shutil.rmtree(tmp_path / "kt")
     weights = model_dir / "model/kept_weights.safetensors"
     weights.write_bytes(weights.read_bytes()[:-1] + b"\x00")
     r = kotlin(jar, "subject", spec, tmp_path / "kt", ok=False)

@@ -8,7 +8,8 @@ struct SubjectPhoto { let name: String; let sha256: String; let h: Int; let w: I
 /// A model bundle as the subject stage reads it: the Swift twin of ModelBundle.kt (which runs on the JVM against
 /// runtime/subject.py in tests/test_app_subject_stage.py); not compiled here. The manifest is verified against its
 /// own digest and parsed with PyJson (ordered keys, Python's numbers); `writeCache` computes the residual cache of the
-/// user's photos into `<work>/subject/cache`, resumable. Not yet: the subject bundle around it, x0-only / cache-free.
+/// user's photos into `<work>/subject/cache`, resumable. The subject bundle around it: SubjectBundle.swift. Not yet:
+/// x0-only / cache-free.
 final class ModelBundle {
     let root: URL
     let manifestSha256: String
@@ -59,7 +60,29 @@ final class ModelBundle {
                               dynamicPatches: dynamic)
     }
 
-    func codec() throws -> CacheCodec { try CacheCodec.parse(try section("model_bundle")["cache_codec"]?.stringValue ?? "") }
+    func codecSpec() throws -> String {
+        guard let s = try section("model_bundle")["cache_codec"]?.stringValue
+        else { throw TrainError.bundle("\(root.path)/manifest.json: field model_bundle.cache_codec is missing or not a string") }
+        return s
+    }
+
+    func codec() throws -> CacheCodec { try CacheCodec.parse(try codecSpec()) }
+
+    /// The manifest's `files`: bundle-relative path -> {sha256, bytes}, in order.
+    func files() throws -> [(String, PyValue)] { try section("files").pairs ?? [] }
+
+    /// bundle.py verify_files (Bundle.open(verify=True)): every listed file present, its size and SHA-256 the manifest's.
+    func verifyFiles() throws {
+        for (rel, info) in try files() {
+            let u = root.appendingPathComponent(rel)
+            guard let size = (try? FileManager.default.attributesOfItem(atPath: u.path)[.size] as? NSNumber)?.intValue
+            else { throw TrainError.bundle("\(u.path): listed in the manifest but missing") }
+            guard size == info["bytes"]?.intValue
+            else { throw TrainError.bundle("\(u.path): \(size) bytes, manifest says \(info["bytes"]?.intValue ?? -1)") }
+            guard try SubjectBundle.sha256(u) == info["sha256"]?.stringValue
+            else { throw TrainError.bundle("\(u.path): SHA-256 does not match the manifest (file changed or corrupt)") }
+        }
+    }
 
     func entryShapes() throws -> [(String, [Int])] {
         (try section("model_bundle")["entry_shapes"]?.pairs ?? []).map { k, v in (k, (v.listValue ?? []).compactMap { $0.intValue }) }

@@ -10,12 +10,20 @@
 //                                          shapes, cond: {name: [shape, file]}, shard_bytes, run}
 //   model SPEC.json WORK_DIR [STOP_AFTER]  ModelBundle.writeCache on a model bundle folder with the stand-in programs:
 //                                          spec {bundle, photos: [[name, sha256, h, w, file]]}
+//   subject SPEC.json OUT_DIR [STOP_AFTER] SubjectBundle.write: the subject bundle at OUT_DIR (stand-in programs, photo
+//                                          PNGs by javax.imageio): spec {bundle, photos: [[name, sha256, h, w, file]],
+//                                          fail_at_png?: true to fail while writing the photos}
+//   lanczos SPEC.json                      PhotoNormalise: spec [[h, w, data_px, rgb_file (uint8 [h, w, 3]), out_file]]:
+//                                          writes each normalised photo's uint8 [h', w', 3] (short side -> data_px)
 // Prints "resumed R computed C" (entries taken from the journal, entries computed by this run).
 import org.ditskip.demo.CacheCodec
 import org.ditskip.demo.CacheWriter
 import org.ditskip.demo.FloatTensor
 import org.ditskip.demo.ForwardRunner
 import org.ditskip.demo.ModelBundle
+import org.ditskip.demo.PhotoNormalise
+import org.ditskip.demo.PngWriter
+import org.ditskip.demo.SubjectBundle
 import org.ditskip.demo.SubjectPhoto
 import org.ditskip.demo.ProgramKey
 import org.ditskip.demo.PyJson
@@ -23,7 +31,9 @@ import org.ditskip.demo.Schedule
 import org.ditskip.demo.ScheduleConfig
 import org.ditskip.demo.SkipSpans
 import org.ditskip.demo.SubjectStage
+import java.awt.image.BufferedImage
 import java.io.File
+import javax.imageio.ImageIO
 import java.nio.ByteBuffer
 import java.nio.ByteOrder
 
@@ -51,11 +61,13 @@ fun writerFor(spec: Map<String, Any?>, out: String): CacheWriter =
                 spec["shard_bytes"] as Long, resumable = true, run = spec["run"] as String)
 
 fun main(args: Array<String>) {
+    if (args[0] == "lanczos") return lanczos(PyJson.parse(File(args[1]).readText()) as List<*>)
     val spec = obj(PyJson.parse(File(args[1]).readText()))
     val stopAfter = args.getOrNull(3)?.toInt()
     if (args[0] == "cache") return cache(spec, args[2], stopAfter)
     if (args[0] == "stage") return stage(spec, args[2], stopAfter)
     if (args[0] == "model") return model(spec, args[2], stopAfter)
+    if (args[0] == "subject") return subject(spec, args[2], stopAfter)
     error("unknown mode ${args[0]}")
 }
 
@@ -116,6 +128,40 @@ fun model(spec: Map<String, Any?>, work: String, stopAfter: Int?) {
     var resumed = -1
     bundle.writeCache(photos, 0, File(work), stopAfter, StandIn) { done, _ -> if (resumed < 0) resumed = done - 1; computed += 1 }
     println("resumed $resumed computed $computed")
+}
+
+/** The JVM's PNG writer for the check (the app's is Bitmap.compress). */
+class ImageIoPng(private val failAt: Boolean = false) : PngWriter {
+    override fun write(rgb: ByteArray, h: Int, w: Int, out: File) {
+        if (failAt) throw java.io.IOException("$out: cannot write (injected failure)")
+        val img = BufferedImage(w, h, BufferedImage.TYPE_INT_RGB)
+        for (y in 0 until h) for (x in 0 until w) {
+            val i = (y * w + x) * 3
+            img.setRGB(x, y, ((rgb[i].toInt() and 0xFF) shl 16) or ((rgb[i + 1].toInt() and 0xFF) shl 8) or (rgb[i + 2].toInt() and 0xFF))
+        }
+        require(ImageIO.write(img, "png", out)) { "$out: no PNG writer" }
+    }
+}
+
+fun subject(spec: Map<String, Any?>, out: String, stopAfter: Int?) {
+    val bundle = ModelBundle(File(spec["bundle"] as String))
+    val photos = (spec["photos"] as List<*>).map { p -> val l = p as List<*>
+        SubjectPhoto(l[0] as String, l[1] as String, (l[2] as Long).toInt(), (l[3] as Long).toInt(), readF32(l[4] as String)) }
+    var computed = 0
+    var resumed = -1
+    val manifest = SubjectBundle.write(bundle, photos, 0, File(out), ImageIoPng(spec["fail_at_png"] == true),
+                                       stopAfter = stopAfter, runner = StandIn) { done, _ -> if (resumed < 0) resumed = done - 1; computed += 1 }
+    if (resumed < 0) resumed = photos.size - computed
+    println("resumed $resumed computed $computed ${if (manifest == null) "stopped" else "written"}")
+}
+
+fun lanczos(spec: List<*>) {
+    for (item in spec) {
+        val l = item as List<*>
+        val h = (l[0] as Long).toInt(); val w = (l[1] as Long).toInt(); val dataPx = (l[2] as Long).toInt()
+        val hw = PhotoNormalise.normalisedSize(h, w, dataPx)
+        File(l[4] as String).writeBytes(PhotoNormalise.resizeLanczos(File(l[3] as String).readBytes(), h, w, hw[0], hw[1]))
+    }
 }
 
 /** Stand-in programs, deterministic float32 elementwise functions of their inputs (the Python test has their twins):

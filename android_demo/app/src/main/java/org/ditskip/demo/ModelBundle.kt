@@ -13,8 +13,7 @@ class SubjectPhoto(val name: String, val sha256: String, val h: Int, val w: Int,
  * the manifest, verified against its own digest, parsed with PyJson (so the model fields land in the cache identity
  * exactly as Python's json reads them), the schedule parameters, the plan, the codec, the entry shapes, the prompts.
  * [writeCache] computes the residual cache of the user's photos into `<work>/subject/cache`, resumable.
- * Not yet here: the subject bundle around it (photos as PNG, schedule.json, text conditioning link, manifest with
- * subject_stage), the x0-only and cache-free modes.
+ * The subject bundle around it: SubjectBundle.kt. Not yet here: the x0-only and cache-free modes.
  */
 class ModelBundle(val root: File) {
     val manifestSha256: String
@@ -54,7 +53,24 @@ class ModelBundle(val root: File) {
                        int(it, "multiple_px"), it["seed"] as Long, it["t_sampling"] as String, it["dynamic_patches"] as Boolean)
     }
 
-    val codec: CacheCodec get() = CacheCodec.parse(section("model_bundle")["cache_codec"] as String)
+    val codecSpec: String get() = section("model_bundle")["cache_codec"] as? String
+        ?: throw IllegalArgumentException("$root/manifest.json: field model_bundle.cache_codec is missing or not a string")
+
+    val codec: CacheCodec get() = CacheCodec.parse(codecSpec)
+
+    /** The manifest's `files`: bundle-relative path -> {sha256, bytes}. */
+    val files: Map<String, Map<String, Any?>> get() = obj(manifest["files"], "files").mapValues { (k, v) -> obj(v, "files.$k") }
+
+    /** bundle.py verify_files (what Bundle.open(verify=True) does): every listed file present, its size and SHA-256
+     *  the manifest's. */
+    fun verifyFiles() {
+        for ((rel, info) in files) {
+            val f = File(root, rel)
+            require(f.isFile) { "$f: listed in the manifest but missing" }
+            require(f.length() == (info["bytes"] as Number).toLong()) { "$f: ${f.length()} bytes, manifest says ${info["bytes"]}" }
+            require(SubjectBundle.sha256(f) == info["sha256"]) { "$f: SHA-256 does not match the manifest (file changed or corrupt)" }
+        }
+    }
 
     val entryShapes: LinkedHashMap<String, IntArray> get() {
         val out = LinkedHashMap<String, IntArray>()
