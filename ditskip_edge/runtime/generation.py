@@ -223,7 +223,8 @@ class Generator:
             return {"cond." + k: v for k, v in cond.items()}
         out = {}
         for name in self.text_programs():
-            text = prompt if t["kind"] == TEXT_MINILM else _preprocess(prompt, self._encoder(name)["tokenizer"]["preprocess"])
+            text = (prompt if t["kind"] == TEXT_MINILM
+                    else _preprocess(prompt, self._encoder(name)["tokenizer"]["preprocess"]))
             ids, mask = self.tokenizer(name).encode(text)
             out.update(programs(self.entries[name], {"input_ids": np.asarray([ids], np.int64),
                                                      "attention_mask": np.asarray([mask], np.int64)}))
