@@ -15,7 +15,7 @@ final class CacheWriter {
     static let journalFile = "cache_journal.jsonl"
     static let align = 64
     // journal record keys (runtime/cache.py)
-    static let headerKey = "header", entryKey = "entry", extraKey = "extra", shardKey = "shard"
+    static let headerKey = "header", entryKey = "entry", extraKey = "extra", shardKey = "shard", runKey = "run"
     static let bytesKey = "bytes", shaKey = "sha256", offsetKey = "offset"
 
     let dir: URL

@@ -104,7 +104,7 @@ enum SubjectBundle {
         var run: String?
         if resume, let data = try? Data(contentsOf: journal), let nl = data.firstIndex(of: 0x0A) ?? Optional(data.endIndex),
            let head = try? PyJson.parse(String(decoding: data[data.startIndex..<nl], as: UTF8.self)) {
-            run = head["header"]?["run"]?.stringValue
+            run = head[CacheWriter.headerKey]?[CacheWriter.runKey]?.stringValue
         }
         if let r = run, r != identity {
             throw TrainError.bundle("\(work.path): an interrupted subject stage for other inputs (another model bundle, other photos, prompt or mode): delete it or start over without resuming")

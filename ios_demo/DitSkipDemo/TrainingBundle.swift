@@ -39,7 +39,7 @@ final class TrainingBundle {
         else { throw TrainError.bundle("\(root.path)/manifest.json: not a \(BundleContract.bundleFormat) v\(BundleContract.bundleFormatVersion) bundle") }
         self.manifest = manifest
         guard manifest[BundleContract.bundleKindField] as? String != BundleContract.modelBundleKind
-        else { throw TrainError.bundle("\(root.path): a model bundle (no photos, no residual cache): run the subject stage on it first. In this app ModelBundle.writeCache computes its residual cache from your photos (stored mode); it does not yet assemble the subject bundle (manifest, photos, schedule.json), so until then use python -m ditskip_edge.runtime personalize") }
+        else { throw TrainError.bundle("\(root.path): a model bundle (no photos, no residual cache): run the subject stage on it first (pick photos and tap Train: SubjectBundle.write, or python -m ditskip_edge.runtime personalize)") }
         let cacheMode = (manifest["subject_stage"] as? [String: Any])?["cache_mode"] as? String ?? BundleContract.storedMode
         guard cacheMode == BundleContract.storedMode
         else { throw TrainError.bundle("\(root.path): a \(cacheMode) bundle: this app trains stored residual caches only (the \(BundleContract.x0OnlyMode) and \(BundleContract.cacheFreeMode) modes, residuals computed every step by SubjectStage, are not wired into training yet): run the subject stage without --x0-only / --cache-free (stored mode)") }

@@ -46,10 +46,8 @@ class TrainingBundle(val root: File) {
             "${root}/manifest.json: format_version ${manifest.optInt("format_version")} is not supported"
         }
         require(manifest.optString(BundleContract.BUNDLE_KIND_FIELD) != BundleContract.MODEL_BUNDLE_KIND) {
-            "$root: a model bundle (no photos, no residual cache): run the subject stage on it first. In this app " +
-                "ModelBundle.writeCache computes its residual cache from your photos (stored mode); it does not yet " +
-                "assemble the subject bundle (manifest, photos, schedule.json), so until then use " +
-                "python -m ditskip_edge.runtime personalize"
+            "$root: a model bundle (no photos, no residual cache): run the subject stage on it first " +
+                "(pick photos and tap Train: SubjectBundle.write, or python -m ditskip_edge.runtime personalize)"
         }
         val subject = manifest.getJSONObject("subject_stage")
         val cacheMode = subject.optString("cache_mode", BundleContract.STORED_MODE)
