@@ -611,26 +611,17 @@ def tokenizer_variants() -> dict[str, tuple[dict, int, int]]:
     legacy Metaspace, no pre-tokenizer, the older CLIP split, added tokens with lstrip / rstrip / single_word /
     normalized, byte fallback with fused unk, WordLevel with Whitespace, NFKD + StripAccents + Prepend + Digits +
     Metaspace "first", BPE merge ties."""
-    from tokenizers import AddedToken, Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers
-    from test_tokenizer import STYLES
+    from tokenizers import AddedToken, Tokenizer, models, normalizers, pre_tokenizers, trainers
+    from test_tokenizer import STYLES, older_clip_layout, older_t5_layout
     from ditskip_edge.models import tiny_tokenizers as tt
     out = {}
     for style, (build, max_len) in STYLES.items():
         tok = build()
         out[style] = (json.loads(tok.backend_tokenizer.to_str()), max_len, tok.pad_token_id)
     t5, clip, gemma = (out[k][0] for k in ("t5", "clip", "gemma"))
-    backend = Tokenizer.from_str(json.dumps(t5))
-    backend.normalizer = normalizers.Sequence([backend.normalizer, normalizers.Strip(left=False, right=True),
-                                               normalizers.Replace(Regex(" {2,}"), "▁")])
-    old = json.loads(backend.to_str())
-    meta = old["pre_tokenizer"]["pretokenizers"][1]
-    del meta["prepend_scheme"], meta["split"]
-    meta["add_prefix_space"] = True
-    out["t5-older-layout"] = (old, 512, 0)
+    out["t5-older-layout"] = (older_t5_layout(t5), 512, 0)
     out["gemma-no-pre-tokenizer"] = (dict(gemma, pre_tokenizer=None), 300, 0)
-    old = json.loads(json.dumps(clip))
-    old["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = r"""'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+"""
-    out["clip-older-split"] = (old, 77, out["clip"][2])
+    out["clip-older-split"] = (older_clip_layout(clip), 77, out["clip"][2])
     backend = Tokenizer.from_str(json.dumps(clip))
     backend.add_tokens([AddedToken("Sks Dog", normalized=True), AddedToken("toy", single_word=True, normalized=False)])
     backend.add_special_tokens([AddedToken("<mask>", lstrip=True, rstrip=True, normalized=False)])

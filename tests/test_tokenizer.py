@@ -134,11 +134,10 @@ def test_from_file_reads_a_saved_tokenizer_json(built, tmp_path):
     assert _mismatches(tok, port, tt.training_prompts()[:20] + HELD_OUT[:20], 512) == []
 
 
-def test_older_t5_layout_normalizer_and_metaspace_fields_tokenize_the_same(built):
-    """FLUX's tokenizer_2/tokenizer.json may come from an older converter: Sequence[Precompiled, Strip(right),
-    Replace(" {2,}" -> "▁")] and Metaspace written as add_prefix_space=true without prepend_scheme."""
+def older_t5_layout(doc: dict) -> dict:
+    """T5's tokenizer.json as an older converter wrote it: Sequence[Precompiled, Strip(right), Replace(" {2,}" ->
+    "▁")] and Metaspace with add_prefix_space=true and no prepend_scheme / split."""
     from tokenizers import Regex, Tokenizer, normalizers
-    _, doc = built["t5"]
     backend = Tokenizer.from_str(json.dumps(doc))
     backend.normalizer = normalizers.Sequence([backend.normalizer, normalizers.Strip(left=False, right=True),
                                                normalizers.Replace(Regex(" {2,}"), "▁")])
@@ -146,7 +145,23 @@ def test_older_t5_layout_normalizer_and_metaspace_fields_tokenize_the_same(built
     meta = old["pre_tokenizer"]["pretokenizers"][1]
     del meta["prepend_scheme"], meta["split"]
     meta["add_prefix_space"] = True
-    assert_port_equals_tokenizers(old, 512, 0, "<pad>")
+    return old
+
+
+def older_clip_layout(doc: dict) -> dict:
+    """CLIP's tokenizer.json as CLIPConverter of older transformers wrote it: the Split regex without the
+    <|startoftext|> / <|endoftext|> alternatives."""
+    old = json.loads(json.dumps(doc))
+    old["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = \
+        r"""'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+"""
+    return old
+
+
+def test_older_t5_layout_normalizer_and_metaspace_fields_tokenize_the_same(built):
+    """FLUX's tokenizer_2/tokenizer.json may come from an older converter: Sequence[Precompiled, Strip(right),
+    Replace(" {2,}" -> "▁")] and Metaspace written as add_prefix_space=true without prepend_scheme."""
+    _, doc = built["t5"]
+    assert_port_equals_tokenizers(older_t5_layout(doc), 512, 0, "<pad>")
 
 
 def assert_port_equals_tokenizers(doc: dict, max_len: int, pad_id: int, pad_token: str) -> None:
@@ -171,12 +186,8 @@ def test_gemma_file_without_pre_tokenizer_tokenizes_like_tokenizers(built):
 def test_older_clip_layout_split_pattern_tokenizes_the_same(built):
     """CLIPConverter (older transformers, likely what FLUX's tokenizer/tokenizer.json was saved with) writes the Split
     regex without the <|startoftext|>/<|endoftext|> alternatives."""
-    _, doc = built["clip"]
-    old = json.loads(json.dumps(doc))
-    split = old["pre_tokenizer"]["pretokenizers"][0]
-    split["pattern"]["Regex"] = r"""'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+"""
-    tok, _ = built["clip"]
-    assert_port_equals_tokenizers(old, 77, tok.pad_token_id, tok.pad_token)
+    tok, doc = built["clip"]
+    assert_port_equals_tokenizers(older_clip_layout(doc), 77, tok.pad_token_id, tok.pad_token)
 
 
 def test_added_tokens_match_as_tokenizers_matches_them(built):
