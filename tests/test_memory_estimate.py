@@ -236,3 +236,18 @@ def test_program_state_is_counted_for_a_program_and_not_for_eager_torch():
     counted = MemoryEstimate.from_trace(program, 0, program={"instructions": 1000, "xnnpack_delegates": 400})
     assert counted.program_state_bytes == program_state_bytes(1000, 400)
     assert counted.footprint_bytes - p.footprint_bytes == counted.program_state_bytes - p.program_state_bytes
+
+
+def test_the_encode_tiles_what_if_is_one_tiles_peak_and_would_bring_sana_1600ms_stage_below_training():
+    """memory_estimate/subject.py encode_tiles_what_if (not built, for deciding): the encoder's phase on one 256-px
+    tile is below its phase on the whole 512-px crop, and SANA-1600M's subject stage (0.738 GiB today against
+    training's 0.448: DC-AE's encoder on the crop) would fall below training; FLUX.1-dev's 256-px crops are one tile
+    already (no what-if)."""
+    from ditskip_edge.memory_estimate.request import EstimateRequest, estimate_memory
+    req = dict(skip_ratio=0.5, precision="int8", weights="mapped", subject_stage=True)
+    sana = estimate_memory(EstimateRequest(model="sana-1600m", **req))
+    stage, what_if = sana["subject_stage"], sana["subject_stage"]["encode_tiles_what_if"]
+    assert what_if["encoder_tile_peak_bytes"] < stage["encoder_forward_peak_bytes"] / 2
+    assert what_if["footprint_bytes"] < min(stage["footprint_bytes"], sana["memory"]["footprint_bytes"])
+    flux = estimate_memory(EstimateRequest(model="flux-dev", **req))
+    assert flux["subject_stage"]["encode_tiles_what_if"] is None

@@ -181,6 +181,25 @@ def _trace_encoder(spec, s_min: int) -> tuple[int, int, int]:
     return w, peak, flops
 
 
+WHAT_IF_TILE_PX = 256
+
+
+def encode_tiles_what_if(cfg: StepConfig, tr: dict, phases: dict, mapped: bool, fixed_bytes: int) -> dict | None:
+    """Not built: the encoder run on overlapping tiles of WHAT_IF_TILE_PX (diffusers' tiled_encode), its encode phase
+    = one tile's traced peak + the crop and the latent tiles held for blending (a whole crop's latent, twice). What the subject
+    stage's footprint would be with it, for deciding whether to build it."""
+    if cfg.resolution_px <= WHAT_IF_TILE_PX or tr["encoder_weights_bytes"] == 0:
+        return None
+    _, tile_peak, _ = _trace_encoder(cfg.spec, WHAT_IF_TILE_PX)
+    side = cfg.resolution_px // cfg.spec.vae_scale_factor
+    channels = int((_encoder_config(cfg.spec) or {}).get("latent_channels", 0))
+    held = 2 * channels * side * side * 4 + 3 * cfg.resolution_px ** 2 * 4
+    working = max(tile_peak + held, phases["embed"], phases["block_mapped" if mapped else "block_resident"])
+    return {"tile_px": WHAT_IF_TILE_PX, "encoder_tile_peak_bytes": tile_peak, "latent_tiles_held_bytes": held,
+            "footprint_bytes": fixed_bytes + working, "footprint_gib": round((fixed_bytes + working) / 2 ** 30, 3),
+            "built": False}
+
+
 def subject_stage_estimate(cfg: StepConfig, train_memory: dict, train_flops: int, runtime_overhead_bytes: int,
                            num_samples: int, grad_accum: int, codec: str, weights: str = "resident",
                            forward_precision: str | None = None) -> dict:
@@ -192,6 +211,7 @@ def subject_stage_estimate(cfg: StepConfig, train_memory: dict, train_flops: int
     phases = tr["phase_peaks_bytes"]
     working = max(phases["encode"], phases["embed"], phases["block_mapped" if mapped else "block_resident"])
     footprint = runtime_overhead_bytes + persistent + working
+    tiled = encode_tiles_what_if(cfg, tr, phases, mapped, runtime_overhead_bytes + persistent)
     shapes = _entry_shapes(cfg)
     _, entry_bytes = entry_layout(CacheCodec.parse(codec), shapes)
     _, x0_bytes = entry_layout(CacheCodec.parse(codec), {"x0": shapes["x0"]})
@@ -205,7 +225,8 @@ def subject_stage_estimate(cfg: StepConfig, train_memory: dict, train_flops: int
                           "file_backed_working_set_bytes": (tr["largest_block_weights_bytes"]
                                                             + tr["encoder_weights_bytes"]
                                                             + tr["embed_weights_bytes"]) if mapped else 0,
-                          "tflops_per_sample": round(fwd / 1e12, 4)},
+                          "tflops_per_sample": round(fwd / 1e12, 4),
+                          "encode_tiles_what_if": tiled},
         "cache_free": {"codec": codec, "entry_bytes": entry_bytes, "stored_cache_bytes": entry_bytes * num_samples,
                        "stored_cache_gib": round(entry_bytes * num_samples / 2 ** 30, 3),
                        "cache_free_storage_saved_bytes": entry_bytes * num_samples,
