@@ -18,7 +18,7 @@ from .runtime.photos import IMAGE_SUFFIXES, MAX_PHOTO_PIXELS, MAX_PHOTOS  # noqa
 class Photo:
     name: str
     pixels: torch.Tensor          # [3, H, W] float32 in [-1, 1]
-    original_hw: tuple[int, int]  # the file's size, before normalisation
+    original_hw: tuple[int, int]  # the photo's size upright (EXIF orientation applied), before normalisation
 
     @property
     def short_side_px(self) -> int:

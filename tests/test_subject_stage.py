@@ -444,3 +444,23 @@ def test_a_subject_bundle_keeps_the_model_bundles_generation_part():
                 "model_bundle": {"prompts": []}, "bundle_kind": "model"}
     kept = subject_manifest(SimpleNamespace(manifest=manifest))
     assert kept["generation"] == {"px": 32} and "model_bundle" not in kept and "bundle_kind" not in kept
+
+
+def test_a_photo_with_an_exif_orientation_is_read_upright(tmp_path):
+    """A phone stores a portrait photo as landscape pixels plus EXIF orientation 6 (rotate 90 clockwise to show it);
+    runtime/photos.py (the reader host and device share) turns it upright, as the apps' decoders do, so the crops
+    cover what the user saw. A photo without the tag is read as stored."""
+    from PIL import Image
+    from ditskip_edge.runtime.photos import load_photos
+    g = np.random.default_rng(0)
+    upright = (g.random((300, 200, 3)) * 255).astype(np.uint8)             # portrait, H 300 x W 200
+    stored = np.ascontiguousarray(np.rot90(upright, k=1))                  # landscape pixels as the sensor wrote them
+    exif = Image.Exif()
+    exif[0x0112] = 6                                                       # Orientation: rotate 90 CW to display
+    (tmp_path / "tagged").mkdir()
+    (tmp_path / "plain").mkdir()
+    Image.fromarray(stored).save(tmp_path / "tagged" / "p.png", exif=exif)
+    Image.fromarray(upright).save(tmp_path / "plain" / "p.png")
+    tagged, plain = (load_photos(tmp_path / d, data_px=512)[0] for d in ("tagged", "plain"))
+    assert tagged.original_hw == plain.original_hw == (300, 200)
+    assert np.array_equal(tagged.pixels, plain.pixels)

@@ -58,8 +58,9 @@ def photo_files(folder: str | Path, min_photos: int = 1) -> list[Path]:
 
 
 def load_photos(folder: str | Path, data_px: int, min_photos: int = 1) -> list[PhotoPixels]:
-    """Every photo in `folder` (sorted by name), normalised to `data_px` (the short side, when larger)."""
-    from PIL import Image, UnidentifiedImageError
+    """Every photo in `folder` (sorted by name), turned upright by its EXIF orientation, normalised to `data_px` (the
+    short side, when larger)."""
+    from PIL import Image, ImageOps, UnidentifiedImageError
     photos = []
     for f in photo_files(folder, min_photos):
         raw = f.read_bytes()
@@ -68,7 +69,9 @@ def load_photos(folder: str | Path, data_px: int, min_photos: int = 1) -> list[P
                 w, h = im.size
                 if w * h > MAX_PHOTO_PIXELS:
                     raise UserError(f"{f}: {w}x{h} px is beyond {MAX_PHOTO_PIXELS // 1_000_000} megapixels")
-                im = im.convert("RGB")
+                # upright as the camera meant it (a phone's EXIF orientation tag), as the apps' decoders show it
+                im = ImageOps.exif_transpose(im).convert("RGB")
+                w, h = im.size
         except (UnidentifiedImageError, OSError, Image.DecompressionBombError, SyntaxError, ValueError) as e:
             raise UserError(f"{f}: cannot be read as an image ({type(e).__name__}: {e})") from e
         photos.append(PhotoPixels(f.name, normalise(im, data_px), (h, w), hashlib.sha256(raw).hexdigest()))
