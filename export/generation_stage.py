@@ -31,6 +31,7 @@ program in `programs` (runtime/contract.py).
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import shutil
@@ -214,7 +215,8 @@ def _pipeline_text_part(writer: BundleWriter, spec: ModelSpec, precision: str, g
         text = "a photo of sks toy".lower().strip() if preprocess == "lower_strip" else "a photo of sks toy"
         b = tok(text, padding="max_length", max_length=max_len, truncation=True, return_tensors="pt")
         model = model.float().eval().requires_grad_(False)
-        if precision != "fp32":
+        if precision != "fp32":               # quantized in a copy: the loaded pipeline is shared (models/text.py)
+            model = copy.deepcopy(model)
             quantize_frozen_layers(model, QuantSpec(precision, group_size=group_size), convs=False)
         module = PipelineEncoder(role, model)
         example = tuple(b[k].long() for k in module.input_names)

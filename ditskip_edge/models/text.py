@@ -69,14 +69,21 @@ class MiniLMTextEncoder:
         return self.encode_batch([prompt])
 
 
+@functools.lru_cache(maxsize=1)
+def _text_pipeline(arch: str, source: str):
+    """The folder's pipeline without transformer and VAE, loaded once per process: compile encodes the training
+    prompt, exports the encoders (export/generation_stage.py) and takes example conditioning from the same one."""
+    from diffusers import FluxPipeline, SanaPipeline
+    cls = FluxPipeline if arch == FLUX_ARCH else SanaPipeline
+    return cls.from_pretrained(source, transformer=None, vae=None, dtype=torch.float32)
+
+
 class PipelineTextEncoder:
     """Real encoders of a local diffusers pipeline folder (FLUX: CLIP + T5, SANA: Gemma)."""
 
     def __init__(self, spec: ModelSpec):
         self.spec = spec
-        from diffusers import FluxPipeline, SanaPipeline
-        cls = FluxPipeline if spec.arch == FLUX_ARCH else SanaPipeline
-        self.pipe = cls.from_pretrained(spec.source, transformer=None, vae=None, dtype=torch.float32)
+        self.pipe = _text_pipeline(spec.arch, spec.source)
 
     @torch.no_grad()
     def __call__(self, prompt: str) -> Conditioning:

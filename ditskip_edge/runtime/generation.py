@@ -214,20 +214,23 @@ class Generator:
         return n
 
     # ------------------------------------------------------------------------------------------ text
-    def encode(self, prompt: str, programs: Programs) -> dict[str, np.ndarray]:
-        """cond.<key> arrays of one prompt, batch 1."""
+    def encode(self, prompts: dict[str, str], programs: Programs) -> dict[str, dict[str, np.ndarray]]:
+        """{branch: prompt} -> {branch: cond.<key> arrays, batch 1}. Each text program is loaded once and run for
+        every branch's prompt before the next is loaded (one program's weights and arena at a time)."""
         t = self.text
         if t["kind"] == TEXT_HASH:
-            cond = hash_text.encode(prompt, self.bundle.field("model", "arch"), t["seq_len"], t["dim"],
-                                    t.get("pooled_dim", 0))
-            return {"cond." + k: v for k, v in cond.items()}
-        out = {}
+            arch = self.bundle.field("model", "arch")
+            return {b: {"cond." + k: v for k, v in hash_text.encode(p, arch, t["seq_len"], t["dim"],
+                                                                    t.get("pooled_dim", 0)).items()}
+                    for b, p in prompts.items()}
+        out: dict[str, dict[str, np.ndarray]] = {b: {} for b in prompts}
         for name in self.text_programs():
-            text = (prompt if t["kind"] == TEXT_MINILM
-                    else _preprocess(prompt, self._encoder(name)["tokenizer"]["preprocess"]))
-            ids, mask = self.tokenizer(name).encode(text)
-            out.update(programs(self.entries[name], {"input_ids": np.asarray([ids], np.int64),
-                                                     "attention_mask": np.asarray([mask], np.int64)}))
+            for b, prompt in prompts.items():
+                text = (prompt if t["kind"] == TEXT_MINILM
+                        else _preprocess(prompt, self._encoder(name)["tokenizer"]["preprocess"]))
+                ids, mask = self.tokenizer(name).encode(text)
+                out[b].update(programs(self.entries[name], {"input_ids": np.asarray([ids], np.int64),
+                                                            "attention_mask": np.asarray([mask], np.int64)}))
         return out
 
     # ------------------------------------------------------------------------------------------ weights
@@ -277,7 +280,7 @@ class Generator:
         t_merge = time.perf_counter() - t0
         programs = Programs(self.bundle, watch)
         branches = cfg_branches(guidance)
-        conds = {b: self.encode("" if b == "uncond" else prompt, programs) for b in branches}
+        conds = self.encode({b: "" if b == "uncond" else prompt for b in branches}, programs)
         programs.drop()
         if "guidance" in self.gen["cond_keys"]:
             for c in conds.values():
