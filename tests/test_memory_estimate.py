@@ -93,6 +93,8 @@ def test_estimate_json_prints_one_document_with_the_breakdown(capsys, command):
     (["--model", "sana-tiny", "--skip-front", "3", "--skip-back", "3"], "leaves no kept block"),
     (["--model", "sana-tiny", "--skip-ratio", "0.5", "--resolution", "100"], "multiple of 32"),
     (["--model", "sana-tiny"], "--skip-ratio"),
+    (["--model", "flux-tiny", "--skip-ratio", "0.5", "--generation-px", "128", "--attention-chunk", "-3"],
+     "--attention-chunk -3"),
 ])
 def test_bad_arguments_give_one_line_error(argv, needle, capsys):
     assert main(["estimate", *argv, "--json"]) == 2

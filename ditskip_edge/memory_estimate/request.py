@@ -74,6 +74,8 @@ def estimate_memory(req: EstimateRequest) -> dict:
                + (f"; frozen weights {mj['frozen_weights_gib']} GiB mapped (file-backed, working set "
                   f"{mj['file_backed_working_set_gib']} GiB)" if req.weights == "mapped" else ""))
     generation = {}
+    if req.attention_chunk is not None and req.attention_chunk < 1:
+        raise UserError(f"--attention-chunk {req.attention_chunk}: expected a positive number of query tokens")
     for px in req.generation_px:
         from .generation import GenerationConfig, generation_estimate
         if px < spec.pixel_multiple or px % spec.pixel_multiple:
