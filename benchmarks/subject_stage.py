@@ -17,7 +17,8 @@ equality criteria are fp32's):
    cache vs the host bundle's run (ExecuTorch, same training program);
 5. `--headline int8,...`: the subject stage vs training at a ~300M FLUX layout (no host comparison);
 6. the planner (`ditskip-edge estimate --subject-stage`) for FLUX.1-dev and SANA-1600M: the subject stage's footprint
-   vs training's, the cache-free mode's storage saved, footprint and extra TFLOPs per step.
+   vs training's (SANA-1600M also with the encoder on 256-px tiles), the cache-free mode's storage saved, footprint and
+   extra TFLOPs per step.
 Tests never time things; this script does (2 shared CPU cores: see the load average in the results).
 """
 
@@ -225,15 +226,21 @@ def measure_headline(work: Path, precision: str, external: bool) -> dict:
 def planner_rows() -> list[dict]:
     from ditskip_edge.memory_estimate.request import EstimateRequest, estimate_memory
     rows = []
-    for model, ratio, precision, weights in [("flux-dev", 0.5, "int8", "resident"), ("flux-dev", 0.5, "int8", "mapped"),
-                                             ("flux-dev", 0.5, "int4", "resident"),
-                                             ("sana-1600m", 0.5, "int8", "resident"),
-                                             ("sana-1600m", 0.5, "int4", "resident"),
-                                             ("sana-1600m", 0.5, "int8", "mapped")]:
+    for model, ratio, precision, weights, tile in [("flux-dev", 0.5, "int8", "resident", None),
+                                                   ("flux-dev", 0.5, "int8", "mapped", None),
+                                                   ("flux-dev", 0.5, "int4", "resident", None),
+                                                   ("sana-1600m", 0.5, "int8", "resident", None),
+                                                   ("sana-1600m", 0.5, "int4", "resident", None),
+                                                   ("sana-1600m", 0.5, "int8", "mapped", None),
+                                                   ("sana-1600m", 0.5, "int8", "mapped", 256),
+                                                   ("sana-1600m", 0.5, "int8", "mapped", "256-portable")]:
+        px = int(str(tile).split("-")[0]) if tile else None
         d = estimate_memory(EstimateRequest(model=model, skip_ratio=ratio, precision=precision, weights=weights,
-                                            subject_stage=True))
+                                            subject_stage=True, encode_tile_px=px,
+                                            encode_backend="portable" if str(tile).endswith("portable") else "xnnpack"))
         s, c, x = d["subject_stage"], d["cache_free"], d["x0_only"]
         rows.append({"model": model, "skip_ratio": ratio, "precision": precision, "weights": weights,
+                     "encode_tile_px": px, "encode_backend": s["encode_backend"],
                      "plan": [d["plan"]["n_front"], d["plan"]["n_back"]],
                      "training_footprint_gib": d["memory"]["footprint_gib"],
                      "subject_footprint_gib": s["footprint_gib"], "no_larger_than_training": s["no_larger_than_training"],
@@ -245,7 +252,7 @@ def planner_rows() -> list[dict]:
                      "predicted_step_time_ratio": c["predicted_step_time_ratio"], "remat": d["step"]["remat"],
                      "x0_only_cache_gib": x["stored_cache_gib"],
                      "x0_only_predicted_step_time_ratio": x["predicted_step_time_ratio"]})
-        print(f"planner {model} {precision} {weights}: subject {s['footprint_gib']} GiB vs training "
+        print(f"planner {model} {precision} {weights} tiles {tile}: subject {s['footprint_gib']} GiB vs training "
               f"{d['memory']['footprint_gib']} GiB", file=sys.stderr, flush=True)
     return rows
 
@@ -316,14 +323,17 @@ def markdown(res: dict) -> str:
     if not res["planner"]:
         return "\n".join(lines) + "\n"
     lines += ["## Planner at real scale (`ditskip-edge estimate --model M --skip-ratio 0.5 --precision P --weights W "
-              "--subject-stage --json`)", "",
-              "| model | precision | weights | plan | training footprint GiB | subject stage footprint GiB | <= training | "
+              "--subject-stage [--encode-tile-px T] [--encode-backend B] --json`)", "",
+              "The encoder's weights count as anonymous with the XNNPACK encoder (it packs them into its own memory, "
+              "mapped or not: `encode_tiles.md`); with the portable encoder mapped weights stay file-backed.", "",
+              "| model | precision | weights | encoder: tiles px, backend | plan | training footprint GiB | subject stage footprint GiB | <= training | "
               "largest block GiB | subject TFLOP/sample | train TFLOP/sample | stored cache GiB (2000 samples) | "
               "cache-free footprint GiB | extra TFLOP/step (x4 samples) | predicted step time ratio: cache-free | "
               "x0-only cache GiB | predicted step time ratio: x0-only |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in res["planner"]:
-        lines.append(f"| {p['model']} | {p['precision']} | {p['weights']} | {p['plan']} | {p['training_footprint_gib']} | "
+        lines.append(f"| {p['model']} | {p['precision']} | {p['weights']} | {p.get('encode_tile_px') or 'whole crop'}, {p.get('encode_backend', 'xnnpack')} | "
+                     f"{p['plan']} | {p['training_footprint_gib']} | "
                      f"{p['subject_footprint_gib']} | {p['no_larger_than_training']} | {p['largest_block_weights_gib']} | "
                      f"{p['subject_tflops_per_sample']} | {p['train_tflops_per_sample']} | {p['stored_cache_gib']} | "
                      f"{p['cache_free_footprint_gib']} | {p['extra_tflops_per_step']} | {p['predicted_step_time_ratio']} | "

@@ -41,7 +41,7 @@ from .cache import DEFAULT_CODEC
 from .cache.store import ResidualCacheWriter
 from .images import Photo, load_photos, to_uint8_image
 from .lora import LoraSpec, lora_file_record
-from .models.latents import LatentEncoder
+from .models.latents import LatentEncoder, encode_tiling
 from .models.loading import build_transformer, build_vae, resolve_spec
 from .models.specs import ModelSpec
 from .models.text import encode_prompt
@@ -83,6 +83,8 @@ class CompileRequest:
     more_prompts: list[str] = field(default_factory=list)   # model bundle: prompts besides `prompt`
     subject_programs: SubjectPrograms | None = None        # model bundle: the subject stage's forward programs
     min_photos: int = 1                   # model bundle: the fewest photos its subject stage accepts
+    encode_tile_px: int | None = None     # the encoder on pixel tiles of this side (diffusers' tiled_encode), on the
+                                          # host and in the model bundle's encode programs; None: whole crops
 
 
 def check_request(req: CompileRequest, spec: ModelSpec) -> ScheduleConfig:
@@ -123,6 +125,9 @@ def check_request(req: CompileRequest, spec: ModelSpec) -> ScheduleConfig:
             stage.check_model(spec)
     if req.subject_programs is not None:
         req.subject_programs.validate()
+    if req.encode_tile_px is not None and req.encode_tile_px <= 0:
+        raise UserError(f"--encode-tile-px {req.encode_tile_px}: expected a positive number of pixels")
+    encode_tiling(spec, sched.s_min_px, req.encode_tile_px)           # tiles this autoencoder can take
     return sched
 
 
@@ -158,7 +163,7 @@ def _check_disk(out_dir: Path, entry_bytes: int, num_samples: int) -> None:
 
 def compile_subject_stage(writer: BundleWriter, spec: ModelSpec, transformer: nn.Module, vae: nn.Module,
                           photos: list[Photo], prompt: str, schedule_cfg: ScheduleConfig, plan: SkipPlan,
-                          cache_codec: str = DEFAULT_CODEC) -> dict:
+                          cache_codec: str = DEFAULT_CODEC, encode_tile_px: int | None = None) -> dict:
     schedule = make_schedule(schedule_cfg, [tuple(p.pixels.shape[1:]) for p in photos], [p.name for p in photos])
     schedule.save(writer.path(SCHEDULE_FILE))
     for i, p in enumerate(photos):
@@ -168,7 +173,8 @@ def compile_subject_stage(writer: BundleWriter, spec: ModelSpec, transformer: nn
 
     full_view = make_view(spec.arch, transformer)
     sampler = PatchSampler(schedule_cfg.s_min_px)
-    encoder = LatentEncoder(spec.arch, vae)
+    tiling = encode_tiling(spec, schedule_cfg.s_min_px, encode_tile_px)
+    encoder = LatentEncoder(spec.arch, vae, tiling)          # tiled: diffusers' own tiled_encode
     identity = cache_identity(writer.manifest["model"], writer.manifest["plan"], schedule)
     cache = ResidualCacheWriter(writer.path(CACHE_DIR), identity, cache_codec)
     t0 = time.perf_counter()
@@ -197,7 +203,8 @@ def compile_subject_stage(writer: BundleWriter, spec: ModelSpec, transformer: nn
              "cache_rel_error": index["rel_error"],
              "cache_entry_bytes": index["entry_bytes"], "seconds": round(time.perf_counter() - t0, 3),
              "cache_mode": STORED, "computed_by": "host"}
-    writer.manifest.update(schedule=schedule.to_json()["config"], subject_stage=stage, bundle_kind=SUBJECT_BUNDLE)
+    writer.manifest.update(schedule=schedule.to_json()["config"], subject_stage=stage, bundle_kind=SUBJECT_BUNDLE,
+                           encode_tiling=tiling)
     return stage
 
 
@@ -239,8 +246,9 @@ def compile_model_bundle(req: CompileRequest, spec: ModelSpec, sched: ScheduleCo
     if not any(isinstance(st, ExecutorchPrograms) for st in req.programs):
         raise UserError("a model bundle needs the ExecuTorch training program: add --runtime executorch (the subject "
                         "stage's programs are ExecuTorch programs)")
-    subject_programs = req.subject_programs or SubjectPrograms(
-        precision=next(st for st in req.programs if isinstance(st, ExecutorchPrograms)).precisions[0])
+    subject_programs = dataclasses.replace(req.subject_programs or SubjectPrograms(
+        precision=next(st for st in req.programs if isinstance(st, ExecutorchPrograms)).precisions[0]),
+        encode_tile_px=req.encode_tile_px)
     writer = BundleWriter(req.out, overwrite=req.overwrite)
     transformer, vae = build_transformer(spec), build_vae(spec)
     plan = resolve_plan(req, spec, len(block_names_of(transformer)), transformer, vae, None)
@@ -283,7 +291,7 @@ def compile_bundle(req: CompileRequest) -> dict:
         writer.manifest["created_by"] = f"ditskip-edge {__version__}"
         model_stage = compile_model_stage(writer, spec, transformer, plan, req.lora, req.optimizer)
         subject_stage = compile_subject_stage(writer, spec, transformer, vae, photos, req.prompt, sched, plan,
-                                              req.cache_codec)
+                                              req.cache_codec, req.encode_tile_px)
         del transformer, vae
         programs = [PROGRAM_STAGES[type(stage)](writer, stage) for stage in req.programs]
     return {"bundle": str(Path(req.out).resolve()), "model": spec.name, "plan": plan.to_json(),

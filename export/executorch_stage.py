@@ -77,7 +77,8 @@ def preprocess_entries(writer: BundleWriter, b: OpenBundle, backend: str) -> lis
 
     from .executorch_preprocess import export_preprocess
     sampler = PatchSampler(b.schedule_config.s_min_px)
-    encoder = LatentEncoder(b.spec.arch, build_vae(b.spec))
+    # the host's tiled encode (diffusers' tiled_encode, traced into the program) when the bundle's x0 was made so
+    encoder = LatentEncoder(b.spec.arch, build_vae(b.spec), writer.manifest.get("encode_tiling"))
     shapes = []
     for rel in writer.manifest["subject_stage"]["photos"]:
         with Image.open(writer.root / rel) as im:

@@ -6,6 +6,9 @@ cache itself from the user's photos (runtime/subject.py) or each step's residual
 writes under `programs/executorch/subject/`:
   encode.pte                   patch [1, 3, s_min, s_min] -> x0 (the autoencoder's encoder; flux-testbed's
                                space-to-depth); the crop itself is cut on the device (runtime/patches.py)
+  encode_HxW.pte (+ encoder.ptd)  with encode_tile_px: one program per pixel tile shape of the crop (diffusers'
+                               tiled_encode; the device blends the latent tiles, runtime/tiling.py), named encode.HxW;
+                               with external_weights they share one data file (XNNPACK's weights included)
   embed.pte                    x0, noise, t, cond.* -> stream.* entering block 0, ctx.* (FLUX temb + rotary cos/sin,
                                SANA timestep + projected caption (+ its mask bias))
   block_NN.pte (+ .ptd)        stream.*, ctx.* -> stream.*: the frozen base model's block NN, one program per block the
@@ -29,18 +32,21 @@ import torch
 import torch.nn as nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from ditskip_edge.models.latents import LatentEncoder
+from ditskip_edge.models.latents import LatentEncoder, encode_tiling
+from ditskip_edge.models.specs import ModelSpec
 from ditskip_edge.models.views import DiTView, make_view
 from ditskip_edge.plan import SkipPlan
 from ditskip_edge.quantize import QuantSpec, quantize_frozen_layers
 from ditskip_edge.runtime.bundle import PROGRAMS_DIR, BundleWriter
 from ditskip_edge.runtime.contract import (BLOCK, COND_PREFIX, CTX_PREFIX, EMBED, ENCODE, PROGRAM_PRECISIONS,
-                                           STREAM_PREFIX, ProgramEntry)
+                                           STREAM_PREFIX, ProgramEntry, encode_name)
 from ditskip_edge.runtime.errors import UserError
+from ditskip_edge.runtime.tiling import tile_key, tile_shapes
 from ditskip_edge.skip_model import noisy_latents_and_target
 
 log = logging.getLogger(__name__)
 PROGRAM_DIR = f"{PROGRAMS_DIR}/executorch/subject"
+DELEGATE_WEIGHTS_TAG = "encoder"
 BACKENDS = ("portable", "xnnpack")
 
 
@@ -52,6 +58,8 @@ class SubjectPrograms:
     external_weights: bool = False          # frozen constants in a .ptd file beside each .pte (mapped); XNNPACK keeps
                                             # the weights it takes in its delegate blob inside the .pte
     group_size: int = 32                    # int4: input features per scale
+    encode_tile_px: int | None = None       # the encoder on pixel tiles of this side (diffusers' tiled_encode, the
+                                            # manifest's encode_tiling); None: the whole s_min crop at once
 
     def validate(self) -> None:
         if self.precision not in PROGRAM_PRECISIONS:
@@ -60,6 +68,8 @@ class SubjectPrograms:
         for b in (self.backend, self.encode_backend):
             if b not in BACKENDS:
                 raise UserError(f"executorch backend {b!r}: expected one of {', '.join(BACKENDS)}")
+        if self.encode_tile_px is not None and self.encode_tile_px <= 0:
+            raise UserError(f"--encode-tile-px {self.encode_tile_px}: expected a positive number of pixels")
 
 
 def blocks_needed(plan: SkipPlan) -> list[int]:
@@ -117,8 +127,13 @@ def _specs(names: list[str], tensors) -> list[dict]:
             for n, v in zip(names, tensors)]
 
 
-def export_forward(module: nn.Module, example: tuple, backend: str, external_weights: bool, matmuls: bool = False):
-    """Inference export (no backward) with math attention. Returns (.pte bytes, {data file suffix: bytes}, memory).
+def export_forward(module: nn.Module, example: tuple, backend: str, external_weights: bool, matmuls: bool = False,
+                   delegate_weights: bool = False):
+    """Inference export (no backward) with math attention. Returns (.pte bytes, data file bytes or None, memory).
+
+    delegate_weights (with external_weights and XNNPACK, the encoder's tile programs): the weights XNNPACK takes go
+    to the data file too (ExecuTorch's delegate constant tag; keyed by their bytes' SHA-256), the few others stay in
+    the .pte, so programs of one module at different input shapes share one data file byte for byte.
 
     matmuls (the embed and block programs): lowered as the training program is (executorch_program.lower): each
     linear / 1x1 convolution a matmul with its weight on the left, XNNPACK's bmm for the matmuls and transposes only
@@ -130,6 +145,13 @@ def export_forward(module: nn.Module, example: tuple, backend: str, external_wei
     from .graph_passes import remove_unused_constants
     with sdpa_kernel([SDPBackend.MATH]), torch.no_grad():
         ep = torch.export.export(module.eval(), example, strict=False)
+    tag_delegate = delegate_weights and external_weights and backend == "xnnpack" and not matmuls
+    if tag_delegate:
+        from executorch.exir.passes.external_constants_pass import delegate_external_constants_pass_unlifted
+        gm = ep.module()
+        delegate_external_constants_pass_unlifted(gm, gen_tag_fn=lambda node: DELEGATE_WEIGHTS_TAG)
+        with sdpa_kernel([SDPBackend.MATH]), torch.no_grad():
+            ep = torch.export.export(gm, example, strict=False)
     remove_unused_constants(ep)                     # e.g. the head's weights in the embed program's view
     cc = EdgeCompileConfig(_check_ir_validity=False)
     if matmuls:
@@ -155,8 +177,8 @@ def export_forward(module: nn.Module, example: tuple, backend: str, external_wei
         edge, _ = to_edge_lowered(ep, [rounding_only_partitioner()], compile_config=cc)
     else:
         edge = to_edge(ep, compile_config=cc)
-    return _forward_program(edge.to_executorch(ExecutorchBackendConfig(external_constants=external_weights)),
-                            external_weights)
+    et = edge.to_executorch(ExecutorchBackendConfig(external_constants=external_weights and not tag_delegate))
+    return _forward_program(et, external_weights)
 
 
 def _forward_program(et, external_weights: bool):
@@ -212,7 +234,7 @@ def add_subject_programs(writer: BundleWriter, config: SubjectPrograms, transfor
     entries: list[dict] = []
 
     def write(name: str, rel_stem: str, module, example, in_names, out_names, outputs, block=None, quantize=False,
-              backend=config.backend):
+              backend=config.backend, shared_data: str | None = None):
         if quantize and quant.bits is not None:
             module = copy.deepcopy(module)
             for p in module.parameters():
@@ -220,20 +242,45 @@ def add_subject_programs(writer: BundleWriter, config: SubjectPrograms, transfor
             quantize_frozen_layers(module, quant)
         log.info("exporting %s.pte", rel_stem)
         example = tuple(t.contiguous() for t in example)      # the program's inputs are contiguous (dim order)
-        pte, data, memory = export_forward(module, example, backend, config.external_weights, matmuls=quantize)
+        pte, data, memory = export_forward(module, example, backend, config.external_weights, matmuls=quantize,
+                                           delegate_weights=shared_data is not None)
         rel = f"{rel_stem}.pte"
         writer.path(rel).write_bytes(pte)
         data_files = []
-        if data is not None:
-            writer.path(f"{rel_stem}.ptd").write_bytes(data)
-            data_files.append(f"{rel_stem}.ptd")
+        if data is not None and shared_data is not None and writer.path(shared_data).exists():
+            if writer.path(shared_data).read_bytes() != data:      # one module, one set of weights: never expected
+                raise RuntimeError(f"{rel}: its weights differ from {shared_data}'s (the encoder's other tiles)")
+            data_files.append(shared_data)
+        elif data is not None:
+            data_rel = shared_data or f"{rel_stem}.ptd"
+            writer.path(data_rel).write_bytes(data)
+            data_files.append(data_rel)
         entries.append(ProgramEntry(name=name, runtime="executorch", path=rel, inputs=_specs(in_names, example),
                                     outputs=_specs(out_names, outputs), precision=config.precision if quantize
                                     else "fp32", backend=backend, data=data_files, memory=memory,
                                     block=block).to_json())
 
-    write(ENCODE, f"{PROGRAM_DIR}/{ENCODE}", EncodeModule(encoder), (patch,), ["patch"], ["x0"], [x0],
-          backend=config.encode_backend)
+    tiling = encode_tiling(ModelSpec.from_json(m["model"]), s_min, config.encode_tile_px)
+    if not tiling["tiled"]:
+        write(ENCODE, f"{PROGRAM_DIR}/{ENCODE}", EncodeModule(encoder), (patch,), ["patch"], ["x0"], [x0],
+              backend=config.encode_backend)
+        encode_programs = {tile_key(s_min, s_min): ENCODE}
+    else:
+        encode_programs = {}
+        for th, tw in tile_shapes((s_min, s_min), tiling["tile_px"], tiling["stride_px"]):
+            tile = torch.zeros(1, 3, th, tw)
+            with torch.no_grad():
+                x0_tile = encoder(tile)
+            name = encode_name(th, tw)
+            write(name, f"{PROGRAM_DIR}/{ENCODE}_{tile_key(th, tw)}", EncodeModule(encoder), (tile,), ["patch"],
+                  ["x0"], [x0_tile], backend=config.encode_backend, shared_data=f"{PROGRAM_DIR}/encoder.ptd")
+            encode_programs[tile_key(th, tw)] = name
+    writer.manifest["encode_tiling"] = {
+        **tiling, "programs": encode_programs,
+        "rule": "runtime/tiling.py encode_tiled: pixel tiles of the s_min crop start every stride_px; each encoded "
+                "tile is blended into its upper, then its left (already blended) neighbour over (tile_px - "
+                "stride_px) / scale latent cells, and its first stride_px / scale rows and columns go to x0 "
+                "(diffusers' tiled_encode); untiled: the one encode program on the whole crop"}
     cond_keys = sorted(cond)
     embed = EmbedModule(make_view(arch, transformer, []), cond_keys)          # embedders only, no block
     write(EMBED, f"{PROGRAM_DIR}/{EMBED}", embed, (x0, noise, t, *[cond[k] for k in cond_keys]),
@@ -246,5 +293,6 @@ def add_subject_programs(writer: BundleWriter, config: SubjectPrograms, transfor
         module = BlockModule(view, view.blocks[i], stream_names, ctx_names, ctx)
         write(BLOCK, f"{PROGRAM_DIR}/{BLOCK}_{i:02d}", module, tuple(block_in), in_names,
               [STREAM_PREFIX + k for k in stream_names], [streams[k] for k in stream_names], block=i, quantize=True)
-    writer.manifest["programs"] = [p for p in m.get("programs", []) if p["name"] not in (ENCODE, EMBED, BLOCK)] + entries
+    writer.manifest["programs"] = [p for p in m.get("programs", []) if p["name"] not in (EMBED, BLOCK)
+                                   and not p["name"].startswith(ENCODE)] + entries
     return [e["path"] for e in entries]

@@ -19,6 +19,11 @@ Properties protected:
   but the photo PNGs (another encoder: same pixels) byte for byte, the manifest Python's but for those PNGs, the
   timings and the coding errors; an interrupted or failed assembly leaves nothing at the destination;
 - PhotoNormalise.kt is photos.py normalise (Pillow's LANCZOS) bit for bit;
+- Tiling.kt encodeTiled is runtime/tiling.py encode_tiled (tiles of one shape in a row, in tile_shapes' order, then
+  blended row-major), and decodeTiled, now on the same runTiled, is still decode_tiled; a tiled model bundle
+  (encode_tiling, encode.<h>x<w> programs) gives subject.py's cache through the Kotlin stage, each tile program loaded
+  once per sample and released before the next shape; a tiled bundle missing a listed tile program is refused with
+  one line naming it;
 - the Swift mirrors (uncompiled) follow the Kotlin port on the lines that carry the arithmetic and the format.
 """
 
@@ -41,7 +46,7 @@ HOSTCHECK = ROOT / "android_demo/hostcheck"
 STUBS = ["AndroidDebugStub.kt", "ExecutorchStubs.kt", "JsonStubs.kt", "TrainingModuleStubs.kt"]
 APP = ["PortableRng.kt", "BundleContract.kt", "Schedule.kt", "Patches.kt", "PyJson.kt", "CacheCodecs.kt",
        "CacheWriter.kt", "SubjectStage.kt", "ModelBundle.kt", "Safetensors.kt", "SubjectBundle.kt", "PhotoNormalise.kt",
-       "ResidualCache.kt", "TrainingBundle.kt"]          # the last two: type-checked with the new refusal messages
+       "ResidualCache.kt", "TrainingBundle.kt", "Tiling.kt"]          # the last two: type-checked with the new refusal messages
 RUN = "f" * 64
 F32 = np.float32
 
@@ -257,24 +262,40 @@ def standin_block(i):
     return run
 
 
-def standin_forward(spans, s_min_px: int):
-    """forward.py's ForwardPrograms running the stand-in programs."""
+def standin_tile_encode(inp):
+    """A tiled encode's stand-in tile program (SubjectCheck.kt StandIn encode.<h>x<w>): standin_encode + the tile's
+    top-left pixel / 4 + a ramp over the tile's own rows (depends on the tile's position and size)."""
+    p = inp["patch"]
+    h = p.shape[2] // 2
+    ramp = (np.arange(h, dtype=F32) / F32(h))[:, None]
+    return {"x0": np.stack([p[0, c % 3, ::2, ::2] * F32(0.5 * (c + 1)) + p[0, c % 3, 0, 0] * F32(0.25)
+                            + F32(0.0625) * ramp for c in range(C)])[None].astype(F32)}
+
+
+def standin_forward(spans, s_min_px: int, tiling: dict | None = None):
+    """forward.py's ForwardPrograms running the stand-in programs (tiling: a manifest's encode_tiling record, its
+    programs the stand-in tile program)."""
     from ditskip_edge.runtime.forward import ForwardPrograms
     fwd = ForwardPrograms.__new__(ForwardPrograms)
     fwd.num_blocks, fwd.n_front, fwd.n_back = spans
     fwd.s_min_px, fwd.keep_blocks = s_min_px, True
-    fwd._encode, fwd._embed = standin_encode, standin_embed
+    key = f"{s_min_px}x{s_min_px}"
+    fwd.encode_tiling = tiling or {"tile_px": s_min_px, "stride_px": s_min_px, "scale": None, "tiled": False,
+                                   "programs": {key: "encode"}}
+    fwd._encode = ({k: standin_tile_encode for k in tiling["programs"]} if tiling and tiling["tiled"]
+                   else {key: standin_encode})
+    fwd._embed = standin_embed
     fwd._blocks = {i: standin_block(i) for i in range(spans[0])}
     return fwd
 
 
 def python_stage(monkeypatch, out: Path, spans, codec, shapes, sched_cfg, photos, names, cond, model, shard,
-                 stop_after=None, run=RUN):
+                 stop_after=None, run=RUN, tiling=None):
     """runtime/subject.py write_cache itself, with forward.py's ForwardPrograms running the stand-in programs."""
     from ditskip_edge.runtime import subject
     from ditskip_edge.runtime.cache import CacheWriter
     from ditskip_edge.runtime.schedule import ScheduleConfig, make_schedule
-    fwd = standin_forward(spans, sched_cfg["s_min_px"])
+    fwd = standin_forward(spans, sched_cfg["s_min_px"], tiling)
     schedule = make_schedule(ScheduleConfig(**sched_cfg), [p.shape[1:] for p in photos], names)
     plan = {"num_blocks": spans[0], "n_front": spans[1], "n_back": spans[2]}
     fake_model = SimpleNamespace(codec_spec=codec, entry_shapes={k: tuple(v) for k, v in shapes.items()},
@@ -617,7 +638,7 @@ def test_the_swift_subject_bundle_and_lanczos_follow_the_kotlin_port():
     kept = re.findall(r'"(\w+)"', re.search(r"KEPT_FIELDS = listOf\(([^)]*)\)", kt).group(1))
     assert kept == re.findall(r'"(\w+)"', re.search(r"keptFields = \[([^\]]*)\]", sw).group(1))
     assert kept == ["created_by", "model", "plan", "lora", "optimizer", "model_stage", "lora_file", "schedule",
-                    "programs", "generation"]                                   # subject.py subject_manifest
+                    "programs", "generation", "encode_tiling"]                  # subject.py subject_manifest
     for const in (bundle.PHOTOS_DIR, bundle.SCHEDULE_FILE, bundle.TEXT_FILE, bundle.CACHE_DIR):
         assert f'"{const}"' in sw and f'"{const}"' in kt, const
     kt_keys = re.findall(r'stage\["(\w+)"\] =', kt)
@@ -637,3 +658,217 @@ def test_the_swift_subject_bundle_and_lanczos_follow_the_kotlin_port():
                  "val center = (xx + 0.5) * scale", "(center - support + 0.5).toInt()", "(-0.5 + pre[it] * one).toInt()",
                  "Math.ceil(support).toInt() * 2 + 1", ".toFloat() / 127.5f - 1f", "Math.rint(h * scale)"):
         assert line in pn_kt, line
+
+
+# ------------------------------------------------------------------------------------------------ tiled encode
+
+def pool_mix(tile: np.ndarray, f: int) -> np.ndarray:
+    """SubjectCheck.kt poolMix: [1, 3, th, tw] -> [1, 4, th / f, tw / f] = a fixed channel mix of the f x f average
+    pool + half the tile's top-left pixel + a ramp over the tile's own cells (float64, then float32)."""
+    t = tile[0].astype(np.float64)
+    _, th, tw = t.shape
+    oh, ow = th // f, tw // f
+    pooled = t.reshape(3, oh, f, ow, f).mean(axis=(2, 4))
+    mix = np.array([[((k * 3 + ch) % 5 - 2) * 0.3 + 0.1 for ch in range(3)] for k in range(4)])
+    y, z = np.meshgrid(np.arange(oh), np.arange(ow), indexing="ij")
+    out = np.einsum("kc,cyz->kyz", mix, pooled) + 0.5 * t[[k % 3 for k in range(4)], 0, 0][:, None, None] \
+        + 0.01 * (y + 2 * z) / (oh + ow)
+    return out.astype(F32)[None]
+
+
+def channel_up(t: np.ndarray, f: int) -> np.ndarray:
+    """SubjectCheck.kt channelUp: channel mix + nearest upsample by f + a ramp within each f cell."""
+    a = np.repeat(np.repeat(t[0, 0], f, 0), f, 1)
+    b = np.repeat(np.repeat(t[0, 1], f, 0), f, 1)
+    ramp = (np.arange(a.shape[1]) % f).astype(F32) * F32(0.25)
+    return np.stack([a * F32(o + 1) - b * F32(0.5) + ramp[None, :] for o in range(3)])[None].astype(F32)
+
+
+# (kind, c, h, w, tile, stride, scale): f=8 tile 64 stride 48 on 128 (AutoencoderKL's quarter overlap), f=32 tile 128
+# stride 96 and tile 64 stride 32 on 256, SANA's 7/8 stride on a non-square input with a partial far edge, one tile
+# (untiled), and the decode (tile by tile) on the same loop
+TILE_CASES = [("encode", 3, 128, 128, 64, 48, 8), ("encode", 3, 256, 256, 128, 96, 32),
+              ("encode", 3, 256, 256, 64, 32, 32), ("encode", 3, 96, 160, 64, 56, 8),
+              ("encode", 3, 128, 128, 128, 128, 8), ("decode", 2, 11, 9, 4, 3, 2), ("decode", 2, 7, 10, 3, 2, 3)]
+
+
+def test_kotlin_tiled_encode_is_tiling_py_s(jar, tmp_path):
+    """Tiling.kt encodeTiled = runtime/tiling.py encode_tiled (to 1e-6) with a stand-in tile encoder whose output
+    depends on the tile's content, position and size, for FLUX's and SANA's strides, several tile sizes, a partial far
+    edge and one tile (untiled); the tile encoder runs in by-shape order (tile_shapes' order, all tiles of one shape in
+    a row: each tile program loaded once), and by tile order without by_shape; decodeTiled, now on the same runTiled,
+    is still decode_tiled."""
+    from ditskip_edge.runtime.tiling import decode_tiled, encode_tiled, tile_key
+    r = np.random.default_rng(3)
+    spec, want, orders = [], [], []
+    for n, (kind, c, h, w, tile, stride, f) in enumerate(TILE_CASES):
+        for by_shape in ((True, False) if kind == "encode" else (False,)):
+            x = r.normal(size=(1, c, h, w)).astype(F32)
+            (tmp_path / f"in{len(spec)}.f32").write_bytes(x.astype("<f4").tobytes())
+            order: list[str] = []
+
+            def run(t, f=f, order=order, kind=kind):
+                order.append(tile_key(t.shape[2], t.shape[3]))
+                return pool_mix(t, f) if kind == "encode" else channel_up(t, f)
+            out = (encode_tiled(x, run, tile, stride, f, by_shape) if kind == "encode"
+                   else decode_tiled(x, run, tile, stride, f))
+            spec.append({"kind": kind, "c": c, "h": h, "w": w, "tile": tile, "stride": stride, "scale": f,
+                         "by_shape": by_shape, "in": str(tmp_path / f"in{len(spec)}.f32"),
+                         "out": str(tmp_path / f"out{len(spec)}.f32")})
+            want.append(out)
+            orders.append(order)
+    (tmp_path / "tiles.json").write_text(json.dumps(spec))
+    lines = [ln.split() for ln in kotlin(jar, "tiles", tmp_path / "tiles.json").stdout.splitlines()]
+    assert len(lines) == len(spec)
+    for k, (line, s, out, order) in enumerate(zip(lines, spec, want, orders)):
+        assert line[:2] == ["order", str(k)] and [int(v) for v in line[2:5]] == list(out.shape[1:]), (s, line[:5])
+        assert line[5:] == order, (s, line[5:], order)
+        got = np.frombuffer(Path(s["out"]).read_bytes(), "<f4").reshape(out.shape)
+        np.testing.assert_allclose(got, out, rtol=0, atol=1e-6, err_msg=str(s))
+    tiled = [o for s, o in zip(spec, orders) if s["kind"] == "encode" and s["by_shape"] and len(o) > 1]
+    assert tiled and all(o == sorted(o, key=o.index) for o in tiled)         # every shape's tiles in a row
+    assert any(len(set(o)) > 1 for o in tiled)                               # more than one shape: the order matters
+
+
+TILED = {"tile_px": 8, "stride_px": 4, "scale": 2, "tiled": True}            # s_min 16: tiles 8x8, 8x4, 4x8, 4x4
+
+
+def tiled_model_bundle(root: Path, drop: str | None = None):
+    """A model bundle whose encode is tiled (encode_tiling; one encode.<h>x<w> stand-in program per pixel tile shape of
+    the 16-px crop), optionally without the tile program `drop`; returns (fields, tiling, shapes, sched, codec)."""
+    from safetensors.numpy import save_file
+
+    from ditskip_edge.runtime.tiling import tile_key, tile_shapes
+    root.mkdir(parents=True)
+    r = np.random.default_rng(17)
+    cond = r.normal(size=(1, 3, C)).astype(F32)
+    save_file({"txt": cond}, str(root / "prompt0.safetensors"))
+    sched = {"steps": 2, "grad_accum": 2, "s_min_px": 16, "s_max_px": 24, "multiple_px": 4, "seed": 3,
+             "t_sampling": "uniform", "dynamic_patches": True}
+    shapes = {"x0": [1, C, 8, 8], "front.img": [1, 64, C], "front.txt": [1, 3, C], "back.img": [1, 64, C]}
+    codec = "int8-channel,front.txt=fp16"
+    programs = standin_programs(shapes, codec, 4)
+    tiles = tile_shapes((16, 16), TILED["tile_px"], TILED["stride_px"])
+    tiling = {**TILED, "programs": {tile_key(th, tw): f"encode.{tile_key(th, tw)}" for th, tw in tiles}, "rule": "r"}
+    enc = [{"name": f"encode.{tile_key(th, tw)}", "runtime": "executorch", "path": f"encode_{tile_key(th, tw)}.pte",
+            "data": [], "block": None, "inputs": [{"name": "patch", "shape": [1, 3, th, tw], "dtype": "float32"}],
+            "outputs": [{"name": "x0", "shape": [1, C, th // 2, tw // 2], "dtype": "float32"}]}
+           for th, tw in tiles if f"encode.{tile_key(th, tw)}" != drop]
+    fields = {"format": "ditskip-edge-bundle", "format_version": 3, "bundle_kind": "model",
+              "model": {"name": "stand-in", "transformer_config": {"eps": 1e-06, "dim": C}},
+              "plan": {"num_blocks": 4, "n_front": 1, "n_back": 2}, "schedule": sched,
+              "model_bundle": {"prompts": [{"prompt": "p", "text_conditioning": "prompt0.safetensors"}],
+                               "cache_codec": codec, "entry_shapes": shapes, "min_photos": 2, "num_samples": 4},
+              "programs": enc + programs[1:], "encode_tiling": tiling}
+    return fields, tiling, shapes, sched, codec, cond
+
+
+def test_the_kotlin_stage_runs_a_tiled_encode_as_subject_py(jar, tmp_path, monkeypatch):
+    """A model bundle with a tiled encode (encode_tiling, encode.<h>x<w> programs of four tile shapes, the stand-in
+    tile program depending on the tile's position): ModelBundle.writeCache writes subject.py write_cache's cache for
+    it (forward.py x0 through encode_tiled), resumably; per sample each tile program is loaded once, in tile_shapes'
+    order, and released before the next shape and before embed runs (one program loaded at a time); the tiled x0 is
+    not the untiled stand-in's (tiling really happened)."""
+    from ditskip_edge.runtime.bundle import CACHE_DIR
+    from ditskip_edge.runtime.subject import run_identity
+    from ditskip_edge.runtime.tiling import tile_key, tile_shapes
+    root = tmp_path / "model"
+    fields, tiling, shapes, sched, codec, cond = tiled_model_bundle(root)
+    digest = write_manifest(root, fields)
+    r = np.random.default_rng(23)
+    photos = [r.uniform(-1, 1, size=(3, h, w)).astype(F32) for h, w in ((24, 28), (26, 24))]
+    names, shas = ["one.jpg", "two.jpg"], [hashlib.sha256(str(i).encode()).hexdigest() for i in range(2)]
+    run = run_identity(SimpleNamespace(manifest_sha256=digest),
+                       [SimpleNamespace(name=n, sha256=h) for n, h in zip(names, shas)], "p", "stored")
+    python_stage(monkeypatch, tmp_path / "py", (4, 1, 2), codec, shapes, sched, photos, names, cond,
+                 fields["model"], 64 << 20, run=run, tiling=tiling)
+    spec_photos = []
+    for i, p in enumerate(photos):
+        (tmp_path / f"p{i}.f32").write_bytes(p.astype("<f4").tobytes())
+        spec_photos.append([names[i], shas[i], p.shape[1], p.shape[2], str(tmp_path / f"p{i}.f32")])
+    spec = tmp_path / "model.json"
+    events = tmp_path / "events.txt"
+    spec.write_text(json.dumps({"bundle": str(root), "photos": spec_photos, "events": str(events)}))
+    assert kotlin(jar, "model", spec, tmp_path / "kt", 1).stdout.split() == ["resumed", "0", "computed", "1"]
+    assert kotlin(jar, "model", spec, tmp_path / "kt").stdout.split() == ["resumed", "1", "computed", "3"]
+    assert_same_cache(tmp_path / "py" / CACHE_DIR, tmp_path / "kt" / CACHE_DIR)
+    one = []
+    for th, tw in tile_shapes((16, 16), tiling["tile_px"], tiling["stride_px"]):
+        one += [f"load encode.{tile_key(th, tw)}", f"release encode.{tile_key(th, tw)}"]
+    assert len(one) == 8 and events.read_text().splitlines() == one * 3       # the second run: 3 samples
+    # tiling happened: the untiled stand-in on the same crop gives another x0
+    from ditskip_edge.runtime.patches import crop_patch
+    fwd = standin_forward((4, 1, 2), 16, tiling)
+    patch = crop_patch(photos[0], (0, 0, 16), 16)
+    assert np.abs(fwd.x0(photos[0], (0, 0, 16)) - standin_tile_encode({"patch": patch})["x0"]).max() > 1e-3
+
+
+def test_a_tiled_model_bundle_missing_a_tile_program_is_refused_in_one_line(jar, tmp_path):
+    """A model bundle whose encode_tiling lists a tile program it does not have is refused before any work, in one
+    line naming that program (forward.py subject_programs' message); one whose tile programs are not those of its
+    tile_px / stride_px is refused by name too."""
+    from ditskip_edge.runtime.bundle import Bundle
+    from ditskip_edge.runtime.errors import BundleError
+    from ditskip_edge.runtime.forward import subject_programs
+    root = tmp_path / "model"
+    fields, *_ = tiled_model_bundle(root, drop="encode.8x4")
+    write_manifest(root, fields)
+    with pytest.raises(BundleError) as py_err:                                  # the Python runtime's refusal
+        subject_programs(Bundle.open(root))
+    r = np.random.default_rng(1)
+    spec_photos = []
+    for i, (h, w) in enumerate(((24, 28), (26, 24))):
+        (tmp_path / f"p{i}.f32").write_bytes(r.uniform(-1, 1, size=(3, h, w)).astype("<f4").tobytes())
+        spec_photos.append([f"{i}.jpg", "0" * 64, h, w, str(tmp_path / f"p{i}.f32")])
+    spec = tmp_path / "model.json"
+    spec.write_text(json.dumps({"bundle": str(root), "photos": spec_photos}))
+    res = kotlin(jar, "model", spec, tmp_path / "kt", ok=False)
+    assert res.returncode != 0 and not (tmp_path / "kt").exists()
+    line = next(ln for ln in res.stderr.splitlines() if "IllegalArgumentException" in ln)
+    msg = line.split("IllegalArgumentException: ", 1)[1]
+    assert msg == str(py_err.value), (msg, str(py_err.value))
+    assert "no encode.8x4 program" in msg and "\n" not in msg
+    fields, tiling, *_ = tiled_model_bundle(tmp_path / "model2")
+    fields["encode_tiling"] = {**tiling, "tile_px": 12, "stride_px": 8}         # tiles of another size
+    write_manifest(tmp_path / "model2", fields)
+    spec.write_text(json.dumps({"bundle": str(tmp_path / "model2"), "photos": spec_photos}))
+    res = kotlin(jar, "model", spec, tmp_path / "kt", ok=False)
+    assert res.returncode != 0 and "encode_tiling lists tiles" in res.stderr and "every 8 px" in res.stderr
+
+
+def test_the_swift_tiled_encode_follows_the_kotlin_port():
+    """Swift cannot be compiled here: its tiled encode (Tiling.swift, SubjectStage.swift, ModelBundle.swift) is
+    checked against the Kotlin port run above on the lines that carry the arithmetic, the order and the checks."""
+    sw = {n: (ROOT / "ios_demo/DitSkipDemo" / n).read_text() for n in ("Tiling.swift", "SubjectStage.swift",
+                                                                      "ModelBundle.swift")}
+    kt = {n: (KT_DIR / n).read_text() for n in ("Tiling.kt", "SubjectStage.kt", "ModelBundle.kt")}
+    pairs = [("Tiling", "(tilePx - stridePx) / scale, stridePx / scale, h / scale", "blend: (tilePx - stridePx) / scale,"),
+             ("Tiling", "stridePx / scale, h / scale", "keep: stridePx / scale, outH: h / scale, outW: w / scale"),
+             ("Tiling", "(tile - stride) * scale, stride * scale, h * scale, w * scale", "blend: (tile - stride) * scale,"),
+             ("Tiling", "stride * scale, h * scale", "keep: stride * scale, outH: h * scale, outW: w * scale, byShape: false"),
+             ("Tiling", "byShape: Boolean = true", "byShape: Bool = true"),
+             ("Tiling", "x[(ch * h + i + y) * w + j + z]", None),
+             ("Tiling", "o.data[(ch * outH + y0 + y) * outW + x0 + z] = t.data[(ch * t.h + y) * t.w + z]",
+              "out!.data[(ch * outH + y0 + y) * outW + x0 + z] = t.data[(ch * t.h + y) * t.w + z]"),
+             ("Tiling", "val ph = minOf(keep, t.h, outH - y0); val pw = minOf(keep, t.w, outW - x0)",
+              "let ph = min(keep, t.h, outH - y0), pw = min(keep, t.w, outW - x0)"),
+             ("Tiling", "val shape = Pair(minOf(tile, h - i), minOf(tile, w - j))",
+              "let shape = [min(tile, h - i), min(tile, w - j)]"),
+             ("Tiling", "if (above.isNotEmpty()) blendRows(above[k], t, blend)",
+              "if !above.isEmpty { blendRows(above[k], &t, blend) }"),
+             ("SubjectStage", "runner.release()", "defer { runner.release() }"),
+             ("SubjectStage", "tiling.programs[Tiling.shapeKey(th, tw)]", "tiling.program(Tiling.shapeKey(th, tw))"),
+             ("SubjectStage", "SubjectStage.noProgramsMessage(", "SubjectStage.noProgramsMessage("),
+             ("SubjectStage", "if (isTile(program.name)) { held = program; heldModule = module }",
+              "if EtForwardRunner.isTile(program.name) { held = program; heldModule = module }"),
+             ("SubjectStage", "this bundle cannot run the subject stage (compile it \" +",
+              "this bundle cannot run the subject stage (compile it without --images: a model bundle)"),
+             ("ModelBundle", "Tiling.tileShapes(sMin.toInt(), sMin.toInt(), tiling.tilePx, tiling.stridePx)",
+              "Tiling.tileShapes(sMin, sMin, tile: tiling.tilePx, stride: tiling.stridePx)"),
+             ("ModelBundle", "th * x0Shape[2] / sMin, tw * x0Shape[3] / sMin",
+              "th * x0Shape[2] / sMin, tw * x0Shape[3] / sMin"),
+             ("ModelBundle", "cond, stopAfter, encodeTiling, progress)", "encodeTiling: try encodeTiling(), progress")]
+    for name, k_line, s_line in pairs:
+        assert k_line in kt[f"{name}.kt"], (name, k_line)
+        assert (s_line or k_line) in sw[f"{name}.swift"], (name, s_line or k_line)
+    assert "try checkEncodePrograms()" in sw["ModelBundle.swift"] and "checkPrograms(cond)" in kt["ModelBundle.kt"]

@@ -126,6 +126,10 @@ def test_bad_input_gets_a_clear_error_and_no_half_written_bundle(tmp_path, capsy
                           expect="unknown model 'flux-huge'")
     _assert_clean_failure(capsys, tmp_path, out, *_compile_args(PHOTOS, out, "--model", "flux-dev"),
                           expect="no weights here")
+    _assert_clean_failure(capsys, tmp_path, out, *_compile_args(PHOTOS, out, "--encode-tile-px", "40"),
+                          expect="AutoencoderKL overlaps its tiles by a quarter")
+    _assert_clean_failure(capsys, tmp_path, out, *_compile_args(PHOTOS, out, "--encode-tile-px", "0"),
+                          expect="expected a positive number of pixels")
 
 
 def test_failure_inside_compilation_leaves_no_bundle(tmp_path, monkeypatch):

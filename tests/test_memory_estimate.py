@@ -240,16 +240,32 @@ def test_program_state_is_counted_for_a_program_and_not_for_eager_torch():
     assert counted.footprint_bytes - p.footprint_bytes == counted.program_state_bytes - p.program_state_bytes
 
 
-def test_the_encode_tiles_what_if_is_one_tiles_peak_and_would_bring_sana_1600ms_stage_below_training():
-    """memory_estimate/subject.py encode_tiles_what_if (not built, for deciding): the encoder's phase on one 256-px
-    tile is below its phase on the whole 512-px crop, and SANA-1600M's subject stage (0.738 GiB today against
-    training's 0.448: DC-AE's encoder on the crop) would fall below training; FLUX.1-dev's 256-px crops are one tile
-    already (no what-if)."""
+def test_encode_tiles_and_the_portable_encoder_bring_sana_1600ms_subject_stage_below_training():
+    """memory_estimate/subject.py (compile --encode-tile-px / --encode-backend): SANA-1600M's subject stage is above
+    training's footprint with DC-AE's encoder on the whole 512-px crop; 256-px tiles cut the encoder's peak below half,
+    but XNNPACK's packed copy of the encoder's weights (anonymous, mapped data file or not: measured in
+    benchmarks/results/encode_tiles.md) keeps the stage above training; tiles with the portable encoder (mapped weights
+    read in place) bring it below, and the estimate suggests exactly those flags. FLUX.1-dev's 256-px crops are one
+    tile (no suggestion; --encode-tile-px 256 changes nothing) and its stage is below training as it is."""
     from ditskip_edge.memory_estimate.request import EstimateRequest, estimate_memory
     req = dict(skip_ratio=0.5, precision="int8", weights="mapped", subject_stage=True)
-    sana = estimate_memory(EstimateRequest(model="sana-1600m", **req))
-    stage, what_if = sana["subject_stage"], sana["subject_stage"]["encode_tiles_what_if"]
-    assert what_if["encoder_tile_peak_bytes"] < stage["encoder_forward_peak_bytes"] / 2
-    assert what_if["footprint_bytes"] < min(stage["footprint_bytes"], sana["memory"]["footprint_bytes"])
+    whole = estimate_memory(EstimateRequest(model="sana-1600m", **req))
+    tiled = estimate_memory(EstimateRequest(model="sana-1600m", encode_tile_px=256, **req))
+    lean = estimate_memory(EstimateRequest(model="sana-1600m", encode_tile_px=256, encode_backend="portable", **req))
+    train = whole["memory"]["footprint_bytes"]
+    w, t, p = whole["subject_stage"], tiled["subject_stage"], lean["subject_stage"]
+    assert w["footprint_bytes"] > t["footprint_bytes"] > train >= p["footprint_bytes"]
+    assert not w["no_larger_than_training"] and not t["no_larger_than_training"] and p["no_larger_than_training"]
+    assert t["encoder_anonymous_weights_bytes"] == t["encoder_weights_bytes"] > 0 == p["encoder_anonymous_weights_bytes"]
+    tiles = t["encode_tiles"]
+    assert tiles["tiled"] and tiles["tiles"] == 9 and len(tiles["tile_shapes"]) == 4
+    assert tiles["encoder_tile_peak_bytes"] < w["encoder_forward_peak_bytes"] / 2
+    for s in (w, t):
+        assert s["encode_tiles_suggested"]["flag"] == "--encode-tile-px 256 --encode-backend portable"
+        assert s["encode_tiles_suggested"]["footprint_bytes"] == p["footprint_bytes"]
+    assert p["encode_tiles_suggested"] is None
     flux = estimate_memory(EstimateRequest(model="flux-dev", **req))
-    assert flux["subject_stage"]["encode_tiles_what_if"] is None
+    flux_tiled = estimate_memory(EstimateRequest(model="flux-dev", encode_tile_px=256, **req))
+    assert flux["subject_stage"]["encode_tiles_suggested"] is None and flux_tiled["subject_stage"]["encode_tiles"] is None
+    assert flux_tiled["subject_stage"]["footprint_bytes"] == flux["subject_stage"]["footprint_bytes"]
+    assert flux["subject_stage"]["no_larger_than_training"]

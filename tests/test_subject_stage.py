@@ -181,6 +181,41 @@ def test_device_residuals_equal_the_hosts_per_stream_sana(tmp_path):
     assert set(worst) == {"front.img", "back.img"}
 
 
+def test_tiled_encode_device_residuals_equal_the_hosts_sana(tmp_path):
+    """compile --encode-tile-px 128 on sana-tiny (256-px crops: 3 x 3 tiles of 4 shapes): one encode program per tile
+    shape, their weights in one shared data file; the device's x0 (tiles blended by runtime/tiling.py) and residuals
+    equal the host's, which encodes with diffusers' own tiled_encode, and the host's preprocess program (tiled encode
+    traced) gives the cache's x0; the tiled x0 is not the untiled one (tiling really happened)."""
+    from export.executorch_stage import ExecutorchPrograms
+    from export.executorch_subject import SubjectPrograms
+    from ditskip_edge.runtime.bundle import Bundle
+    from ditskip_edge.runtime.executorch import Preprocessor
+    from ditskip_edge.runtime.subject import SubjectConfig, personalize
+    kw = dict(n_front=2, n_back=1, steps=2, grad_accum=2, cache_codec="fp32", encode_tile_px=128)
+    model = compile_tiny(tmp_path / "model", "sana-tiny", images=None, programs=_programs(),
+                         subject_programs=SubjectPrograms("fp32", external_weights=True), **kw)
+    manifest = json.loads((model / "manifest.json").read_text())
+    rec = manifest["encode_tiling"]
+    assert rec["tiled"] and (rec["tile_px"], rec["stride_px"]) == (128, 96)
+    assert sorted(rec["programs"]) == ["128x128", "128x64", "64x128", "64x64"]
+    encoders = [p for p in manifest["programs"] if p["name"].startswith("encode.")]
+    assert len(encoders) == 4 and {tuple(p["data"]) for p in encoders} == {("programs/executorch/subject/encoder.ptd",)}
+    assert max(p["memory"]["pte_bytes"] for p in encoders) < manifest["files"][encoders[0]["data"][0]]["bytes"] / 2
+    host = compile_tiny(tmp_path / "host", "sana-tiny", programs=[ExecutorchPrograms(("fp32",), preprocess=True)],
+                        **kw)
+    untiled = compile_tiny(tmp_path / "untiled", "sana-tiny", programs=[], **{**kw, "encode_tile_px": None})
+    personalize(model, PHOTOS, tmp_path / "device", SubjectConfig(progress=False))
+    assert json.loads((tmp_path / "device/manifest.json").read_text())["encode_tiling"] == rec
+    worst = _check_residuals_match(tmp_path / "device", host)
+    assert set(worst) == {"front.img", "back.img"}
+    host_x0 = [e["x0"] for e in _decoded(host)]
+    assert min(_rel(a, e["x0"]) for a, e in zip(host_x0, _decoded(untiled))) > 1e-3
+    b = Bundle.open(host)
+    pre = Preprocessor(b)
+    for s, x0 in zip(b.schedule.samples, host_x0):
+        assert _rel(pre(s), x0) <= 1e-4
+
+
 def test_a_run_from_the_device_cache_gives_the_host_bundles_losses(flux_device, flux_host, tmp_path):
     from conftest import train_device
     dev = train_device(flux_device, "executorch", tmp_path / "dev")

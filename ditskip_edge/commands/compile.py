@@ -66,6 +66,10 @@ def register(sub, add_json_flag) -> None:
     p.add_argument("--decode-tile-px", type=int, default=None,
                    help="generation: decode in tiles of this many pixels a side, blended as diffusers' tiled "
                         "decode (the decoder's memory is one tile's; e.g. 256 for SANA's DC-AE on a phone)")
+    p.add_argument("--encode-tile-px", type=int, default=None,
+                   help="the subject stage's encoder on pixel tiles of this side, blended as diffusers' tiled "
+                        "encode, on the host and in a model bundle's encode programs (the encoder's memory is one "
+                        "tile's; e.g. 256 for SANA's DC-AE on a phone, see `estimate --subject-stage`)")
     p.add_argument("--remat", default=None,
                    help=f"executorch: block rematerialization in the training program: {REMAT_CHOICES} (kept "
                         f"blocks recomputed in backward; default blocks)")
@@ -80,8 +84,13 @@ def register(sub, add_json_flag) -> None:
                    help=f"model bundle: frozen weights of the subject stage's forward programs (encode, embed, the "
                         f"blocks): {', '.join(PROGRAM_PRECISIONS)} (default: the training program's)")
     p.add_argument("--subject-backend", default="xnnpack", choices=["xnnpack", "portable"],
-                   help="model bundle: ExecuTorch backend of the forward programs (default xnnpack; the encoder is "
-                        "always XNNPACK)")
+                   help="model bundle: ExecuTorch backend of the embed and block programs (default xnnpack; the "
+                        "encoder's: --encode-backend)")
+    p.add_argument("--encode-backend", default="xnnpack", choices=["xnnpack", "portable"],
+                   help="model bundle: ExecuTorch backend of the encode program(s) (default xnnpack, fast; XNNPACK "
+                        "packs the encoder's weights into anonymous memory even when mapped, portable reads the "
+                        "mapped weights in place: SANA's DC-AE encoder is 532 MiB of them, see `estimate "
+                        "--subject-stage --encode-backend`)")
     p.add_argument("--min-photos", type=int, default=1, help="model bundle: the fewest photos the device accepts")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
     add_json_flag(p)
@@ -121,8 +130,8 @@ def run(args) -> dict:
     if len(args.prompts) > 1 and not model_bundle:
         raise UserError("a subject bundle takes one --prompt (several prompts make a model bundle: leave out --images)")
     if not model_bundle and (args.subject_precision or args.min_photos != 1
-                             or args.subject_backend != "xnnpack"):
-        raise UserError("--subject-precision, --subject-backend and --min-photos are a model "
+                             or args.subject_backend != "xnnpack" or args.encode_backend != "xnnpack"):
+        raise UserError("--subject-precision, --subject-backend, --encode-backend and --min-photos are a model "
                         "bundle's: leave out --images")
     if model_bundle and not args.runtimes:
         args.runtimes = ["executorch"]                  # the subject stage's programs are ExecuTorch programs
@@ -138,13 +147,13 @@ def run(args) -> dict:
         precision = args.subject_precision or args.precision.split(",")[0].strip()
         if precision not in PROGRAM_PRECISIONS:
             raise UserError(f"--subject-precision {precision!r}: expected one of {', '.join(PROGRAM_PRECISIONS)}")
-        subject = SubjectPrograms(precision=precision, backend=args.subject_backend,
+        subject = SubjectPrograms(precision=precision, backend=args.subject_backend, encode_backend=args.encode_backend,
                                   external_weights=(args.weights or "mapped") == "mapped")
     req = CompileRequest(model=args.model, images=args.images, prompt=args.prompts[0], out=args.out,
                          more_prompts=args.prompts[1:], subject_programs=subject, min_photos=args.min_photos,
                          n_front=args.skip_front, n_back=args.skip_back, skip_ratio=args.skip_ratio,
                          schedule=sched, lora=lora, optimizer=OptimizerSpec(lr=args.lr), overwrite=args.force,
-                         cache_codec=args.cache_codec,
+                         cache_codec=args.cache_codec, encode_tile_px=args.encode_tile_px,
                          programs=program_stages(args.runtimes, args.precision, args.xnnpack,
                                                  GenerationPrograms(steps=args.generation_steps, guidance=args.guidance,
                                                                     px=args.generation_px,

@@ -43,6 +43,12 @@ def register(sub, add_json_flag) -> None:
                    help="the stored residual cache's codec (the cache-free comparison's storage)")
     p.add_argument("--forward-precision", default=None, choices=PRECISIONS,
                    help="the subject stage's forward programs' frozen weights (default: --precision)")
+    p.add_argument("--encode-tile-px", type=int, default=None,
+                   help="the subject stage's encoder on tiles of this many pixels a side (compile's --encode-tile-px; "
+                        "default: the whole crop at once)")
+    p.add_argument("--encode-backend", default="xnnpack", choices=["xnnpack", "portable"],
+                   help="the subject stage's encoder programs (compile's --encode-backend): XNNPACK packs the "
+                        "encoder's weights into anonymous memory; portable reads mapped weights in place")
     p.add_argument("--generation-px", type=int, nargs="*", default=None,
                    help="also estimate on-device generation (full model one block at a time, each guidance branch at batch 1, "
                         "weights mapped) at these image sides (no value: the train resolution and the model's data "
@@ -63,7 +69,9 @@ def run(args) -> dict:
                                  runtime_overhead_mib=args.runtime_overhead_mib, steps=args.steps,
                                  grad_accum=args.grad_accum, remat=args.remat, weights=args.weights, backend=args.backend,
                                  subject_stage=args.subject_stage, cache_codec=args.cache_codec,
-                                 forward_precision=args.forward_precision, generation_px=_generation_px(args),
+                                 forward_precision=args.forward_precision, encode_tile_px=args.encode_tile_px,
+                                 encode_backend=args.encode_backend,
+                                 generation_px=_generation_px(args),
                                  decode_tile_px=args.decode_tile_px, attention_chunk=args.attention_chunk))
 
 

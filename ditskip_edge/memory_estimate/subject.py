@@ -7,10 +7,14 @@ tensors like the training step (tracker.py), forward only (no autograd), math at
 
     subject_footprint_bytes (dirty anonymous: what a phone counts)
         = runtime_overhead (assumed, as the step's)
-        + persistent: the encoder's and the embedders' frozen weights (their programs stay loaded; 0 when mapped),
-          one photo at s_max (fp32), the text conditioning
+        + persistent: the embedders' frozen weights (0 when mapped), one photo at s_max (fp32), the text
+          conditioning
         + max over the phases of one sample:
-            encode  the encoder forward's transient peak
+            encode  the encoder's weights as XNNPACK holds them (it packs a convolution's weights into its own
+                    anonymous memory, mapped data file or not: measured, benchmarks/results/encode_tiles.md; with the
+                    portable encoder mapped weights stay file-backed) + the encoder forward's transient peak (on
+                    tiles, compile --encode-tile-px: the largest tile's, plus the crop and the latent tiles held for
+                    blending; encode_tiles_phase); the encode program is dropped after x0 (runtime/forward.py)
             embed   the embedders' forward peak
             block   the largest block's frozen weights (0 when mapped: file-backed) + its forward's transient peak
                     + the streams entering it + the context + the embedded streams + one sample's residuals
@@ -164,69 +168,106 @@ def trace_subject_stage(cfg: StepConfig, forward_precision: str | None = None) -
     return out
 
 
-def _trace_encoder(spec, s_min: int) -> tuple[int, int, int]:
-    """(frozen weights bytes, forward transient peak, FLOPs) of the autoencoder's encoder on one s_min crop."""
+def _trace_encoder(spec, s_min: int, width: int | None = None) -> tuple[int, int, int]:
+    """(frozen weights bytes, forward transient peak, FLOPs) of the autoencoder's encoder on one s_min crop (or an
+    s_min x width tile)."""
+    width = width or s_min
     cfg = _encoder_config(spec)
     if cfg is None:                   # pixel space: a weightless space-to-depth
-        return 0, 3 * s_min * s_min * 4, 0
+        return 0, 3 * s_min * width * 4, 0
     with torch.device("meta"):
         vae = vae_class(spec.arch).from_config(cfg).eval()
     enc = vae.encoder
     fake = FakeTensorMode(allow_non_fake_inputs=True)
     with fake:
         enc.to_empty(device="cpu")
-        patch = torch.zeros(1, 3, s_min, s_min)
+        patch = torch.zeros(1, 3, s_min, width)
         w = _frozen_bytes(enc)
         peak, flops = _trace(lambda: enc(patch), list(enc.parameters()) + list(enc.buffers()) + [patch])
     return w, peak, flops
 
 
-WHAT_IF_TILE_PX = 256
+SUGGESTED_TILE_PX = 256          # the tile the estimate suggests when the encoder dominates (DC-AE on a phone)
 
 
-def encode_tiles_what_if(cfg: StepConfig, tr: dict, phases: dict, mapped: bool, fixed_bytes: int) -> dict | None:
-    """Not built: the encoder run on overlapping tiles of WHAT_IF_TILE_PX (diffusers' tiled_encode), its encode phase
-    = one tile's traced peak + the crop and the latent tiles held for blending (a whole crop's latent, twice). What the subject
-    stage's footprint would be with it, for deciding whether to build it."""
-    if cfg.resolution_px <= WHAT_IF_TILE_PX or tr["encoder_weights_bytes"] == 0:
+def encode_tiles_phase(cfg: StepConfig, tile_px: int) -> dict | None:
+    """The encoder on pixel tiles (compile --encode-tile-px; runtime/tiling.py encode_tiled as the device runs it):
+    the encode phase = the largest tile's traced encoder peak + what is held beside it: the s_min crop, every tile's
+    latent (the device runs all tiles of one shape in a row, then blends, as diffusers does) and x0. None when the crop
+    is one tile or there is no encoder."""
+    from ..models.latents import encode_tiling
+    tiling = encode_tiling(cfg.spec, cfg.resolution_px, tile_px)
+    if not tiling["tiled"] or _encoder_config(cfg.spec) is None:
         return None
-    _, tile_peak, _ = _trace_encoder(cfg.spec, WHAT_IF_TILE_PX)
-    side = cfg.resolution_px // cfg.spec.vae_scale_factor
-    channels = int((_encoder_config(cfg.spec) or {}).get("latent_channels", 0))
-    held = 2 * channels * side * side * 4 + 3 * cfg.resolution_px ** 2 * 4
-    working = max(tile_peak + held, phases["embed"], phases["block_mapped" if mapped else "block_resident"])
-    return {"tile_px": WHAT_IF_TILE_PX, "encoder_tile_peak_bytes": tile_peak, "latent_tiles_held_bytes": held,
-            "footprint_bytes": fixed_bytes + working, "footprint_gib": round((fixed_bytes + working) / 2 ** 30, 3),
-            "built": False}
+    from ..runtime.tiling import tile_shapes, tile_sizes
+    f, s = cfg.spec.vae_scale_factor, cfg.resolution_px
+    channels = int(_encoder_config(cfg.spec).get("latent_channels", 0))
+    sizes = tile_sizes(s, tiling["tile_px"], tiling["stride_px"])
+    tile_peak, flops = 0, 0
+    for th, tw in tile_shapes((s, s), tiling["tile_px"], tiling["stride_px"]):
+        _, peak, f_tile = _trace_encoder(cfg.spec, th, tw)
+        tile_peak = max(tile_peak, peak)
+        flops += f_tile * sum(1 for a in sizes for b in sizes if (a, b) == (th, tw))
+    tiles_latent = sum(channels * (th // f) * (tw // f) * 4 for th in sizes for tw in sizes)
+    held = 3 * s * s * 4 + tiles_latent + channels * (s // f) ** 2 * 4
+    return {**tiling, "tile_shapes": [list(t) for t in tile_shapes((s, s), tiling["tile_px"], tiling["stride_px"])],
+            "tiles": len(sizes) ** 2, "encoder_tile_peak_bytes": tile_peak, "held_bytes": held,
+            "phase_bytes": tile_peak + held, "encoder_flops_per_sample": flops}
 
 
 def subject_stage_estimate(cfg: StepConfig, train_memory: dict, train_flops: int, runtime_overhead_bytes: int,
                            num_samples: int, grad_accum: int, codec: str, weights: str = "resident",
-                           forward_precision: str | None = None) -> dict:
-    """The estimate's `subject_stage`, `cache_free` and `x0_only` sections (bytes; see the module docstring)."""
+                           forward_precision: str | None = None, encode_tile_px: int | None = None,
+                           encode_backend: str = "xnnpack") -> dict:
+    """The estimate's `subject_stage`, `cache_free` and `x0_only` sections (bytes; see the module docstring).
+    encode_tile_px: the encoder on tiles (its phase from encode_tiles_phase); when the encoder's phase is the
+    largest and the stage is above training, `encode_tiles_suggested` says which flags (SUGGESTED_TILE_PX tiles, the
+    portable encoder) would give what."""
     tr = trace_subject_stage(cfg, forward_precision)
     mapped = weights == "mapped"
-    persistent = (0 if mapped else tr["encoder_weights_bytes"] + tr["embed_weights_bytes"]) + tr["photo_bytes"] \
-        + tr["text_conditioning_bytes"]
-    phases = tr["phase_peaks_bytes"]
-    working = max(phases["encode"], phases["embed"], phases["block_mapped" if mapped else "block_resident"])
+    persistent = (0 if mapped else tr["embed_weights_bytes"]) + tr["photo_bytes"] + tr["text_conditioning_bytes"]
+    encoder_anon = tr["encoder_weights_bytes"] if encode_backend == "xnnpack" or not mapped else 0
+    phases = dict(tr["phase_peaks_bytes"])
+    phases["encode"] += encoder_anon
+    tiles = encode_tiles_phase(cfg, encode_tile_px) if encode_tile_px is not None else None
+    if tiles is not None:
+        phases["encode"] = encoder_anon + tiles["phase_bytes"]
+        tr = {**tr, "forward_flops_per_sample": tr["forward_flops_per_sample"] - tr["encoder_flops_per_sample"]
+              + tiles["encoder_flops_per_sample"], "encoder_flops_per_sample": tiles["encoder_flops_per_sample"]}
+    block_phase = phases["block_mapped" if mapped else "block_resident"]
+    working = max(phases["encode"], phases["embed"], block_phase)
     footprint = runtime_overhead_bytes + persistent + working
-    tiled = encode_tiles_what_if(cfg, tr, phases, mapped, runtime_overhead_bytes + persistent)
+    train_fp = int(train_memory["footprint_bytes"])
+    suggested = None
+    if phases["encode"] > max(phases["embed"], block_phase) and footprint > train_fp:
+        # the encoder dominates and the stage is above training: tiles, and the portable encoder (its mapped weights
+        # read in place) when XNNPACK's packed copy alone keeps the stage above training
+        alt = encode_tiles_phase(cfg, encode_tile_px or SUGGESTED_TILE_PX)
+        tile_phase = alt["phase_bytes"] if alt is not None else tr["phase_peaks_bytes"]["encode"]
+        flags = [f"--encode-tile-px {encode_tile_px or SUGGESTED_TILE_PX}"] if alt is not None else []
+        anon = encoder_anon
+        fp = runtime_overhead_bytes + persistent + max(anon + tile_phase, phases["embed"], block_phase)
+        if fp > train_fp and mapped and encoder_anon:
+            anon, flags = 0, flags + ["--encode-backend portable"]
+            fp = runtime_overhead_bytes + persistent + max(tile_phase, phases["embed"], block_phase)
+        if flags and flags != [f"--encode-tile-px {encode_tile_px}"]:
+            suggested = {"flag": " ".join(flags), "footprint_bytes": fp, "footprint_gib": round(fp / 2 ** 30, 3),
+                         "encode_phase_bytes": anon + tile_phase}
     shapes = _entry_shapes(cfg)
     _, entry_bytes = entry_layout(CacheCodec.parse(codec), shapes)
     _, x0_bytes = entry_layout(CacheCodec.parse(codec), {"x0": shapes["x0"]})
-    train_fp = int(train_memory["footprint_bytes"])
     fwd = tr["forward_flops_per_sample"]
     return {
-        "subject_stage": {**tr, "weights": weights, "footprint_bytes": footprint,
+        "subject_stage": {**tr, "phase_peaks_bytes": phases, "weights": weights, "encode_backend": encode_backend,
+                          "encoder_anonymous_weights_bytes": encoder_anon, "footprint_bytes": footprint,
                           "footprint_gib": round(footprint / 2 ** 30, 3),
                           "training_footprint_bytes": train_fp,
                           "no_larger_than_training": footprint <= train_fp,
                           "file_backed_working_set_bytes": (tr["largest_block_weights_bytes"]
-                                                            + tr["encoder_weights_bytes"]
+                                                            + tr["encoder_weights_bytes"] - encoder_anon
                                                             + tr["embed_weights_bytes"]) if mapped else 0,
                           "tflops_per_sample": round(fwd / 1e12, 4),
-                          "encode_tiles_what_if": tiled},
+                          "encode_tiles": tiles, "encode_tiles_suggested": suggested},
         "cache_free": {"codec": codec, "entry_bytes": entry_bytes, "stored_cache_bytes": entry_bytes * num_samples,
                        "stored_cache_gib": round(entry_bytes * num_samples / 2 ** 30, 3),
                        "cache_free_storage_saved_bytes": entry_bytes * num_samples,

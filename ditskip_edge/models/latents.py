@@ -9,6 +9,7 @@ space-to-depth (pixel_unshuffle by `factor`), image [B, 3, S, S] -> [B, 3 f^2, S
 
 from __future__ import annotations
 
+import contextlib
 from types import SimpleNamespace
 
 import torch
@@ -39,16 +40,26 @@ class PixelAutoencoder(nn.Module):
 
 
 class LatentEncoder(nn.Module):
-    """image [B, 3, S, S] in [-1, 1] -> latents [B, C, S/f, S/f]."""
+    """image [B, 3, S, S] in [-1, 1] -> latents [B, C, S/f, S/f]. With `encode_tiling` (a tiled `encode_tiling`
+    record) the encoder runs as diffusers' own tiled_encode with those tiles (the reference of the device's tiled
+    encode, runtime/tiling.py); decoding is never tiled here (enable_diffusers_tiling)."""
 
-    def __init__(self, arch: str, vae: nn.Module):
+    def __init__(self, arch: str, vae: nn.Module, encode_tiling: dict | None = None):
         super().__init__()
         self.arch = arch
         self.vae = vae
         self.scaling = float(vae.config.scaling_factor)
         self.shift = float(getattr(vae.config, "shift_factor", None) or 0.0)
+        self.encode_tiling = encode_tiling if encode_tiling and encode_tiling.get("tiled") else None
 
     def forward(self, image: torch.Tensor) -> torch.Tensor:
+        if self.encode_tiling is None:
+            return self._encode(image)
+        t = self.encode_tiling
+        with diffusers_tiling(self.vae, int(t["tile_px"]), int(t["stride_px"]), int(t["scale"])):
+            return self._encode(image)
+
+    def _encode(self, image: torch.Tensor) -> torch.Tensor:
         if isinstance(self.vae, PixelAutoencoder):
             z = self.vae.encode(image)
         elif self.arch == FLUX_ARCH:
@@ -88,18 +99,66 @@ def decode_tiling(spec: ModelSpec, latent_side: int, tile_px: int | None) -> dic
     return {"tile_latent": tile, "stride_latent": stride, "scale": f, "tiled": True}
 
 
+def encode_tiling(spec: ModelSpec, s_min_px: int, tile_px: int | None) -> dict:
+    """The pixel tiles the encoder runs on in the subject stage (compile --encode-tile-px; the manifest's
+    `encode_tiling` record), as diffusers' autoencoders tile an encode: AutoencoderKL (FLUX) overlaps a quarter tile,
+    AutoencoderDC (SANA) strides 7/8 of a tile (its default 448 of 512 px), both in whole latent cells. No tiling
+    (one tile, the whole s_min crop) without tile_px or when the crop fits one tile."""
+    f = spec.vae_scale_factor
+    one = {"tile_px": s_min_px, "stride_px": s_min_px, "scale": f, "tiled": False}
+    if tile_px is None or tile_px >= s_min_px:
+        return one
+    if (spec.vae_config or {}).get("kind") == "pixel":
+        raise UserError(f"--encode-tile-px: {spec.name} encodes by a pixel unshuffle, there is no encoder to tile")
+    tile = tile_px // f
+    if tile_px % f or tile < 2:
+        raise UserError(f"--encode-tile-px {tile_px}: expected a multiple of {f} px (a latent cell), at least {2 * f}")
+    if spec.arch == FLUX_ARCH:
+        if tile % 4:
+            raise UserError(f"--encode-tile-px {tile_px}: AutoencoderKL overlaps its tiles by a quarter; expected a "
+                            f"multiple of {4 * f} px")
+        stride = tile * 3 // 4
+    else:
+        stride = max(1, tile * 7 // 8)
+    return {"tile_px": tile_px, "stride_px": stride * f, "scale": f, "tiled": True}
+
+
+_TILING_ATTRS = ("use_tiling", "tile_sample_min_size", "tile_latent_min_size", "tile_overlap_factor",
+                 "tile_sample_min_height", "tile_sample_min_width", "tile_sample_stride_height",
+                 "tile_sample_stride_width", "tile_latent_min_height", "tile_latent_min_width")
+
+
+def _set_diffusers_tiling(vae: nn.Module, tile_px: int, stride_px: int, f: int) -> None:
+    """diffusers' tiling attributes for tiles of tile_px pixels (tile_px / f latent cells) every stride_px."""
+    if hasattr(vae, "tile_overlap_factor"):                   # AutoencoderKL: a quarter-tile overlap
+        tile = tile_px // f
+        if stride_px != tile_px * 3 // 4 or tile % 4:
+            raise ValueError(f"AutoencoderKL tiles overlap by a quarter: tile {tile_px} px, stride {stride_px} px "
+                             f"cannot be set")
+        vae.use_tiling = True
+        vae.tile_sample_min_size, vae.tile_latent_min_size, vae.tile_overlap_factor = tile_px, tile, 0.25
+    else:                                                     # AutoencoderDC
+        vae.enable_tiling(tile_sample_min_height=tile_px, tile_sample_min_width=tile_px,
+                          tile_sample_stride_height=stride_px, tile_sample_stride_width=stride_px)
+
+
+@contextlib.contextmanager
+def diffusers_tiling(vae: nn.Module, tile_px: int, stride_px: int, f: int):
+    """diffusers' own tiling on `vae` for the block's calls, its previous settings restored after."""
+    saved = {a: getattr(vae, a) for a in _TILING_ATTRS if hasattr(vae, a)}
+    try:
+        _set_diffusers_tiling(vae, tile_px, stride_px, f)
+        yield vae
+    finally:
+        for a, v in saved.items():
+            setattr(vae, a, v)
+
+
 def enable_diffusers_tiling(vae: nn.Module, tiling: dict | None) -> nn.Module:
     """Turn on diffusers' own tiled decode with the tiles of a bundle's generation.decode record (export/
     generation_stage.py decode_tiling): the host reference the device's tiled decode (runtime/tiling.py) matches."""
     if not tiling or not tiling.get("tiled"):
         return vae
     f, tile, stride = int(tiling["scale"]), int(tiling["tile_latent"]), int(tiling["stride_latent"])
-    if hasattr(vae, "tile_overlap_factor"):                   # AutoencoderKL: a quarter-tile overlap
-        if stride != tile * 3 // 4 or tile % 4:
-            raise ValueError(f"AutoencoderKL tiles overlap by a quarter: tile {tile}, stride {stride} cannot be set")
-        vae.use_tiling = True
-        vae.tile_sample_min_size, vae.tile_latent_min_size, vae.tile_overlap_factor = tile * f, tile, 0.25
-    else:                                                     # AutoencoderDC
-        vae.enable_tiling(tile_sample_min_height=tile * f, tile_sample_min_width=tile * f,
-                          tile_sample_stride_height=stride * f, tile_sample_stride_width=stride * f)
+    _set_diffusers_tiling(vae, tile * f, stride * f, f)
     return vae

@@ -19,6 +19,7 @@ runtime, `trainable` mapping the program's parameter names to the LoRA file's ke
 The subject stage's forward-only programs (ExecuTorch, `runtime/forward.py`; no gradients, frozen weights):
 
     encode    patch [1, 3, s_min, s_min] (runtime/patches.py's crop)                 -> x0 [1, C, h, w]
+              tiled (manifest encode_tiling): encode.<h>x<w> per pixel tile, blended by runtime/tiling.py
     embed     x0, noise, t, cond.<key> sorted (as train_step)                          -> stream.<s> sorted, ctx.<c> sorted
     block     stream.<s> sorted, ctx.<c> sorted (one program per block, `block` index) -> stream.<s> sorted
 
@@ -50,7 +51,7 @@ WEIGHT_PLACEMENTS = ("resident", "mapped")
 TRAIN_STEP = "train_step"
 PREPROCESS = "preprocess"
 # The subject stage's forward-only programs (runtime/forward.py): the model's frozen forward, one block at a time.
-ENCODE = "encode"              # patch [1, 3, s_min, s_min] -> x0
+ENCODE = "encode"              # patch [1, 3, s_min, s_min] -> x0; tiled (encode_tiling): "encode.<h>x<w>" per tile
 EMBED = "embed"                # x0, noise, t, cond.* -> stream.* (entering block 0), ctx.* (what every block reads)
 BLOCK = "block"                # stream.*, ctx.* -> stream.* (one transformer block; ProgramEntry.block = its index)
 SUBJECT_PROGRAMS = (ENCODE, EMBED, BLOCK)
@@ -69,6 +70,12 @@ DECODER_WEIGHTS = "decoder"        # decode's `w.<state>` inputs are `decoder.<s
 GENERATION_FORMAT_VERSION = 3      # 2: programs at batch 1, the guidance branches run one after the other;
                                    # 3: the decoder per tile, its weights in a mapped file (generation.decode)
 CFG_BRANCHES = ("uncond", "cond")  # classifier-free guidance: v = v_uncond + g (v_cond - v_uncond)
+
+
+def encode_name(tile_h_px: int, tile_w_px: int) -> str:
+    """A tiled encode's program for one pixel tile shape: "encode.<h>x<w>" (the manifest's encode_tiling.programs)."""
+    from .tiling import tile_key
+    return f"{ENCODE}.{tile_key(tile_h_px, tile_w_px)}"
 
 
 def decode_name(tile_h: int, tile_w: int) -> str:

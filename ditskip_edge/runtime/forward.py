@@ -1,7 +1,8 @@
 """The frozen base model's forward on the device, one block at a time: the subject stage's programs (issue 15).
 
     fwd = ForwardPrograms(bundle)                         # the bundle's encode / embed / block programs
-    x0 = fwd.x0(photo_pixels, sample.crop_box)            # runtime/patches.py crop + the encode program
+    x0 = fwd.x0(photo_pixels, sample.crop_box)            # runtime/patches.py crop + the encode program(s): the
+                                                          # whole crop, or its tiles blended (encode_tiling)
     residuals = fwd.residuals(x0, noise, t, cond)         # {"front.img", "front.txt" (FLUX), "back.img"}: fp32
 
 The residuals are skip_model.compute_residuals' (the host's definition): the embed program gives the streams
@@ -29,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import bindings
+from . import bindings, tiling
 from .bundle import Bundle
 from .contract import BLOCK, CTX_PREFIX, EMBED, ENCODE, STREAM_PREFIX, ordered_inputs
 from .errors import BundleError
@@ -38,14 +39,32 @@ from .patches import crop_patch
 RUNTIME = "executorch"
 
 
-def subject_programs(bundle: Bundle) -> tuple[dict, dict, dict[int, dict]]:
-    """(encode, embed, {block index: entry}) of the bundle's manifest, or a BundleError naming what is missing."""
+def encode_tiling_of(bundle: Bundle) -> dict:
+    """The manifest's encode_tiling record; a bundle written before it (one encode program) reads as untiled."""
+    rec = bundle.manifest.get("encode_tiling")
+    if rec is not None:
+        return rec
+    s_min = int(bundle.field("schedule", "s_min_px"))
+    return {"tile_px": s_min, "stride_px": s_min, "scale": None, "tiled": False,
+            "programs": {tiling.tile_key(s_min, s_min): ENCODE}}
+
+
+def subject_programs(bundle: Bundle) -> tuple[dict[str, dict], dict, dict[int, dict]]:
+    """({pixel tile key "HxW": encode entry}, embed, {block index: entry}) of the bundle's manifest, or a BundleError
+    naming what is missing. Untiled: one encode program, keyed by the whole crop's shape."""
+    where = bundle.root / "manifest.json"
     progs = [p for p in bundle.programs if p.get("runtime") == RUNTIME]
-    by_name = {n: [p for p in progs if p.get("name") == n] for n in (ENCODE, EMBED, BLOCK)}
-    missing = [n for n in (ENCODE, EMBED) if not by_name[n]]
+    by_name: dict[str, list[dict]] = {}
+    for p in progs:
+        by_name.setdefault(str(p.get("name")), []).append(p)
+    by_name.setdefault(EMBED, [])
+    by_name.setdefault(BLOCK, [])
+    wanted = encode_tiling_of(bundle)["programs"]
+    missing = [n for n in (*wanted.values(), EMBED) if not by_name.get(n)]
     if missing:
-        raise BundleError(f"{bundle.root / 'manifest.json'}: no {', '.join(missing)} program: this bundle cannot run "
-                          f"the subject stage (compile it without --images: a model bundle)")
+        raise BundleError(f"{where}: no {', '.join(missing)} program: this bundle cannot run the subject stage "
+                          f"(compile it without --images: a model bundle)")
+    encoders = {key: by_name[name][0] for key, name in wanted.items()}
     blocks = {int(p["block"]): p for p in by_name[BLOCK]}
     plan = bundle.field("plan")
     need = list(range(int(plan["num_blocks"]))) if int(plan["n_back"]) else list(range(int(plan["n_front"])))
@@ -53,7 +72,7 @@ def subject_programs(bundle: Bundle) -> tuple[dict, dict, dict[int, dict]]:
     if absent:
         raise BundleError(f"{bundle.root / 'manifest.json'}: no block program for blocks {absent[:5]} (the residuals "
                           f"need blocks 0..{need[-1]})")
-    return by_name[ENCODE][0], by_name[EMBED][0], blocks
+    return encoders, by_name[EMBED][0], blocks
 
 
 class ProgramRunner:
@@ -100,31 +119,38 @@ class ProgramRunner:
 class ForwardPrograms:
     def __init__(self, bundle: Bundle, keep_blocks: bool = False):
         self.bundle = bundle
-        self.encode_entry, self.embed_entry, self.block_entries = subject_programs(bundle)
+        self.encode_entries, self.embed_entry, self.block_entries = subject_programs(bundle)
+        self.encode_tiling = encode_tiling_of(bundle)
         plan = bundle.field("plan")
         self.num_blocks, self.n_front, self.n_back = int(plan["num_blocks"]), int(plan["n_front"]), int(plan["n_back"])
         self.s_min_px = int(bundle.field("schedule", "s_min_px"))
         self.keep_blocks = keep_blocks
-        self._encode: ProgramRunner | None = None
+        self._encode: dict[str, ProgramRunner] = {}        # tile key -> runner (one at a time unless keep_blocks)
         self._embed: ProgramRunner | None = None
         self._blocks: dict[int, ProgramRunner] = {}
 
     def check_loads(self) -> None:
         """Load and run every program once on zeros (dropping the blocks again): a damaged program or a data file
         that does not match its program is refused before any work."""
-        self.encoder().check()
+        for key in self.encode_entries:
+            self.encoder(key).check()
+            if not self.keep_blocks:
+                self._encode = {}
         self.embedder().check()
         if not self.keep_blocks:
-            self._encode = self._embed = None
+            self._embed = None
         for i in sorted(self.block_entries):
             self.block(i).check()
             if not self.keep_blocks:
                 self.release(i)
 
-    def encoder(self) -> ProgramRunner:
-        if self._encode is None:
-            self._encode = ProgramRunner(self.bundle, self.encode_entry)
-        return self._encode
+    def encoder(self, key: str) -> ProgramRunner:
+        """The encode program of pixel tile shape `key` ("HxW"); with keep_blocks=False the only one loaded."""
+        if key not in self._encode:
+            if not self.keep_blocks:
+                self._encode = {}
+            self._encode[key] = ProgramRunner(self.bundle, self.encode_entries[key])
+        return self._encode[key]
 
     def embedder(self) -> ProgramRunner:
         if self._embed is None:
@@ -143,9 +169,16 @@ class ForwardPrograms:
     def x0(self, photo: np.ndarray, crop_box) -> np.ndarray:
         """photo [3, H, W] in [-1, 1] (runtime/photos.py), crop box -> clean latents x0 [1, C, h, w]."""
         patch = crop_patch(photo, crop_box, self.s_min_px)
-        x0 = self.encoder()({"patch": patch})["x0"]
+        t = self.encode_tiling
+
+        def encode(tile: np.ndarray) -> np.ndarray:
+            return self.encoder(tiling.tile_key(tile.shape[2], tile.shape[3]))({"patch": tile})["x0"]
+        if t["tiled"]:          # runtime/tiling.py: the tiles of one shape in a row, each shape's program loaded once
+            x0 = tiling.encode_tiled(patch, encode, int(t["tile_px"]), int(t["stride_px"]), int(t["scale"]))
+        else:
+            x0 = encode(patch)
         if not self.keep_blocks:
-            self._encode = None
+            self._encode = {}
         return x0
 
     def residuals(self, x0: np.ndarray, noise: np.ndarray, t: np.ndarray, cond: dict[str, np.ndarray]) -> dict:
@@ -177,4 +210,4 @@ class ForwardPrograms:
 
 def program_files(bundle: Bundle) -> list[Path]:
     enc, emb, blocks = subject_programs(bundle)
-    return [bundle.root / p["path"] for p in [enc, emb, *blocks.values()]]
+    return [bundle.root / p["path"] for p in [*enc.values(), emb, *blocks.values()]]

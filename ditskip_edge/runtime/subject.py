@@ -42,10 +42,11 @@ from .codecs import decode_entry, encode_entry, relative_error
 from .contract import COND_PREFIX, CTX_PREFIX, STREAM_PREFIX, TRAIN_STEP, step_input_names
 from .errors import BundleError, UserError
 from .footprint import read_footprint
-from .forward import ForwardPrograms, subject_programs
+from .forward import ForwardPrograms, encode_tiling_of, subject_programs
 from .photos import PhotoPixels, load_photos, read_png, save_png
 from .progress import Progress
 from .schedule import Schedule, ScheduleConfig, check_photo_sizes, make_schedule
+from .tiling import tile_key, tile_shapes
 
 CACHE_WARN_REL_ERROR = 0.05
 
@@ -89,12 +90,23 @@ def check_programs(b: Bundle) -> None:
     streams whose residuals the cache holds, every block program takes what the embed program gives, the training
     program takes this codec's entry. A program from another model (or another plan) is refused by name."""
     where = str(b.root / "manifest.json")
-    enc, emb, blocks = subject_programs(b)
+    encoders, emb, blocks = subject_programs(b)
     shapes = {k: list(v) for k, v in b.entry_shapes.items()}
     s_min = int(b.field("schedule", "s_min_px"))
-    if _shape_of(enc, "patch", where)[2:] != [s_min, s_min] or _shape_of(enc, "x0", where) != shapes[X0]:
-        raise BundleError(f"{where}: {enc['path']} is not this model's encoder (patch/x0 shapes differ from "
-                          f"s_min {s_min} px and entry_shapes x0 {shapes[X0]})")
+    x0_shape = shapes[X0]
+    rec = encode_tiling_of(b)
+    if rec["tiled"] and set(encoders) != {tile_key(*hw) for hw in tile_shapes((s_min, s_min), int(rec["tile_px"]),
+                                                                             int(rec["stride_px"]))}:
+        raise BundleError(f"{where}: encode_tiling lists tiles {sorted(encoders)}, not those of {rec['tile_px']}-px "
+                          f"tiles every {rec['stride_px']} px on the {s_min}-px crop")
+    for key, enc in encoders.items():
+        th, tw = (int(v) for v in key.split("x"))
+        want_x0 = x0_shape[:2] + [th * x0_shape[2] // s_min, tw * x0_shape[3] // s_min]
+        if _shape_of(enc, "patch", where)[2:] != [th, tw] or _shape_of(enc, "x0", where) != want_x0 or \
+                not rec["tiled"] and [th, tw] != [s_min, s_min]:
+            raise BundleError(f"{where}: {enc['path']} is not this model's encoder (patch/x0 shapes differ from "
+                              f"the {key} px {'tile' if rec['tiled'] else 's_min crop'} and entry_shapes x0 "
+                              f"{x0_shape})")
     streams = {o["name"]: list(o["shape"]) for o in emb["outputs"]}
     for name, shape in shapes.items():
         if name.startswith("front.") and streams.get(STREAM_PREFIX + name[6:]) != shape or \
@@ -130,7 +142,7 @@ def run_identity(model: Bundle, photos: list[PhotoPixels], prompt: str, mode: st
 def subject_manifest(model: Bundle) -> dict:
     """The model bundle's manifest fields a subject bundle keeps (files are listed again on commit)."""
     keep = ("created_by", "model", "plan", "lora", "optimizer", "model_stage", "lora_file", "schedule", "programs",
-            "generation")
+            "generation", "encode_tiling")
     return {k: model.manifest[k] for k in keep if k in model.manifest}
 
 

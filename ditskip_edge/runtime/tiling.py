@@ -1,11 +1,15 @@
-"""Decoding latents in tiles, as diffusers' autoencoders do with tiling on (AutoencoderKL / AutoencoderDC
-`tiled_decode`), so a decoder's activations are those of one tile, not of the whole picture.
+"""Decoding latents and encoding pictures in tiles, as diffusers' autoencoders do with tiling on (AutoencoderKL /
+AutoencoderDC `tiled_decode` / `tiled_encode`), so the decoder's (encoder's) activations are those of one tile, not of
+the whole picture. Decoding:
 
     tiling = {"tile_latent": T, "stride_latent": S, "scale": f}     (the manifest's generation.decode record)
     rows start at 0, S, 2S, .. < h (columns the same); a tile is latents[i:i+T, j:j+T] (smaller at the far edges)
     each decoded tile (T f pixels a side) is blended into its upper neighbour over the last (T - S) f rows and then
     into its left neighbour over the last (T - S) f columns, linearly (`blend`), the neighbours being the already
     blended tiles, and its first S f rows and columns go to the picture
+
+Encoding is the same loop the other way round (`encode_tiled`: the subject stage's encode record, runtime/forward.py):
+pixel tiles of tile_px every stride_px, latent tiles blended over (tile_px - stride_px) / f cells.
 
 With T >= the latent side there is one tile and nothing is blended: the plain decode. The runtime keeps two rows of
 decoded tiles and the picture; the decoder program runs once per tile (one program per distinct tile shape: the
@@ -60,26 +64,61 @@ def blend_cols(left: np.ndarray, tile: np.ndarray, extent: int) -> None:
                          + tile[:, :, x] * np.float32(x / extent))
 
 
+def run_tiled(x: np.ndarray, run_tile: Callable[[np.ndarray], np.ndarray], tile: int, stride: int, blend: int,
+              keep: int, out_hw: tuple[int, int], by_shape: bool = False) -> np.ndarray:
+    """diffusers' tiled loop, for decoding and encoding alike: x [1, C, H, W] is cut into tiles of `tile` a side
+    starting every `stride` (input units; smaller at the far edges); run_tile([1, C, th, tw]) -> [1, C', th', tw'];
+    each result is blended into its upper, then its left (already blended) neighbour over `blend` rows / columns, and
+    its first `keep` rows and columns go to the output [1, C', *out_hw] at (row, column) index x keep.
+
+    by_shape: every tile is run first, all tiles of one shape after another (tile_shapes' order: a program per shape
+    is loaded once), and blended after, as diffusers does; otherwise tile by tile, two rows of results kept."""
+    _, _, h, w = x.shape
+    rows, cols = tile_starts(h, stride), tile_starts(w, stride)
+
+    def run(i: int, j: int) -> np.ndarray:
+        return np.array(run_tile(np.ascontiguousarray(x[:, :, i:i + tile, j:j + tile]))[0], np.float32)
+
+    done: dict[tuple[int, int], np.ndarray] = {}
+    if by_shape:
+        for shape in tile_shapes((h, w), tile, stride):
+            for r, i in enumerate(rows):
+                for c, j in enumerate(cols):
+                    if (min(tile, h - i), min(tile, w - j)) == shape:
+                        done[r, c] = run(i, j)
+    out: np.ndarray | None = None
+    above: list[np.ndarray] = []
+    for r, i in enumerate(rows):
+        row: list[np.ndarray] = []
+        for c, j in enumerate(cols):
+            t = done.pop((r, c)) if by_shape else run(i, j)
+            if above:
+                blend_rows(above[c], t, blend)
+            if row:
+                blend_cols(row[-1], t, blend)
+            row.append(t)
+            if out is None:
+                out = np.empty((1, t.shape[0], *out_hw), np.float32)
+            y, z = r * keep, c * keep
+            part = t[:, :min(keep, out_hw[0] - y), :min(keep, out_hw[1] - z)]
+            out[0, :, y:y + part.shape[1], z:z + part.shape[2]] = part
+        above = row
+    assert out is not None
+    return out
+
+
 def decode_tiled(latents: np.ndarray, decode_tile: Callable[[np.ndarray], np.ndarray], tile: int, stride: int,
                  scale: int) -> np.ndarray:
     """latents [1, C, h, w] -> image [1, 3, h f, w f]; decode_tile([1, C, th, tw]) -> [1, 3, th f, tw f]."""
     _, _, h, w = latents.shape
-    blend, keep = (tile - stride) * scale, stride * scale
-    image: np.ndarray | None = None
-    above: list[np.ndarray] = []
-    for i in tile_starts(h, stride):
-        row: list[np.ndarray] = []
-        for k, j in enumerate(tile_starts(w, stride)):
-            t = np.array(decode_tile(np.ascontiguousarray(latents[:, :, i:i + tile, j:j + tile]))[0], np.float32)
-            if above:
-                blend_rows(above[k], t, blend)
-            if row:
-                blend_cols(row[-1], t, blend)
-            row.append(t)
-            if image is None:
-                image = np.empty((1, t.shape[0], h * scale, w * scale), np.float32)
-            part = t[:, :keep, :keep]
-            image[0, :, i * scale:i * scale + part.shape[1], j * scale:j * scale + part.shape[2]] = part
-        above = row
-    assert image is not None
-    return image
+    return run_tiled(latents, decode_tile, tile, stride, (tile - stride) * scale, stride * scale, (h * scale, w * scale))
+
+
+def encode_tiled(patch: np.ndarray, encode_tile: Callable[[np.ndarray], np.ndarray], tile_px: int, stride_px: int,
+                 scale: int, by_shape: bool = True) -> np.ndarray:
+    """patch [1, 3, H, W] -> latents [1, C, H / f, W / f], as diffusers' tiled_encode (AutoencoderKL, AutoencoderDC):
+    pixel tiles of tile_px every stride_px, encode_tile([1, 3, th, tw]) -> [1, C, th / f, tw / f], latent tiles blended
+    over (tile_px - stride_px) / f cells, stride_px / f kept. tile_px, stride_px and H, W are multiples of f."""
+    _, _, h, w = patch.shape
+    return run_tiled(patch, encode_tile, tile_px, stride_px, (tile_px - stride_px) // scale, stride_px // scale,
+                     (h // scale, w // scale), by_shape)

@@ -54,6 +54,8 @@ enum BundleContract {
     static let etEncode = "encode"
     static let etEmbed = "embed"
     static let etBlock = "block"
+    static let encodeTilingField = "encode_tiling"
+    static let encodeTilingProgramsField = "programs"
     static let scheduleAlgorithm = 2
     static let scheduleSampleDraws = 8
     static let scheduleShuffleBase = 1099511627776

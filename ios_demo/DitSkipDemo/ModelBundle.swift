@@ -84,6 +84,61 @@ final class ModelBundle {
         }
     }
 
+    /// The manifest's encode_tiling (forward.py encode_tiling_of): absent (a bundle written before it) = untiled, the
+    /// one `encode` program on the whole s_min crop.
+    func encodeTiling() throws -> EncodeTiling {
+        let f = BundleContract.encodeTilingField
+        guard let m = manifest[f] else { return EncodeTiling.untiled(try scheduleConfig().sMinPx) }
+        guard m.pairs != nil, let progs = m[BundleContract.encodeTilingProgramsField]?.pairs
+        else { throw TrainError.bundle("\(root.path)/manifest.json: field \(f).\(BundleContract.encodeTilingProgramsField) is missing or not an object") }
+        var programs: [(String, String)] = []
+        for (k, v) in progs {
+            guard let name = v.stringValue else { throw TrainError.bundle("\(root.path)/manifest.json: field \(f).programs.\(k) is not a program name") }
+            programs.append((k, name))
+        }
+        var tiled = false
+        if case let .bool(b)? = m["tiled"] { tiled = b }
+        return EncodeTiling(tilePx: try int(m, "tile_px"), stridePx: try int(m, "stride_px"), scale: tiled ? try int(m, "scale") : 0,
+                            tiled: tiled, programs: programs)
+    }
+
+    /// The encode part of subject.py check_programs (ModelBundle.kt checkPrograms), before any work: every encode
+    /// program encode_tiling lists and the embed program exist (refused in one line naming the missing); tiled: the
+    /// tiles are those of tile_px every stride_px on the s_min crop, each tile program takes its pixel tile and gives
+    /// its part of entry_shapes' x0; untiled: encode takes the s_min patch and gives x0.
+    func checkEncodePrograms() throws {
+        let where_ = "\(root.path)/manifest.json"
+        let tiling = try encodeTiling()
+        let et = (manifest[BundleContract.programsField]?.listValue ?? []).filter { $0["runtime"]?.stringValue == BundleContract.etRuntime }
+        func named(_ name: String) -> PyValue? { et.first { $0["name"]?.stringValue == name } }
+        var missing: [String] = []
+        for name in tiling.programs.map({ $0.1 }) + [BundleContract.etEmbed] where named(name) == nil && !missing.contains(name) {
+            missing.append(name)
+        }
+        guard missing.isEmpty else { throw TrainError.bundle(SubjectStage.noProgramsMessage(where_, missing)) }
+        let sMin = try scheduleConfig().sMinPx
+        guard let x0Shape = try entryShapes().first(where: { $0.0 == BundleContract.x0Key })?.1, x0Shape.count == 4
+        else { throw TrainError.bundle("\(where_): entry_shapes has no \(BundleContract.x0Key)") }
+        if tiling.tiled {
+            let want = Tiling.tileShapes(sMin, sMin, tile: tiling.tilePx, stride: tiling.stridePx).map { Tiling.shapeKey($0[0], $0[1]) }
+            guard Set(tiling.programs.map { $0.0 }) == Set(want)
+            else { throw TrainError.bundle("\(where_): \(BundleContract.encodeTilingField) lists tiles \(tiling.programs.map { $0.0 }.sorted()), not those of \(tiling.tilePx)-px tiles every \(tiling.stridePx) px on the \(sMin)-px crop") }
+        }
+        func shape(_ p: PyValue, _ field: String, _ name: String) -> [Int]? {
+            p[field]?.listValue?.first { $0["name"]?.stringValue == name }?["shape"]?.listValue?.compactMap { $0.intValue }
+        }
+        for (key, name) in tiling.programs {
+            let enc = named(name)!
+            let hw = key.split(separator: "x").compactMap { Int($0) }
+            guard hw.count == 2 else { throw TrainError.bundle("\(where_): \(BundleContract.encodeTilingField) tile \(key) is not HxW") }
+            let (th, tw) = (hw[0], hw[1])
+            let wantX0 = Array(x0Shape.prefix(2)) + [th * x0Shape[2] / sMin, tw * x0Shape[3] / sMin]
+            guard let patch = shape(enc, "inputs", SubjectStage.patchInput), Array(patch.dropFirst(2)) == [th, tw],
+                  shape(enc, "outputs", BundleContract.x0Key) == wantX0, tiling.tiled || (th == sMin && tw == sMin)
+            else { throw TrainError.bundle("\(where_): \(enc["path"]?.stringValue ?? name) is not this model's encoder (patch/x0 shapes differ from the \(key) px \(tiling.tiled ? "tile" : "s_min crop") and entry_shapes x0 \(x0Shape))") }
+        }
+    }
+
     func entryShapes() throws -> [(String, [Int])] {
         (try section("model_bundle")["entry_shapes"]?.pairs ?? []).map { k, v in (k, (v.listValue ?? []).compactMap { $0.intValue }) }
     }
@@ -125,6 +180,7 @@ final class ModelBundle {
         for (k, t) in try Safetensors.read(root.appendingPathComponent(condFile)).tensors {
             cond[BundleContract.condPrefix + k] = FloatTensor(shape: t.shape, data: CodecEncoder.floats(t.bytes))
         }
+        try checkEncodePrograms()                                        // refused before any work
         let run: ForwardRunner
         if let r = runner { run = r } else { run = try EtForwardRunner(root: root, manifest: manifestObject) }
         let writer = try CacheWriter(dir: work.appendingPathComponent("subject/cache"), identity: identity, codec: try codec(),
@@ -132,6 +188,6 @@ final class ModelBundle {
                                      run: runIdentity(photos, prompt: prompt, mode: BundleContract.storedMode))
         return try SubjectStage.writeCache(writer, samples: samples, photos: photos.map { (h: $0.h, w: $0.w, pixels: $0.pixels) },
                                            runner: run, spans: spans, sMin: cfg.sMinPx, cond: cond,
-                                           stopAfter: stopAfter, progress: progress)
+                                           stopAfter: stopAfter, encodeTiling: try encodeTiling(), progress: progress)
     }
 }

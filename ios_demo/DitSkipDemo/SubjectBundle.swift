@@ -19,7 +19,7 @@ enum SubjectBundle {
     static let subjectBundleKind = "subject"
     /// subject.py subject_manifest: the model bundle's fields a subject bundle keeps, in this order.
     static let keptFields = ["created_by", "model", "plan", "lora", "optimizer", "model_stage", "lora_file", "schedule",
-                             "programs", "generation"]
+                             "programs", "generation", "encode_tiling"]
 
     static func workDir(for out: URL) -> URL { out.deletingLastPathComponent().appendingPathComponent(".\(out.lastPathComponent).partial") }
     static func photoRel(_ i: Int) -> String { "\(photosDir)/\(String(format: "%03d", i)).png" }

@@ -1,12 +1,35 @@
 import Foundation
 
-/// A subject-stage program: `encode`, `embed`, or `block` with its index (manifest ProgramEntry.block).
+/// A subject-stage program: `encode` (or a tiled encode's `encode.<h>x<w>`), `embed`, or `block` with its index
+/// (manifest ProgramEntry.block).
 struct ProgramKey: Hashable { let name: String; var block: Int = -1 }
 
 /// Runs one forward-only program on named float32 inputs (runtime/forward.py ProgramRunner): the app's is
 /// EtForwardRunner; SubjectStage.kt's JVM check uses a stand-in.
 protocol ForwardRunner {
     func run(_ program: ProgramKey, _ inputs: [String: FloatTensor]) throws -> [String: FloatTensor]
+    /// Drop the program kept loaded between calls, if any: a tiled encode's tile program stays loaded while the tiles
+    /// of its shape run (forward.py encoder(key)), until another tile shape's program or this.
+    func release()
+}
+
+extension ForwardRunner {
+    func release() {}
+}
+
+/// The manifest's `encode_tiling` (runtime/forward.py encode_tiling_of, EncodeTiling in SubjectStage.kt): the subject
+/// stage's encoder on pixel tiles of the s_min crop, `programs` naming each pixel tile shape's program ("HxW" ->
+/// "encode.HxW"); a bundle without the record is untiled: the one `encode` program on the whole crop.
+struct EncodeTiling {
+    let tilePx: Int; let stridePx: Int; let scale: Int; let tiled: Bool
+    let programs: [(String, String)]
+
+    static func untiled(_ sMin: Int) -> EncodeTiling {
+        EncodeTiling(tilePx: sMin, stridePx: sMin, scale: 0, tiled: false,
+                     programs: [(Tiling.shapeKey(sMin, sMin), BundleContract.etEncode)])
+    }
+
+    func program(_ key: String) -> String? { programs.first { $0.0 == key }?.1 }
 }
 
 /// The skip plan's spans (manifest `plan`).
@@ -23,11 +46,32 @@ enum SubjectStage {
     static let patchInput = "patch"
     static let relErrorKey = "rel_error"
 
-    static func x0(_ runner: ForwardRunner, photo: [Float], h: Int, w: Int, sample s: PlannedSample, sMin: Int) throws -> FloatTensor {
+    /// photo + the sample's crop box -> x0 (the encode program on the crop resized to s_min; tiled: forward.py x0, the
+    /// tile programs on its pixel tiles, all tiles of one shape in a row, each shape's program loaded once and released
+    /// before the next, the latent tiles blended by Tiling.encodeTiled).
+    static func x0(_ runner: ForwardRunner, photo: [Float], h: Int, w: Int, sample s: PlannedSample, sMin: Int,
+                   tiling: EncodeTiling? = nil) throws -> FloatTensor {
         let patch = FloatTensor(shape: [1, 3, sMin, sMin], data: Patches.crop(photo, h: h, w: w, x0: s.x0, y0: s.y0, side: s.side, out: sMin))
-        guard let x0 = try runner.run(ProgramKey(name: BundleContract.etEncode), [patchInput: patch])[BundleContract.x0Key]
-        else { throw TrainError.bundle("the \(BundleContract.etEncode) program gives no \(BundleContract.x0Key)") }
-        return x0
+        guard let tiling = tiling, tiling.tiled else {
+            guard let x0 = try runner.run(ProgramKey(name: BundleContract.etEncode), [patchInput: patch])[BundleContract.x0Key]
+            else { throw TrainError.bundle("the \(BundleContract.etEncode) program gives no \(BundleContract.x0Key)") }
+            return x0
+        }
+        defer { runner.release() }                                       // forward.py: no encode program kept
+        let x0 = try Tiling.encodeTiled(patch.data, h: sMin, w: sMin, tilePx: tiling.tilePx, stridePx: tiling.stridePx,
+                                        scale: tiling.scale) { part, th, tw in
+            guard let name = tiling.program(Tiling.shapeKey(th, tw))
+            else { throw TrainError.bundle("\(BundleContract.encodeTilingField): no program for a \(th)x\(tw)-px tile") }
+            guard let t = try runner.run(ProgramKey(name: name), [patchInput: FloatTensor(shape: [1, 3, th, tw], data: part)])[BundleContract.x0Key]
+            else { throw TrainError.bundle("the \(name) program gives no \(BundleContract.x0Key)") }
+            return Tiling.Tile(c: t.shape[1], h: t.shape[2], w: t.shape[3], data: t.data)
+        }
+        return FloatTensor(shape: [1, x0.c, x0.h, x0.w], data: x0.data)
+    }
+
+    /// The one-line refusal of a bundle without the subject programs it lists (forward.py subject_programs).
+    static func noProgramsMessage(_ where_: String, _ missing: [String]) -> String {
+        "\(where_): no \(missing.joined(separator: ", ")) program: this bundle cannot run the subject stage (compile it without --images: a model bundle)"
     }
 
     /// One sample's residuals ["front.<s>" every stream, "back.img"] in forward.py's order and arithmetic.
@@ -83,12 +127,13 @@ enum SubjectStage {
     @discardableResult
     static func writeCache(_ writer: CacheWriter, samples: [PlannedSample], photos: [(h: Int, w: Int, pixels: [Float])],
                            runner: ForwardRunner, spans: SkipSpans, sMin: Int, cond: [String: FloatTensor],
-                           stopAfter: Int? = nil, progress: (Int, Int) -> Void = { _, _ in }) throws -> PyValue? {
+                           stopAfter: Int? = nil, encodeTiling: EncodeTiling? = nil,
+                           progress: (Int, Int) -> Void = { _, _ in }) throws -> PyValue? {
         try writer.codec.requireEncodable(writer.shapes.map { $0.0 }.filter { $0 != BundleContract.x0Key })
         var computed = 0
         for s in samples.dropFirst(writer.nextIndex) {
             let p = photos[s.photo]
-            let latent = try x0(runner, photo: p.pixels, h: p.h, w: p.w, sample: s, sMin: sMin)
+            let latent = try x0(runner, photo: p.pixels, h: p.h, w: p.w, sample: s, sMin: sMin, tiling: encodeTiling)
             let noise = FloatTensor(shape: latent.shape, data: PortableRng.normal(seed: s.noiseSeed, count: latent.data.count))
             let res = try residuals(runner, spans: spans, x0: latent, noise: noise, t: Float(s.t), cond: cond)
             try addEntry(writer, index: s.index, x0: latent, residuals: res)
@@ -148,25 +193,41 @@ enum SubjectStage {
 }
 
 /// The model bundle's encode / embed / block programs through the Objective-C++ bridge over ExecuTorch's C++ Module
-/// (DSModule), one loaded at a time (loaded for its call, released after it: forward.py's default). DSModule takes no
+/// (DSModule), one loaded at a time (loaded for its call, released after it: forward.py's default; a tiled encode's
+/// tile program stays loaded for the tiles of its shape, until the next shape's or `release`). DSModule takes no
 /// data file, so a program whose weights are in a .ptd (compile --weights mapped) is refused with one line.
 final class EtForwardRunner: ForwardRunner {
     private let root: URL
     private var entries: [ProgramKey: [String: Any]] = [:]
+    private var held: ProgramKey?                                         // the tile program kept loaded, and its module
+    private var heldModule: DSModule?
 
     init(root: URL, manifest: [String: Any]) throws {
         self.root = root
         for p in manifest[BundleContract.programsField] as? [[String: Any]] ?? [] {
             guard p["runtime"] as? String == BundleContract.etRuntime, let name = p["name"] as? String,
-                  [BundleContract.etEncode, BundleContract.etEmbed, BundleContract.etBlock].contains(name) else { continue }
+                  [BundleContract.etEncode, BundleContract.etEmbed, BundleContract.etBlock].contains(name) || EtForwardRunner.isTile(name)
+            else { continue }
             let key = name == BundleContract.etBlock ? ProgramKey(name: name, block: p["block"] as? Int ?? -1) : ProgramKey(name: name)
             if let data = p[BundleContract.etDataField] as? [String], let first = data.first {
                 throw TrainError.bundle("\(root.path)/manifest.json: program \(p[BundleContract.etProgramField] ?? "") keeps its weights in \(first); the app's ExecuTorch bridge loads no data file: compile the model bundle with --weights resident for this app")
             }
             entries[key] = p
         }
-        guard entries[ProgramKey(name: BundleContract.etEncode)] != nil, entries[ProgramKey(name: BundleContract.etEmbed)] != nil
-        else { throw TrainError.bundle("\(root.path)/manifest.json: no \(BundleContract.etEncode) / \(BundleContract.etEmbed) program: not a model bundle") }
+        // the encode programs encode_tiling lists (absent: the one `encode`), refused in one line naming the missing
+        let tiles = (manifest[BundleContract.encodeTilingField] as? [String: Any])?[BundleContract.encodeTilingProgramsField] as? [String: String]
+        let encoders = tiles.map { Array($0.values).sorted() } ?? [BundleContract.etEncode]
+        var missing: [String] = []
+        for name in encoders + [BundleContract.etEmbed] where entries[ProgramKey(name: name)] == nil && !missing.contains(name) {
+            missing.append(name)
+        }
+        guard missing.isEmpty else { throw TrainError.bundle(SubjectStage.noProgramsMessage("\(root.path)/manifest.json", missing)) }
+    }
+
+    static func isTile(_ name: String) -> Bool { name.hasPrefix(BundleContract.etEncode + ".") }
+
+    func release() {
+        held = nil; heldModule = nil                                      // the module is released with its reference
     }
 
     func run(_ program: ProgramKey, _ inputs: [String: FloatTensor]) throws -> [String: FloatTensor] {
@@ -181,7 +242,9 @@ final class EtForwardRunner: ForwardRunner {
             return DSTensorInput(bytes: t.data.withUnsafeBufferPointer { Data(buffer: $0) }, dtype: "float32",
                                  shape: shape.map { NSNumber(value: $0) })
         }
-        let module = try DSModule(path: path)                 // released when this call returns
+        if held != nil && held != program { release() }                 // another tile shape, or another program
+        let module = try heldModule ?? DSModule(path: path)   // released when this call returns, unless held
+        if EtForwardRunner.isTile(program.name) { held = program; heldModule = module }
         let outs = try module.forward(args)
         guard outs.count == outSpecs.count else { throw TrainError.bundle("\(path): \(outs.count) outputs, the manifest lists \(outSpecs.count)") }
         var res: [String: FloatTensor] = [:]

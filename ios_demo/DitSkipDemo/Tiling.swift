@@ -1,9 +1,12 @@
 import Foundation
 
-/// Decoding latents in tiles, line for line ditskip_edge/runtime/tiling.py and Tiling.kt (diffusers' tiled_decode):
-/// tiles start every `stride` latent cells (smaller at the far edges); each decoded tile is blended into its upper,
-/// then its left (already blended) neighbour over (tile - stride) * scale pixels, and its first stride * scale rows
-/// and columns go to the picture. With tile >= the latent side there is one tile: the plain decode.
+/// Decoding latents and encoding pictures in tiles, line for line ditskip_edge/runtime/tiling.py and Tiling.kt
+/// (diffusers' tiled_decode / tiled_encode): tiles start every `stride` input units (smaller at the far edges); each
+/// tile's result is blended into its upper, then its left (already blended) neighbour over `blend` output units, and
+/// its first `keep` rows and columns go to the output (`runTiled`). Decoding: latent tiles, blend (tile - stride) *
+/// scale pixels, keep stride * scale. Encoding (the subject stage's encode_tiling): pixel tiles, blend (tile_px -
+/// stride_px) / scale latent cells, keep stride_px / scale, every tile of one shape run before the next shape (one tile
+/// program loaded at a time). With tile >= the side there is one tile: the plain decode (encode).
 enum Tiling {
     /// A decoded tile: [c, h, w] row-major.
     struct Tile { let c: Int; let h: Int; let w: Int; var data: [Float] }
@@ -39,32 +42,84 @@ enum Tiling {
         }
     }
 
-    /// latents [1, c, h, w] -> image [3, h scale, w scale]; decodeTile(latents of one tile, its h, its w).
-    static func decodeTiled(_ latents: [Float], c: Int, h: Int, w: Int, tile: Int, stride: Int, scale: Int,
-                            _ decodeTile: ([Float], Int, Int) throws -> Tile) rethrows -> Tile {
-        let blend = (tile - stride) * scale, keep = stride * scale
-        var image: Tile? = nil
+    /// The distinct tile shapes (h, w) of a tiled run over an h x w input, in first-use order (tiling.py tile_shapes).
+    static func tileShapes(_ h: Int, _ w: Int, tile: Int, stride: Int) -> [[Int]] {
+        var shapes: [[Int]] = []
+        for i in starts(h, stride) { for j in starts(w, stride) {
+            let shape = [min(tile, h - i), min(tile, w - j)]
+            if !shapes.contains(shape) { shapes.append(shape) }
+        } }
+        return shapes
+    }
+
+    /// tiling.py run_tiled (Tiling.kt runTiled): x [c, h, w] cut into tiles of `tile` a side every `stride`;
+    /// runTile(the tile's values [c, th, tw], th, tw) -> its result; each result blended into its upper, then its left
+    /// (already blended) neighbour over `blend` rows / columns, its first `keep` rows and columns written to the
+    /// [c', outH, outW] output at (row, column) index x keep. byShape: every tile run first, all tiles of one shape
+    /// after another in tileShapes' order, and blended after (diffusers' order); otherwise tile by tile.
+    static func runTiled(_ x: [Float], c: Int, h: Int, w: Int, tile: Int, stride: Int, blend: Int, keep: Int, outH: Int,
+                         outW: Int, byShape: Bool, _ runTile: ([Float], Int, Int) throws -> Tile) rethrows -> Tile {
+        let rows = starts(h, stride), cols = starts(w, stride)
+        var done: [[Int]: Tile] = [:]
+        if byShape {
+            for shape in tileShapes(h, w, tile: tile, stride: stride) {
+                for (r, i) in rows.enumerated() { for (k, j) in cols.enumerated() {
+                    if [min(tile, h - i), min(tile, w - j)] == shape {
+                        let (part, th, tw) = cut(x, c: c, h: h, w: w, i, j, tile)
+                        done[[r, k]] = try runTile(part, th, tw)
+                    }
+                } }
+            }
+        }
+        var out: Tile? = nil
         var above: [Tile] = []
-        for i in starts(h, stride) {
+        for (r, i) in rows.enumerated() {
             var row: [Tile] = []
-            for (k, j) in starts(w, stride).enumerated() {
-                let th = min(tile, h - i), tw = min(tile, w - j)
-                var part = [Float](repeating: 0, count: c * th * tw)
-                for ch in 0..<c { for y in 0..<th { for x in 0..<tw {
-                    part[(ch * th + y) * tw + x] = latents[(ch * h + i + y) * w + j + x]
-                } } }
-                var t = try decodeTile(part, th, tw)
+            for (k, j) in cols.enumerated() {
+                var t: Tile
+                if byShape { t = done.removeValue(forKey: [r, k])! } else {
+                    let (part, th, tw) = cut(x, c: c, h: h, w: w, i, j, tile)
+                    t = try runTile(part, th, tw)
+                }
                 if !above.isEmpty { blendRows(above[k], &t, blend) }
                 if let left = row.last { blendCols(left, &t, blend) }
                 row.append(t)
-                if image == nil { image = Tile(c: t.c, h: h * scale, w: w * scale, data: [Float](repeating: 0, count: t.c * h * scale * w * scale)) }
-                let ph = min(keep, t.h), pw = min(keep, t.w)
-                for ch in 0..<t.c { for y in 0..<ph { for x in 0..<pw {
-                    image!.data[(ch * image!.h + i * scale + y) * image!.w + j * scale + x] = t.data[(ch * t.h + y) * t.w + x]
+                if out == nil { out = Tile(c: t.c, h: outH, w: outW, data: [Float](repeating: 0, count: t.c * outH * outW)) }
+                let y0 = r * keep, x0 = k * keep
+                let ph = min(keep, t.h, outH - y0), pw = min(keep, t.w, outW - x0)
+                for ch in 0..<t.c { for y in 0..<max(ph, 0) { for z in 0..<max(pw, 0) {
+                    out!.data[(ch * outH + y0 + y) * outW + x0 + z] = t.data[(ch * t.h + y) * t.w + z]
                 } } }
             }
             above = row
         }
-        return image!
+        return out!
+    }
+
+    /// The values [c, th, tw] of the tile at (i, j) of x [c, h, w], with th, tw (smaller at the far edges).
+    static func cut(_ x: [Float], c: Int, h: Int, w: Int, _ i: Int, _ j: Int, _ tile: Int) -> ([Float], Int, Int) {
+        let th = min(tile, h - i), tw = min(tile, w - j)
+        var part = [Float](repeating: 0, count: c * th * tw)
+        for ch in 0..<c { for y in 0..<th { for z in 0..<tw {
+            part[(ch * th + y) * tw + z] = x[(ch * h + i + y) * w + j + z]
+        } } }
+        return (part, th, tw)
+    }
+
+    /// latents [1, c, h, w] -> image [3, h scale, w scale]; decodeTile(latents of one tile, its h, its w). Tile by
+    /// tile (Generator.swift: the tiles' programs take mapped weights).
+    static func decodeTiled(_ latents: [Float], c: Int, h: Int, w: Int, tile: Int, stride: Int, scale: Int,
+                            _ decodeTile: ([Float], Int, Int) throws -> Tile) rethrows -> Tile {
+        try runTiled(latents, c: c, h: h, w: w, tile: tile, stride: stride, blend: (tile - stride) * scale,
+                     keep: stride * scale, outH: h * scale, outW: w * scale, byShape: false, decodeTile)
+    }
+
+    /// tiling.py encode_tiled (Tiling.kt encodeTiled): patch [1, 3, h, w] (pixels) -> latents [1, C, h / scale,
+    /// w / scale]; encodeTile(the pixels of one tile [3, th, tw], th, tw) -> its latents [C, th / scale, tw / scale].
+    /// byShape (the default, forward.py's): the tiles of one shape in a row, so each shape's program is loaded once.
+    static func encodeTiled(_ patch: [Float], h: Int, w: Int, tilePx: Int, stridePx: Int, scale: Int, byShape: Bool = true,
+                            _ encodeTile: ([Float], Int, Int) throws -> Tile) rethrows -> Tile {
+        try runTiled(patch, c: 3, h: h, w: w, tile: tilePx, stride: stridePx, blend: (tilePx - stridePx) / scale,
+                     keep: stridePx / scale, outH: h / scale, outW: w / scale, byShape: byShape, encodeTile)
     }
 }

@@ -9,12 +9,17 @@
 //                                          spec {schedule, photos: [[h, w, file]], photo_names, spans, model, codec,
 //                                          shapes, cond: {name: [shape, file]}, shard_bytes, run}
 //   model SPEC.json WORK_DIR [STOP_AFTER]  ModelBundle.writeCache on a model bundle folder with the stand-in programs:
-//                                          spec {bundle, photos: [[name, sha256, h, w, file]]}
+//                                          spec {bundle, photos: [[name, sha256, h, w, file]], events?: file the
+//                                          stand-in's encode tile program loads / releases are written to, a line each}
 //   subject SPEC.json OUT_DIR [STOP_AFTER] SubjectBundle.write: the subject bundle at OUT_DIR (stand-in programs, photo
 //                                          PNGs by javax.imageio): spec {bundle, photos: [[name, sha256, h, w, file]],
 //                                          fail_at_png?: true to fail while writing the photos}
 //   lanczos SPEC.json                      PhotoNormalise: spec [[h, w, data_px, rgb_file (uint8 [h, w, 3]), out_file]]:
 //                                          writes each normalised photo's uint8 [h', w', 3] (short side -> data_px)
+//   tiles SPEC.json                        Tiling.encodeTiled / decodeTiled with stand-in tile functions (PoolMix,
+//                                          ChannelUp below): spec [{kind: encode|decode, c, h, w, tile, stride, scale,
+//                                          by_shape, in, out}] (float32 files); prints "order <case> HxW HxW .." (the
+//                                          tile shapes in the order the tile function ran)
 // Prints "resumed R computed C" (entries taken from the journal, entries computed by this run).
 import org.ditskip.demo.CacheCodec
 import org.ditskip.demo.CacheWriter
@@ -31,6 +36,7 @@ import org.ditskip.demo.Schedule
 import org.ditskip.demo.ScheduleConfig
 import org.ditskip.demo.SkipSpans
 import org.ditskip.demo.SubjectStage
+import org.ditskip.demo.Tiling
 import java.awt.image.BufferedImage
 import java.io.File
 import javax.imageio.ImageIO
@@ -62,6 +68,7 @@ fun writerFor(spec: Map<String, Any?>, out: String): CacheWriter =
 
 fun main(args: Array<String>) {
     if (args[0] == "lanczos") return lanczos(PyJson.parse(File(args[1]).readText()) as List<*>)
+    if (args[0] == "tiles") return tiles(PyJson.parse(File(args[1]).readText()) as List<*>)
     val spec = obj(PyJson.parse(File(args[1]).readText()))
     val stopAfter = args.getOrNull(3)?.toInt()
     if (args[0] == "cache") return cache(spec, args[2], stopAfter)
@@ -126,7 +133,12 @@ fun model(spec: Map<String, Any?>, work: String, stopAfter: Int?) {
         SubjectPhoto(l[0] as String, l[1] as String, (l[2] as Long).toInt(), (l[3] as Long).toInt(), readF32(l[4] as String)) }
     var computed = 0
     var resumed = -1
-    bundle.writeCache(photos, 0, File(work), stopAfter, StandIn) { done, _ -> if (resumed < 0) resumed = done - 1; computed += 1 }
+    StandIn.events.clear()
+    try {
+        bundle.writeCache(photos, 0, File(work), stopAfter, StandIn) { done, _ -> if (resumed < 0) resumed = done - 1; computed += 1 }
+    } finally {
+        (spec["events"] as? String)?.let { File(it).writeText(StandIn.events.joinToString("") { e -> e + "\n" }) }
+    }
     println("resumed $resumed computed $computed")
 }
 
@@ -164,22 +176,90 @@ fun lanczos(spec: List<*>) {
     }
 }
 
+fun writeF32(path: String, data: FloatArray) {
+    val b = ByteBuffer.allocate(data.size * 4).order(ByteOrder.LITTLE_ENDIAN)
+    b.asFloatBuffer().put(data)
+    File(path).writeBytes(b.array())
+}
+
+/** The tiled encode's stand-in tile function (tests/test_app_subject_stage.py pool_mix): pixels [3, th, tw] ->
+ *  [4, th / f, tw / f] = a fixed channel mix of the f x f average pool, + half the tile's top-left pixel, + a ramp
+ *  over the tile's own cells (so the result depends on the tile's content, position and size); float64, then float32. */
+fun poolMix(x: FloatArray, th: Int, tw: Int, f: Int): Tiling.Tile {
+    val oh = th / f; val ow = tw / f
+    val pooled = DoubleArray(3 * oh * ow)
+    for (ch in 0 until 3) for (y in 0 until oh) for (z in 0 until ow) {
+        var sum = 0.0
+        for (a in 0 until f) for (b in 0 until f) sum += x[(ch * th + y * f + a) * tw + z * f + b].toDouble()
+        pooled[(ch * oh + y) * ow + z] = sum / (f * f)
+    }
+    return Tiling.Tile(4, oh, ow, FloatArray(4 * oh * ow) { q ->
+        val k = q / (oh * ow); val y = q / ow % oh; val z = q % ow
+        var v = 0.0
+        for (ch in 0 until 3) v += (((k * 3 + ch) % 5 - 2) * 0.3 + 0.1) * pooled[(ch * oh + y) * ow + z]
+        (v + 0.5 * x[(k % 3) * th * tw].toDouble() + 0.01 * (y + 2 * z) / (oh + ow)).toFloat() })
+}
+
+/** The tiled decode's stand-in (as GenCheck.kt's): channel mix + nearest upsample by f + a ramp within each f cell. */
+fun channelUp(t: FloatArray, th: Int, tw: Int, f: Int): Tiling.Tile =
+    Tiling.Tile(3, th * f, tw * f, FloatArray(3 * th * f * tw * f) { q ->
+        val o = q / (th * f * tw * f); val y = q / (tw * f) % (th * f); val x = q % (tw * f)
+        val a = t[(0 * th + y / f) * tw + x / f]; val b = t[(1 * th + y / f) * tw + x / f]
+        a * (o + 1).toFloat() - b * 0.5f + (x % f).toFloat() * 0.25f })
+
+fun tiles(spec: List<*>) {
+    for ((n, item) in spec.withIndex()) {
+        val m = obj(item)
+        fun i(k: String) = (m[k] as Long).toInt()
+        val x = readF32(m["in"] as String)
+        val order = ArrayList<String>()
+        val f = i("scale")
+        val out = if (m["kind"] == "encode")
+            Tiling.encodeTiled(x, i("h"), i("w"), i("tile"), i("stride"), f, m["by_shape"] as Boolean) { t, th, tw ->
+                order.add(Tiling.shapeKey(th, tw)); poolMix(t, th, tw, f) }
+        else Tiling.decodeTiled(x, i("c"), i("h"), i("w"), i("tile"), i("stride"), f) { t, th, tw ->
+                order.add(Tiling.shapeKey(th, tw)); channelUp(t, th, tw, f) }
+        writeF32(m["out"] as String, out.data)
+        println("order $n ${out.c} ${out.h} ${out.w} ${order.joinToString(" ")}")
+    }
+}
+
 /** Stand-in programs, deterministic float32 elementwise functions of their inputs (the Python test has their twins):
- *  encode: x0[c, i, j] = patch[c % 3, 2i, 2j] * 0.5 (c + 1), C = 4; embed: stream.img [1, h w, C] = (x0 (1 - t) +
+ *  encode: x0[c, i, j] = patch[c % 3, 2i, 2j] * 0.5 (c + 1), C = 4; a tiled encode's encode.<h>x<w> (any tile
+ *  shape): the same + patch[c % 3, 0, 0] * 0.25 + 0.0625 i / (h / 2) (depends on the tile's position and size), kept
+ *  loaded from its first tile to the next shape's or release() (`events`; any other program run while one is held
+ *  fails: one program loaded at a time); embed: stream.img [1, h w, C] = (x0 (1 - t) +
  *  noise t) transposed, stream.txt = cond.txt * 2, ctx.temb [1, C] = t (c + 1); block i (a = 0.75 + 0.0625 i):
  *  img' = img a + temb + txt[token 0], txt' = txt a - temb 0.5. */
 object StandIn : ForwardRunner {
     const val C = 4
+    val events = ArrayList<String>()
+    private var held: String? = null
+
+    override fun release() {
+        if (held != null) events.add("release $held")
+        held = null
+    }
 
     override fun run(program: ProgramKey, inputs: Map<String, FloatTensor>): Map<String, FloatTensor> {
-        return when (program.name) {
-            "encode" -> {
+        if (program.name.startsWith("encode.")) {
+            if (held != program.name) { release(); events.add("load ${program.name}"); held = program.name }
+        } else check(held == null) { "${program.name} run while the tile program $held is still loaded" }
+        return when {
+            program.name.startsWith("encode.") -> {
+                val p = inputs.getValue("patch"); val ph = p.shape[2]; val pw = p.shape[3]; val h = ph / 2; val w = pw / 2
+                mapOf("x0" to FloatTensor(intArrayOf(1, C, h, w), FloatArray(C * h * w) { q ->
+                    val ch = q / (h * w); val i = q / w % h; val j = q % w
+                    p.data[((ch % 3) * ph + 2 * i) * pw + 2 * j] * (0.5f * (ch + 1)) + p.data[(ch % 3) * ph * pw] * 0.25f +
+                        0.0625f * (i.toFloat() / h.toFloat()) }))
+            }
+            program.name == "encode" -> {
                 val p = inputs.getValue("patch"); val s = p.shape[2]; val h = s / 2
                 mapOf("x0" to FloatTensor(intArrayOf(1, C, h, h), FloatArray(C * h * h) { q ->
                     val ch = q / (h * h); val i = q / h % h; val j = q % h
                     p.data[((ch % 3) * s + 2 * i) * s + 2 * j] * (0.5f * (ch + 1)) }))
             }
-            "embed" -> {
+            program.name == "embed" -> {
                 val x0 = inputs.getValue("x0"); val noise = inputs.getValue("noise"); val t = inputs.getValue("t").data[0]
                 val n = x0.data.size / C
                 val txt = inputs.getValue("cond.txt")

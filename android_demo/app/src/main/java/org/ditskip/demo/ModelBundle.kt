@@ -72,6 +72,20 @@ class ModelBundle(val root: File) {
         }
     }
 
+    /** The manifest's encode_tiling (forward.py encode_tiling_of): absent (a bundle written before it) = untiled,
+     *  the one `encode` program on the whole s_min crop. */
+    val encodeTiling: EncodeTiling get() {
+        val f = BundleContract.ENCODE_TILING_FIELD
+        val rec = manifest[f] ?: return EncodeTiling.untiled(scheduleConfig.sMinPx)
+        val m = obj(rec, f)
+        val programs = LinkedHashMap<String, String>()
+        for ((k, v) in obj(m[BundleContract.ENCODE_TILING_PROGRAMS_FIELD], "$f.${BundleContract.ENCODE_TILING_PROGRAMS_FIELD}")) {
+            programs[k] = v as? String ?: throw IllegalArgumentException("$root/manifest.json: field $f.programs.$k is not a program name")
+        }
+        val tiled = m["tiled"] == true
+        return EncodeTiling(int(m, "tile_px"), int(m, "stride_px"), if (tiled) int(m, "scale") else 0, tiled, programs)
+    }
+
     val entryShapes: LinkedHashMap<String, IntArray> get() {
         val out = LinkedHashMap<String, IntArray>()
         for ((k, v) in obj(section("model_bundle")["entry_shapes"], "entry_shapes")) {
@@ -93,8 +107,10 @@ class ModelBundle(val root: File) {
     }
 
     /**
-     * subject.py check_programs, before any work: the bundle has the encode, embed and needed block programs, and they
-     * are this manifest's model's: encode takes an s_min patch and gives entry_shapes' x0, embed gives the streams
+     * subject.py check_programs, before any work: the bundle has the encode (every tile program encode_tiling lists),
+     * embed and needed block programs, refused in one line naming the missing, and they are this manifest's model's:
+     * encode takes an s_min patch and gives entry_shapes' x0 (tiled: the tiles are those of tile_px every stride_px on
+     * the crop, each tile program takes its pixel tile and gives its part of x0), embed gives the streams
      * whose residuals the cache holds and takes the prompts' conditioning, every block takes what embed gives, a
      * train_step program takes this codec's entry.
      */
@@ -103,9 +119,11 @@ class ModelBundle(val root: File) {
         @Suppress("UNCHECKED_CAST")
         val all = (manifest[BundleContract.PROGRAMS_FIELD] as? List<*> ?: emptyList<Any?>()).map { it as Map<String, Any?> }
         val et = all.filter { it["runtime"] == BundleContract.ET_RUNTIME }
-        val enc = et.firstOrNull { it["name"] == BundleContract.ET_ENCODE }
-        val emb = et.firstOrNull { it["name"] == BundleContract.ET_EMBED }
-        require(enc != null && emb != null) { "$where: no ${BundleContract.ET_ENCODE} / ${BundleContract.ET_EMBED} program: this bundle cannot run the subject stage" }
+        val tiling = encodeTiling
+        val byName = et.groupBy { it["name"] as? String }
+        val missing = (tiling.programs.values + BundleContract.ET_EMBED).filter { it !in byName }.distinct()
+        require(missing.isEmpty()) { SubjectStage.noProgramsMessage(where, missing) }
+        val emb = byName.getValue(BundleContract.ET_EMBED)[0]
         val blocks = et.filter { it["name"] == BundleContract.ET_BLOCK }.associateBy { (it[BundleContract.ET_BLOCK] as Long).toInt() }
         val sp = spans
         val need = if (sp.nBack > 0) 0 until sp.numBlocks else 0 until sp.nFront
@@ -113,9 +131,24 @@ class ModelBundle(val root: File) {
         require(absent.isEmpty()) { "$where: no block program for blocks ${absent.take(5)} (the residuals need blocks 0..${need.last})" }
         val shapes = entryShapes.mapValues { (_, v) -> v.map { it.toLong() } }
         val sMin = scheduleConfig.sMinPx.toLong()
-        val patch = specs(enc, "inputs")["patch"]
-        require(patch != null && patch.drop(2) == listOf(sMin, sMin) && specs(enc, "outputs")[BundleContract.X0_KEY] == shapes[BundleContract.X0_KEY]) {
-            "$where: ${enc["path"]} is not this model's encoder (patch/x0 shapes differ from s_min $sMin px and entry_shapes x0 ${shapes[BundleContract.X0_KEY]})"
+        val x0Shape = shapes.getValue(BundleContract.X0_KEY)
+        if (tiling.tiled) {
+            val want = Tiling.tileShapes(sMin.toInt(), sMin.toInt(), tiling.tilePx, tiling.stridePx).map { Tiling.shapeKey(it.first, it.second) }
+            require(tiling.programs.keys == want.toSet()) {
+                "$where: ${BundleContract.ENCODE_TILING_FIELD} lists tiles ${tiling.programs.keys.sorted()}, not those of " +
+                    "${tiling.tilePx}-px tiles every ${tiling.stridePx} px on the $sMin-px crop"
+            }
+        }
+        for ((key, name) in tiling.programs) {
+            val enc = byName.getValue(name)[0]
+            val (th, tw) = key.split("x").map { it.toLong() }
+            val wantX0 = x0Shape.take(2) + listOf(th * x0Shape[2] / sMin, tw * x0Shape[3] / sMin)
+            val patch = specs(enc, "inputs")["patch"]
+            require(patch != null && patch.drop(2) == listOf(th, tw) && specs(enc, "outputs")[BundleContract.X0_KEY] == wantX0 &&
+                    (tiling.tiled || th == sMin && tw == sMin)) {
+                "$where: ${enc["path"]} is not this model's encoder (patch/x0 shapes differ from the $key px " +
+                    "${if (tiling.tiled) "tile" else "s_min crop"} and entry_shapes x0 $x0Shape)"
+            }
         }
         val streams = specs(emb, "outputs")
         for ((name, shape) in shapes) {
@@ -153,11 +186,11 @@ class ModelBundle(val root: File) {
      * The residual cache of `photos` (sorted by file name, normalised) for prompt `promptIndex`, written to
      * `<work>/subject/cache` entry by entry (stored mode): a run killed and started again with the same inputs
      * continues after its last journalled entry. Returns the index, or null when stopped after `stopAfter` new entries.
-     * `runner` defaults to the bundle's programs through ExecuTorch (one loaded at a time).
+     * `runner` defaults to the bundle's programs through ExecuTorch (one loaded at a time), made after the checks.
+     * A tiled encode (encode_tiling) runs the tile programs on the crop's tiles and blends them (SubjectStage.x0).
      */
     fun writeCache(photos: List<SubjectPhoto>, promptIndex: Int, work: File, stopAfter: Int? = null,
-                   runner: ForwardRunner = EtForwardRunner(root, JSONObject(manifestText)),
-                   progress: (Int, Int) -> Unit = { _, _ -> }): Map<String, Any?>? {
+                   runner: ForwardRunner? = null, progress: (Int, Int) -> Unit = { _, _ -> }): Map<String, Any?>? {
         val minPhotos = int(section("model_bundle"), "min_photos")
         require(photos.size >= minPhotos) { "${photos.size} photos: this model bundle needs at least $minPhotos" }
         val cfg = scheduleConfig
@@ -172,9 +205,10 @@ class ModelBundle(val root: File) {
             cond[BundleContract.COND_PREFIX + k] = FloatTensor(t.shape.map { it.toInt() }.toIntArray(), t.floats())
         }
         checkPrograms(cond)                                              // refused before any work
+        val run = runner ?: EtForwardRunner(root, JSONObject(manifestText))
         val writer = CacheWriter(File(work, "subject/cache"), identity, codec, entryShapes, resumable = true,
                                  run = runIdentity(photos, prompt, BundleContract.STORED_MODE))
-        return SubjectStage.writeCache(writer, samples, photos.map { Triple(it.h, it.w, it.pixels) }, runner, spans,
-                                       cfg.sMinPx, cond, stopAfter, progress)
+        return SubjectStage.writeCache(writer, samples, photos.map { Triple(it.h, it.w, it.pixels) }, run, spans,
+                                       cfg.sMinPx, cond, stopAfter, encodeTiling, progress)
     }
 }

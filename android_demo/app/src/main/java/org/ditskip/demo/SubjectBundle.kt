@@ -33,7 +33,7 @@ object SubjectBundle {
 
     /** subject.py subject_manifest: the model bundle's fields a subject bundle keeps, in this order. */
     val KEPT_FIELDS = listOf("created_by", "model", "plan", "lora", "optimizer", "model_stage", "lora_file", "schedule",
-                             "programs", "generation")
+                             "programs", "generation", "encode_tiling")
 
     fun workDirFor(out: File): File = File(out.absoluteFile.parentFile, ".${out.name}.partial")
 

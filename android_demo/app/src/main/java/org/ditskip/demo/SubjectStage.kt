@@ -7,13 +7,31 @@ import org.pytorch.executorch.Module
 import org.pytorch.executorch.Tensor
 import java.io.File
 
-/** A subject-stage program: `encode`, `embed`, or `block` with its index (manifest ProgramEntry.block). */
+/** A subject-stage program: `encode` (or a tiled encode's `encode.<h>x<w>`), `embed`, or `block` with its index
+ *  (manifest ProgramEntry.block). */
 data class ProgramKey(val name: String, val block: Int = -1)
 
 /** Runs one forward-only program on named float32 inputs and gives its named outputs (runtime/forward.py's
  *  ProgramRunner). The app's is [EtForwardRunner]; the JVM check uses a stand-in with simple deterministic programs. */
 interface ForwardRunner {
     fun run(program: ProgramKey, inputs: Map<String, FloatTensor>): Map<String, FloatTensor>
+
+    /** Drop the program kept loaded between calls, if any: a tiled encode's tile program stays loaded while the tiles
+     *  of its shape run (forward.py encoder(key)), until another tile shape's program or this. */
+    fun release() {}
+}
+
+/**
+ * The manifest's `encode_tiling` (runtime/forward.py encode_tiling_of): the subject stage's encoder on pixel tiles of
+ * the s_min crop (compile --encode-tile-px), `programs` naming each pixel tile shape's program ("HxW" ->
+ * "encode.HxW"); a bundle without the record is untiled: the one `encode` program on the whole crop.
+ */
+class EncodeTiling(val tilePx: Int, val stridePx: Int, val scale: Int, val tiled: Boolean,
+                   val programs: LinkedHashMap<String, String>) {
+    companion object {
+        fun untiled(sMin: Int): EncodeTiling =
+            EncodeTiling(sMin, sMin, 0, false, linkedMapOf(Tiling.shapeKey(sMin, sMin) to BundleContract.ET_ENCODE))
+    }
 }
 
 /** The skip plan's spans (manifest `plan`): blocks 0..nFront-1 skipped in front, the last nBack skipped at the back. */
@@ -31,11 +49,32 @@ object SubjectStage {
     const val CTX_PREFIX = "ctx."
     const val IMG_STREAM = "img"
 
-    /** photo [3, h, w] in [-1, 1] + the sample's crop box -> x0 (the encode program on the crop resized to s_min). */
-    fun x0(runner: ForwardRunner, photo: FloatArray, h: Int, w: Int, s: PlannedSample, sMin: Int): FloatTensor {
+    /** photo [3, h, w] in [-1, 1] + the sample's crop box -> x0 (the encode program on the crop resized to s_min;
+     *  tiled: forward.py x0, the tile programs on its pixel tiles, all tiles of one shape in a row, each shape's
+     *  program loaded once and released before the next, the latent tiles blended by Tiling.encodeTiled). */
+    fun x0(runner: ForwardRunner, photo: FloatArray, h: Int, w: Int, s: PlannedSample, sMin: Int,
+           tiling: EncodeTiling? = null): FloatTensor {
         val patch = FloatTensor(intArrayOf(1, 3, sMin, sMin), Patches.crop(photo, h, w, s.x0, s.y0, s.side, sMin))
-        return runner.run(ProgramKey(BundleContract.ET_ENCODE), mapOf("patch" to patch)).getValue(BundleContract.X0_KEY)
+        if (tiling == null || !tiling.tiled)
+            return runner.run(ProgramKey(BundleContract.ET_ENCODE), mapOf("patch" to patch)).getValue(BundleContract.X0_KEY)
+        try {
+            val x0 = Tiling.encodeTiled(patch.data, sMin, sMin, tiling.tilePx, tiling.stridePx, tiling.scale) { part, th, tw ->
+                val name = tiling.programs[Tiling.shapeKey(th, tw)]
+                    ?: throw IllegalArgumentException("${BundleContract.ENCODE_TILING_FIELD}: no program for a ${th}x$tw-px tile")
+                val t = runner.run(ProgramKey(name), mapOf("patch" to FloatTensor(intArrayOf(1, 3, th, tw), part)))
+                    .getValue(BundleContract.X0_KEY)
+                Tiling.Tile(t.shape[1], t.shape[2], t.shape[3], t.data)
+            }
+            return FloatTensor(intArrayOf(1, x0.c, x0.h, x0.w), x0.data)
+        } finally {
+            runner.release()                                              // forward.py: no encode program kept
+        }
     }
+
+    /** The one-line refusal of a bundle without the subject programs it lists (forward.py subject_programs). */
+    fun noProgramsMessage(where: String, missing: List<String>): String =
+        "$where: no ${missing.joinToString(", ")} program: this bundle cannot run the subject stage (compile it " +
+            "without --images: a model bundle)"
 
     /** One sample's residuals {"front.<s>" every stream, "back.img"}: forward.py ForwardPrograms.residuals. */
     fun residuals(runner: ForwardRunner, spans: SkipSpans, x0: FloatTensor, noise: FloatTensor, t: Float,
@@ -77,13 +116,14 @@ object SubjectStage {
      *  entries (tests: as a killed run would). `progress(done, total)` after each entry. */
     fun writeCache(writer: CacheWriter, samples: List<PlannedSample>, photos: List<Triple<Int, Int, FloatArray>>,
                    runner: ForwardRunner, spans: SkipSpans, sMin: Int, cond: Map<String, FloatTensor>,
-                   stopAfter: Int? = null, progress: (Int, Int) -> Unit = { _, _ -> }): Map<String, Any?>? {
+                   stopAfter: Int? = null, encodeTiling: EncodeTiling? = null,
+                   progress: (Int, Int) -> Unit = { _, _ -> }): Map<String, Any?>? {
         val residualNames = writer.shapes.keys.filter { it != BundleContract.X0_KEY }
         writer.codec.requireEncodable(residualNames)                                 // lowrank: refused before any work
         var computed = 0
         for (s in samples.drop(writer.nextIndex)) {
             val (h, w, px) = photos[s.photo]
-            val x0 = x0(runner, px, h, w, s, sMin)
+            val x0 = x0(runner, px, h, w, s, sMin, encodeTiling)
             val noise = FloatTensor(x0.shape, PortableRng.normal(s.noiseSeed, x0.data.size))
             val res = residuals(runner, spans, x0, noise, s.t.toFloat(), cond)
             addEntry(writer, s.index, x0, res)
@@ -157,12 +197,15 @@ object SubjectStage {
 
 /**
  * The model bundle's encode / embed / block programs with ExecuTorch's Java `Module`, one loaded at a time (loaded
- * for its call and destroyed after it, forward.py's default `keep_blocks=False`): inputs in the manifest entry's order,
+ * for its call and destroyed after it, forward.py's default `keep_blocks=False`; a tiled encode's tile program stays
+ * loaded for the tiles of its shape, until the next shape's or [release]): inputs in the manifest entry's order,
  * looked up by name and checked against its shapes; outputs named by its `outputs`. ExecuTorch's Java `Module` takes
  * no data file, so a program whose weights are in a .ptd (`data`, compile --weights mapped) is refused with one line.
  */
 class EtForwardRunner(private val root: File, manifest: JSONObject) : ForwardRunner {
     private val entries = HashMap<ProgramKey, JSONObject>()
+    private var held: ProgramKey? = null                                  // the tile program kept loaded, and its Module
+    private var heldModule: Module? = null
 
     init {
         val list = manifest.getJSONArray(BundleContract.PROGRAMS_FIELD)
@@ -170,7 +213,8 @@ class EtForwardRunner(private val root: File, manifest: JSONObject) : ForwardRun
             val p = list.getJSONObject(i)
             if (p.optString("runtime") != BundleContract.ET_RUNTIME) continue
             val name = p.optString("name")
-            if (name != BundleContract.ET_ENCODE && name != BundleContract.ET_EMBED && name != BundleContract.ET_BLOCK) continue
+            if (name != BundleContract.ET_ENCODE && !isTile(name) && name != BundleContract.ET_EMBED &&
+                name != BundleContract.ET_BLOCK) continue
             val key = if (name == BundleContract.ET_BLOCK) ProgramKey(name, p.getInt(BundleContract.ET_BLOCK)) else ProgramKey(name)
             val data = p.optJSONArray(BundleContract.ET_DATA_FIELD)
             require(data == null || data.length() == 0) {
@@ -180,10 +224,14 @@ class EtForwardRunner(private val root: File, manifest: JSONObject) : ForwardRun
             }
             entries[key] = p
         }
-        require(ProgramKey(BundleContract.ET_ENCODE) in entries && ProgramKey(BundleContract.ET_EMBED) in entries) {
-            "$root/manifest.json: no ${BundleContract.ET_ENCODE} / ${BundleContract.ET_EMBED} program: not a model bundle"
-        }
+        // the encode programs encode_tiling lists (absent: the one `encode`), refused in one line naming the missing
+        val tiles = manifest.optJSONObject(BundleContract.ENCODE_TILING_FIELD)?.optJSONObject(BundleContract.ENCODE_TILING_PROGRAMS_FIELD)
+        val encoders = if (tiles == null) listOf(BundleContract.ET_ENCODE) else tiles.keys().asSequence().map { tiles.getString(it) }.toList()
+        val missing = (encoders + BundleContract.ET_EMBED).filter { ProgramKey(it) !in entries }.distinct()
+        require(missing.isEmpty()) { SubjectStage.noProgramsMessage("$root/manifest.json", missing) }
     }
+
+    private fun isTile(name: String): Boolean = name.startsWith(BundleContract.ET_ENCODE + ".")
 
     fun has(key: ProgramKey): Boolean = key in entries
 
@@ -199,7 +247,9 @@ class EtForwardRunner(private val root: File, manifest: JSONObject) : ForwardRun
             require(shape.map { it.toInt() } == t.shape.toList()) { "$path: input $name has shape ${t.shape.toList()}, the program expects ${shape.toList()}" }
             EValue.from(Tensor.fromBlob(t.data, shape))
         }
-        val module = Module.load(path)
+        if (held != null && held != program) release()                  // another tile shape, or another program
+        val module = heldModule ?: Module.load(path)
+        if (isTile(program.name)) { held = program; heldModule = module }
         try {
             val outs = module.forward(*args.toTypedArray())
             val outSpecs = p.getJSONArray("outputs")
@@ -212,8 +262,13 @@ class EtForwardRunner(private val root: File, manifest: JSONObject) : ForwardRun
             }
             return res
         } finally {
-            module.destroy()
+            if (module !== heldModule) module.destroy()
         }
+    }
+
+    override fun release() {
+        heldModule?.destroy()
+        held = null; heldModule = null
     }
 
     private fun shapeOf(a: JSONArray): LongArray = LongArray(a.length()) { a.getLong(it) }
