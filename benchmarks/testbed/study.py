@@ -417,7 +417,25 @@ def summarize(results: list[dict]) -> dict:
                                                                                    if n in r["rows"])}
              for n in names}
     return {"table": table, "orderings": orderings(results), "ratio": ratio(results),
-            "selection": selection_summary(results)}
+            "selection": selection_summary(results), "signal": signal(results)}
+
+
+def signal(results: list[dict], row: str = "full_lora", measure: str = PRIMARY) -> dict | None:
+    """Full LoRA's primary score over the base's 0 in CI half-widths, two ways: over units (subject x training seed,
+    the table's CI) and over subjects (each subject's mean over its seeds, n = subjects): seeds of one subject are not
+    independent draws of the subject effect, so the second is the one that says how the instrument generalises."""
+    vals = [(r["subject"], r["rows"][row][measure]) for r in results if row in r["rows"]]
+    if not vals:
+        return None
+    per_subject: dict[str, list[float]] = {}
+    for subject, v in vals:
+        per_subject.setdefault(subject, []).append(v)
+    units = mean_ci(v for _, v in vals)
+    subjects = mean_ci(float(np.mean(v)) for v in per_subject.values())
+    ratio_of = lambda c: round(c["mean"] / c["ci95"], 2) if c["ci95"] and c["ci95"] == c["ci95"] else None  # noqa: E731
+    return {"row": row, "measure": measure, "units": {**units, "half_widths_above_base": ratio_of(units)},
+            "subjects": {**subjects, "half_widths_above_base": ratio_of(subjects)},
+            "per_subject_means": {k: round(float(np.mean(v)), 4) for k, v in per_subject.items()}}
 
 
 def paired(results: list[dict], a: str, b: str, measure: str = PRIMARY) -> dict | None:
@@ -626,9 +644,15 @@ def to_markdown(result: dict) -> str:
     for n, r in t.items():
         lines.append(f"| {n} | {_plans(result, n)} | " + " | ".join(_fmt(r.get(m)) for m in MEASURES) + " |")
     full = t.get("full_lora", {}).get(PRIMARY)
+    sig = result.get("signal")
     if full:
         lines += ["", f"Signal: full LoRA's {PRIMARY} {full['mean']:.3f} +- {full['ci95']:.3f} stands "
-                  f"{full['mean'] / max(full['ci95'], 1e-12):.1f} CI half-widths above the base's 0."]
+                  f"{full['mean'] / max(full['ci95'], 1e-12):.1f} CI half-widths above the base's 0 over units."]
+        if sig and sig["subjects"]["n"] > 1:
+            s_ = sig["subjects"]
+            lines[-1] += (f" Over subjects (each subject's mean over its seeds, n = {s_['n']}): {s_['mean']:.3f} +- "
+                          f"{s_['ci95']:.3f}, {s_['half_widths_above_base']} half-widths (per subject: "
+                          + ", ".join(f"{k} {v:.3f}" for k, v in sig["per_subject_means"].items()) + ").")
     lines += ["", "## The paper's claims on this instrument", ""]
     for measure, r in result["ratio"].items():
         lines.append(f"- BlockSkip 50% / full LoRA ({measure}): **{r['ratio']:.3f}** (95% bootstrap CI "
