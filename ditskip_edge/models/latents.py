@@ -74,53 +74,45 @@ class LatentEncoder(nn.Module):
         return self.vae.decode(latents / self.scaling + self.shift).sample
 
 
+def _tile_and_stride(spec: ModelSpec, tile_px: int, flag: str, what: str) -> tuple[int, int]:
+    """(tile, stride) in latent cells for tiles of tile_px, as diffusers' autoencoders tile: AutoencoderKL (FLUX)
+    overlaps a quarter tile, AutoencoderDC (SANA) strides 7/8 of a tile (its default 448 of 512 px). One line for a
+    tile the autoencoder cannot take."""
+    f = spec.vae_scale_factor
+    if (spec.vae_config or {}).get("kind") == "pixel":
+        raise UserError(f"{flag}: {spec.name} {what}s by a pixel (un)shuffle, there is no {what}r to tile")
+    tile = tile_px // f
+    if tile_px % f or tile < 2:
+        raise UserError(f"{flag} {tile_px}: expected a multiple of {f} px (a latent cell), at least {2 * f}")
+    if spec.arch == FLUX_ARCH:
+        if tile % 4:
+            raise UserError(f"{flag} {tile_px}: AutoencoderKL overlaps its tiles by a quarter; expected a multiple "
+                            f"of {4 * f} px")
+        return tile, tile * 3 // 4
+    return tile, max(1, tile * 7 // 8)
+
+
 def decode_tiling(spec: ModelSpec, latent_side: int, tile_px: int | None) -> dict:
-    """The tiles the decoder runs on, as diffusers' autoencoders tile (runtime/tiling.py): AutoencoderKL (FLUX)
-    overlaps a quarter tile, AutoencoderDC (SANA) strides 7/8 of a tile (its default 448 of 512 px). No tiling
-    (one tile, the whole latent) without tile_px or when the picture fits one tile."""
+    """The tiles the decoder runs on, as diffusers' autoencoders tile (runtime/tiling.py; _tile_and_stride). No
+    tiling (one tile, the whole latent) without tile_px or when the picture fits one tile."""
     f = spec.vae_scale_factor
     one = {"tile_latent": latent_side, "stride_latent": latent_side, "scale": f, "tiled": False}
     if tile_px is None or tile_px // f >= latent_side:
         return one
-    kind = (spec.vae_config or {}).get("kind")
-    if kind == "pixel":
-        raise UserError(f"--decode-tile-px: {spec.name} decodes by a pixel shuffle, there is no decoder to tile")
-    tile = tile_px // f
-    if tile_px % f or tile < 2:
-        raise UserError(f"--decode-tile-px {tile_px}: expected a multiple of {f} px (a latent cell), at least "
-                        f"{2 * f}")
-    if spec.arch == FLUX_ARCH:
-        if tile % 4:
-            raise UserError(f"--decode-tile-px {tile_px}: AutoencoderKL overlaps its tiles by a quarter; expected a "
-                            f"multiple of {4 * f} px")
-        stride = tile * 3 // 4
-    else:
-        stride = max(1, tile * 7 // 8)
+    tile, stride = _tile_and_stride(spec, tile_px, "--decode-tile-px", "decode")
     return {"tile_latent": tile, "stride_latent": stride, "scale": f, "tiled": True}
 
 
 def encode_tiling(spec: ModelSpec, s_min_px: int, tile_px: int | None) -> dict:
     """The pixel tiles the encoder runs on in the subject stage (compile --encode-tile-px; the manifest's
-    `encode_tiling` record), as diffusers' autoencoders tile an encode: AutoencoderKL (FLUX) overlaps a quarter tile,
-    AutoencoderDC (SANA) strides 7/8 of a tile (its default 448 of 512 px), both in whole latent cells. No tiling
-    (one tile, the whole s_min crop) without tile_px or when the crop fits one tile."""
+    `encode_tiling` record), as diffusers' autoencoders tile an encode (_tile_and_stride), in whole latent cells. No
+    tiling (one tile, the whole s_min crop) without tile_px or when the crop fits one tile."""
     f = spec.vae_scale_factor
     one = {"tile_px": s_min_px, "stride_px": s_min_px, "scale": f, "tiled": False}
     if tile_px is None or tile_px >= s_min_px:
         return one
-    if (spec.vae_config or {}).get("kind") == "pixel":
-        raise UserError(f"--encode-tile-px: {spec.name} encodes by a pixel unshuffle, there is no encoder to tile")
-    tile = tile_px // f
-    if tile_px % f or tile < 2:
-        raise UserError(f"--encode-tile-px {tile_px}: expected a multiple of {f} px (a latent cell), at least {2 * f}")
-    if spec.arch == FLUX_ARCH:
-        if tile % 4:
-            raise UserError(f"--encode-tile-px {tile_px}: AutoencoderKL overlaps its tiles by a quarter; expected a "
-                            f"multiple of {4 * f} px")
-        stride = tile * 3 // 4
-    else:
-        stride = max(1, tile * 7 // 8)
-    return {"tile_px": tile_px, "stride_px": stride * f, "scale": f, "tiled": True}
+    tile, stride = _tile_and_stride(spec, tile_px, "--encode-tile-px", "encode")
+    return {"tile_px": tile * f, "stride_px": stride * f, "scale": f, "tiled": True}
 
 
 _TILING_ATTRS = ("use_tiling", "tile_sample_min_size", "tile_latent_min_size", "tile_overlap_factor",
