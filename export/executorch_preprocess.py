@@ -15,6 +15,7 @@ import torch
 import torch.nn as nn
 
 from ditskip_edge.models.latents import LatentEncoder
+from ditskip_edge.models.layout import contiguous_pixel_shuffles
 from ditskip_edge.patch_sampling import PatchSampler
 
 
@@ -36,7 +37,7 @@ def export_module(module: nn.Module, example: tuple, backend: str = "portable", 
     from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge
     from executorch.exir.passes import MemoryPlanningPass
     from .graph_passes import remove_unused_constants
-    with torch.no_grad():
+    with torch.no_grad(), contiguous_pixel_shuffles():
         ep = torch.export.export(module.eval(), example, strict=False)
     if mm_rewrite:
         from .graph_passes import addmm_to_mm_add

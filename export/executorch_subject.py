@@ -33,6 +33,7 @@ import torch.nn as nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ditskip_edge.models.latents import LatentEncoder, encode_tiling
+from ditskip_edge.models.layout import contiguous_pixel_shuffles
 from ditskip_edge.models.specs import ModelSpec
 from ditskip_edge.models.views import DiTView, make_view
 from ditskip_edge.plan import SkipPlan
@@ -143,14 +144,14 @@ def export_forward(module: nn.Module, example: tuple, backend: str, external_wei
     ~300M FLUX layout's double block: a 203 MB arena for 38 MB of int8 weights, 189 s per sample)."""
     from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge
     from .graph_passes import remove_unused_constants
-    with sdpa_kernel([SDPBackend.MATH]), torch.no_grad():
+    with sdpa_kernel([SDPBackend.MATH]), torch.no_grad(), contiguous_pixel_shuffles():
         ep = torch.export.export(module.eval(), example, strict=False)
     tag_delegate = delegate_weights and external_weights and backend == "xnnpack" and not matmuls
     if tag_delegate:
         from executorch.exir.passes.external_constants_pass import delegate_external_constants_pass_unlifted
         gm = ep.module()
         delegate_external_constants_pass_unlifted(gm, gen_tag_fn=lambda node: DELEGATE_WEIGHTS_TAG)
-        with sdpa_kernel([SDPBackend.MATH]), torch.no_grad():
+        with sdpa_kernel([SDPBackend.MATH]), torch.no_grad(), contiguous_pixel_shuffles():
             ep = torch.export.export(gm, example, strict=False)
     remove_unused_constants(ep)                     # e.g. the head's weights in the embed program's view
     cc = EdgeCompileConfig(_check_ir_validity=False)

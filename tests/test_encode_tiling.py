@@ -64,3 +64,44 @@ def test_encode_tiles_the_autoencoder_cannot_take_are_refused_with_one_line(mode
     spec = builtin_spec(model)
     with pytest.raises(UserError, match=expect):
         encode_tiling(spec, spec.train_px, tile_px)
+
+
+def test_row_major_pixel_shuffles_are_torchs():
+    """models/layout.py: the reshape -> permute -> reshape forms give F.pixel_(un)shuffle's values exactly, and
+    contiguous results (what the portable kernels need)."""
+    import torch.nn.functional as F
+    from ditskip_edge.models.layout import contiguous_pixel_shuffles
+    for shape, r in [((1, 12, 8, 6), 2), ((2, 3, 9, 12), 3), ((1, 32, 4, 4), 4)]:
+        g = torch.Generator().manual_seed(0)
+        x, y = torch.randn(*shape, generator=g), torch.randn(shape[0], 2 * r * r, 5, 7, generator=g)
+        with contiguous_pixel_shuffles():
+            down, up = F.pixel_unshuffle(x, r), F.pixel_shuffle(y, r)
+        assert torch.equal(down, F.pixel_unshuffle(x, r)) and down.is_contiguous()
+        assert torch.equal(up, F.pixel_shuffle(y, r)) and up.is_contiguous()
+
+
+def test_dc_ae_encoder_with_efficientvit_stages_runs_on_the_portable_kernels():
+    """An AutoencoderDC encoder built like the published f32c32 (ResBlock x 3, EfficientViT x 3 with multiscale
+    attention, pixel-unshuffle down blocks with shortcuts; tiny channels), exported as the subject stage's encode
+    program on the portable backend, runs and gives the eager x0. Without models/layout.py's row-major shuffles
+    torch's pixel_unshuffle decomposition left a channels_last copy that the portable `add` refused at run time
+    ("3 input tensors have different dim orders"): what `--encode-backend portable` hit on the real config."""
+    from diffusers import AutoencoderDC
+    from export.executorch_subject import EncodeModule, export_forward
+    from ditskip_edge.runtime import bindings
+    cfg = dict(in_channels=3, latent_channels=8, attention_head_dim=8,
+               encoder_block_types=["ResBlock"] * 3 + ["EfficientViTBlock"] * 3,
+               decoder_block_types=["ResBlock"] * 3 + ["EfficientViTBlock"] * 3,
+               encoder_block_out_channels=[8, 16, 16, 16, 32, 32], decoder_block_out_channels=[8, 16, 16, 16, 32, 32],
+               encoder_layers_per_block=[1] * 6, decoder_layers_per_block=[1] * 6,
+               encoder_qkv_multiscales=[[], [], [], [5], [5], [5]], decoder_qkv_multiscales=[[], [], [], [5], [5], [5]],
+               scaling_factor=0.41407)
+    torch.manual_seed(0)
+    module = EncodeModule(LatentEncoder("sana", AutoencoderDC.from_config(cfg).eval())).eval()
+    pte, _, _ = export_forward(module, (torch.zeros(1, 3, 64, 64),), "portable", external_weights=False)
+    program = bindings.executorch_inference()._load_for_executorch_from_buffer(pte)
+    x = torch.rand(1, 3, 64, 64, generator=torch.Generator().manual_seed(1)) * 2 - 1
+    got = program.forward((x,))[0].numpy()
+    with torch.no_grad():
+        want = module(x).numpy()
+    assert float(np.abs(got - want).max()) <= 1e-5
