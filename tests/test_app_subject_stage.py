@@ -24,6 +24,10 @@ Properties protected:
   (encode_tiling, encode.<h>x<w> programs) gives subject.py's cache through the Kotlin stage, each tile program loaded
   once per sample and released before the next shape; a tiled bundle missing a listed tile program is refused with
   one line naming it;
+- x0-only and cache-free bundles (written by the Python runtime): TrainingBundle.kt + CacheFreeEntries.kt give, for
+  every sample, subject.py CacheFreeEntries' encoded entry byte for byte (x0 from the x0 cache or the photo PNG through
+  the encode program, tiled too; int8-channel + fp16, and fp32); missing forward programs and a lowrank codec are
+  refused with one line;
 - the Swift mirrors (uncompiled) follow the Kotlin port on the lines that carry the arithmetic and the format.
 """
 
@@ -46,7 +50,7 @@ HOSTCHECK = ROOT / "android_demo/hostcheck"
 STUBS = ["AndroidDebugStub.kt", "ExecutorchStubs.kt", "JsonStubs.kt", "TrainingModuleStubs.kt"]
 APP = ["PortableRng.kt", "BundleContract.kt", "Schedule.kt", "Patches.kt", "PyJson.kt", "CacheCodecs.kt",
        "CacheWriter.kt", "SubjectStage.kt", "ModelBundle.kt", "Safetensors.kt", "SubjectBundle.kt", "PhotoNormalise.kt",
-       "ResidualCache.kt", "TrainingBundle.kt", "Tiling.kt"]          # the last two: type-checked with the new refusal messages
+       "ResidualCache.kt", "TrainingBundle.kt", "Tiling.kt", "CacheFreeEntries.kt"]
 RUN = "f" * 64
 F32 = np.float32
 
@@ -425,10 +429,13 @@ def standin_programs(shapes: dict, codec: str, num_blocks: int) -> list[dict]:
 
 # ------------------------------------------------------------------------------------------------ the subject bundle
 
-def verified_model_bundle(root: Path) -> Path:
+def verified_model_bundle(root: Path, codec: str = "int8-channel,front.txt=fp16", typed_step: bool = False,
+                          tiling: dict | None = None, drop: str | None = None) -> Path:
     """A model bundle Bundle.open(verify=True) accepts: stand-in programs (check_programs' shapes), a prompt's text
     conditioning and a weights file listed in `files` with their SHA-256 and size; fields with floats, a non-ASCII
-    string and nesting that the subject manifest keeps."""
+    string and nesting that the subject manifest keeps. typed_step: a train_step entry TrainingBundle.kt takes (the
+    codec's entry dtypes and shapes, `trainable`); tiling: an encode_tiling record whose tile programs replace
+    `encode`; drop: leave out the program at this path (e.g. "embed.pte", "block_3.pte")."""
     from safetensors.numpy import save_file
 
     from ditskip_edge.runtime.bundle import sha256_file, write_manifest as bundle_write_manifest
@@ -439,9 +446,29 @@ def verified_model_bundle(root: Path) -> Path:
     sched = {"steps": 2, "grad_accum": 2, "s_min_px": 8, "s_max_px": 16, "multiple_px": 4, "seed": 5,
              "t_sampling": "uniform", "dynamic_patches": True}
     shapes = {"x0": [1, C, 4, 4], "front.img": [1, 16, C], "front.txt": [1, 3, C], "back.img": [1, 16, C]}
-    codec = "int8-channel,front.txt=fp16"
     files = {rel: {"sha256": sha256_file(root / rel), "bytes": (root / rel).stat().st_size}
              for rel in ("model/kept_weights.safetensors", "model/text/prompt_000.safetensors")}
+    programs = standin_programs(shapes, codec, 4)
+    extra = {}
+    if typed_step:
+        from ditskip_edge.runtime.cache_format import CacheCodec, entry_layout
+        layout, _ = entry_layout(CacheCodec.parse(codec), {k: tuple(v) for k, v in shapes.items()})
+        fixed = {"x0": shapes["x0"], "noise": shapes["x0"], "t": [1], "cond.txt": [1, 3, C]}
+        programs[-1]["inputs"] = [{"name": n, "shape": fixed[n], "dtype": "float32"} if n in fixed else
+                                  {"name": n, "shape": layout[n[6:]]["shape"], "dtype": layout[n[6:]]["dtype"]}
+                                  for n in [s["name"] for s in programs[-1]["inputs"]]]
+        programs[-1]["trainable"] = {}
+    if tiling is not None:
+        from ditskip_edge.runtime.tiling import tile_key, tile_shapes
+        tiles = tile_shapes((8, 8), tiling["tile_px"], tiling["stride_px"])
+        tiling = {**tiling, "programs": {tile_key(th, tw): f"encode.{tile_key(th, tw)}" for th, tw in tiles}}
+        programs = [{"name": f"encode.{tile_key(th, tw)}", "runtime": "executorch",
+                     "path": f"encode_{tile_key(th, tw)}.pte", "data": [], "block": None,
+                     "inputs": [{"name": "patch", "shape": [1, 3, th, tw], "dtype": "float32"}],
+                     "outputs": [{"name": "x0", "shape": [1, C, th // 2, tw // 2], "dtype": "float32"}]}
+                    for th, tw in tiles] + programs[1:]
+        extra["encode_tiling"] = tiling
+    programs = [p for p in programs if p["path"] != drop]
     bundle_write_manifest(root / "manifest.json", {
         "format": "ditskip-edge-bundle", "format_version": 3,
         "created_by": {"tool": "ditskip-edge", "note": "caf\u00e9 \u2713", "version": 0.1},
@@ -451,22 +478,24 @@ def verified_model_bundle(root: Path) -> Path:
         "model_bundle": {"prompts": [{"prompt": "a photo of sks toy",
                                       "text_conditioning": "model/text/prompt_000.safetensors"}],
                          "cache_codec": codec, "entry_shapes": shapes, "min_photos": 2, "num_samples": 4},
-        "programs": standin_programs(shapes, codec, 4), "files": files})
+        "programs": programs, "files": files, **extra})
     return root
 
 
-def python_subject_bundle(model_dir: Path, photos, out: Path) -> None:
-    """subject.py _write_subject_bundle itself (what personalize runs after its checks), stand-in programs."""
+def python_subject_bundle(model_dir: Path, photos, out: Path, mode: str = "stored") -> None:
+    """subject.py _write_subject_bundle itself (what personalize runs after its checks), stand-in programs; `mode`:
+    SubjectConfig.cache_mode."""
     from ditskip_edge.runtime import subject
     from ditskip_edge.runtime.bundle import Bundle
     from ditskip_edge.runtime.schedule import ScheduleConfig, make_schedule
     model = Bundle.open(model_dir)
     p = model.field("plan")
-    fwd = standin_forward((p["num_blocks"], p["n_front"], p["n_back"]), model.field("schedule", "s_min_px"))
+    fwd = standin_forward((p["num_blocks"], p["n_front"], p["n_back"]), model.field("schedule", "s_min_px"),
+                          model.manifest.get("encode_tiling"))
     schedule = make_schedule(ScheduleConfig(**model.field("schedule")), [x.hw for x in photos], [x.name for x in photos])
     prompt = model.prompts()[0]
-    identity = subject.run_identity(model, photos, prompt, "stored")
-    cfg = subject.SubjectConfig(progress=False)
+    identity = subject.run_identity(model, photos, prompt, mode)
+    cfg = subject.SubjectConfig(progress=False, cache_mode=mode)
     subject._write_subject_bundle(model, photos, schedule, prompt, model.field("model_bundle", "prompts")[0][
         "text_conditioning"], fwd, identity, cfg, out, subject.work_dir_for(out), {"prompt": prompt})
 
@@ -564,6 +593,133 @@ def test_a_failed_kotlin_assembly_leaves_no_bundle(jar, tmp_path):
     r = kotlin(jar, "subject", spec, tmp_path / "kt", ok=False)
     assert r.returncode != 0 and "kept_weights.safetensors" in r.stderr and "SHA-256" in r.stderr
     assert not (tmp_path / "kt").exists() and not (tmp_path / ".kt.partial").exists()
+
+
+# ------------------------------------------------------------------------------------------------ x0-only / cache-free
+
+ENTRY_CASES = [("cache-free", "int8-channel,front.txt=fp16", None), ("cache-free", "fp32", None),
+               ("x0-only", "int8-channel,front.txt=fp16", None), ("x0-only", "fp32", None),
+               ("cache-free", "int8-channel,front.txt=fp16", {"tile_px": 4, "stride_px": 2, "scale": 2, "tiled": True})]
+
+
+def mode_subject_bundle(tmp: Path, mode: str, codec: str, tiling: dict | None = None, drop: str | None = None) -> Path:
+    """A subject bundle of `mode` written by the Python runtime (subject.py _write_subject_bundle, stand-in programs)
+    around a model bundle whose train_step TrainingBundle.kt takes."""
+    model_dir = verified_model_bundle(tmp / "model", codec=codec, typed_step=True, tiling=tiling, drop=drop)
+    photos, _ = subject_photos(tmp)
+    python_subject_bundle(model_dir, photos, tmp / "py", mode)
+    return tmp / "py"
+
+
+def python_entries(root: Path) -> list[dict]:
+    """runtime/subject.py CacheFreeEntries(bundle) for every sample, its forward programs the stand-ins."""
+    from ditskip_edge.runtime.bundle import Bundle
+    from ditskip_edge.runtime.subject import CacheFreeEntries
+    b = Bundle.open(root, verify=True)
+    entries = CacheFreeEntries(b)
+    p = b.field("plan")
+    entries.fwd = standin_forward((p["num_blocks"], p["n_front"], p["n_back"]), b.field("schedule", "s_min_px"),
+                                  b.manifest.get("encode_tiling"))
+    return [entries(s) for s in b.schedule.samples]
+
+
+@pytest.mark.parametrize("mode,codec,tiling", ENTRY_CASES)
+def test_the_kotlin_cache_free_entries_are_python_s_byte_for_byte(jar, tmp_path, mode, codec, tiling):
+    """TrainingBundle.kt + CacheFreeEntries.kt on an x0-only or a cache-free subject bundle written by the Python
+    runtime (stand-in programs on both sides): for every sample, the entry parts the training step takes
+    (TrainingBundle.stepInputs) and the entry's x0 are runtime/subject.py CacheFreeEntries' byte for byte: x0 from
+    the x0 cache, or from the bundle's photo PNG (read as photos.py read_png) through the encode program (tiled per
+    encode_tiling), noise from the portable RNG, residuals by embed + the blocks, coded with the bundle's codec
+    (int8-channel with an fp16 override, and fp32)."""
+    root = mode_subject_bundle(tmp_path, mode, codec, tiling)
+    want = python_entries(root)
+    out = kotlin(jar, "entries", root, tmp_path / "kt").stdout.split()
+    assert out == ["entries", str(len(want)), mode]
+    assert len(want) == 4
+    for k, entry in enumerate(want):
+        got = {f.stem: f.read_bytes() for f in (tmp_path / "kt" / str(k)).iterdir()}
+        assert sorted(got) == sorted(entry), (k, sorted(got), sorted(entry))
+        for name, arr in entry.items():
+            assert got[name] == np.ascontiguousarray(arr).tobytes(), (k, name)
+    if mode == "cache-free":                          # the photos are used: x0 differs from sample to sample
+        assert len({e["x0"].tobytes() for e in want}) == len(want)
+
+
+@pytest.mark.parametrize("drop", ["embed.pte", "block_3.pte"])
+def test_a_cache_free_bundle_without_its_forward_programs_is_refused_in_one_line(jar, tmp_path, drop):
+    """A cache-free bundle missing a forward program (embed, a block the residuals need) is refused by
+    CacheFreeEntries.kt before any entry is computed, with runtime/subject.py CacheFreeEntries' one line (forward.py
+    subject_programs' message)."""
+    from ditskip_edge.runtime.bundle import Bundle
+    from ditskip_edge.runtime.errors import BundleError
+    from ditskip_edge.runtime.subject import CacheFreeEntries
+    root = mode_subject_bundle(tmp_path, "cache-free", "int8-channel,front.txt=fp16", drop=drop)
+    with pytest.raises(BundleError) as py_err:
+        CacheFreeEntries(Bundle.open(root))
+    r = kotlin(jar, "entries", root, tmp_path / "kt", ok=False)
+    assert r.returncode != 0 and not (tmp_path / "kt").exists()
+    line = next(ln for ln in r.stderr.splitlines() if "IllegalArgumentException" in ln)
+    msg = line.split("IllegalArgumentException: ", 1)[1]
+    assert msg == str(py_err.value) and "\n" not in msg
+    assert ("no embed program" if drop == "embed.pte" else "no block program for blocks [3]") in msg
+
+
+def test_a_lowrank_cache_free_bundle_is_refused_in_one_line(jar, tmp_path):
+    """A cache-free bundle whose codec has a lowrank residual (no SVD encoder in the app) is refused by
+    CacheFreeEntries.kt before any entry is computed, in one line naming the codec and the residual."""
+    root = mode_subject_bundle(tmp_path, "cache-free", "int8-channel,front.img=lowrank-r2")
+    r = kotlin(jar, "entries", root, tmp_path / "kt", ok=False)
+    assert r.returncode != 0 and not (tmp_path / "kt").exists()
+    line = next(ln for ln in r.stderr.splitlines() if "IllegalArgumentException" in ln)
+    assert "lowrank-r2" in line and "residual front.img" in line and "no lowrank (SVD) encoder" in line
+
+
+def test_the_swift_cache_free_entries_follow_the_kotlin_port():
+    """Swift cannot be compiled here: CacheFreeEntries.swift, TrainingBundle.swift and Trainer.swift (uncompiled) are
+    checked against the Kotlin port run above on the lines that carry the order of the work, the PNG arithmetic and
+    the refusals: x0 from the cache or the photo, noise, residuals, the codec; the PNG filters; the entries the step
+    takes; no more refusal of the x0-only / cache-free modes."""
+    sw = {n: (ROOT / "ios_demo/DitSkipDemo" / n).read_text() for n in ("CacheFreeEntries.swift", "TrainingBundle.swift",
+                                                                      "Trainer.swift", "ContentView.swift")}
+    kt = {n: (KT_DIR / n).read_text() for n in ("CacheFreeEntries.kt", "TrainingBundle.kt", "EtTrainer.kt",
+                                                 "MainActivity.kt")}
+    pairs = [("CacheFreeEntries", "x0Cache.read(s.index)", None),
+             ("CacheFreeEntries", "s.cropBox[0], s.cropBox[1], s.cropBox[2], s.noiseSeed",
+              "x0: s.cropBox[0], y0: s.cropBox[1],"),
+             ("CacheFreeEntries", "SubjectStage.x0(runner, px, h, w, planned, sMin, tiling)",
+              "sample: planned, sMin: sMin, tiling: tiling)"),
+             ("CacheFreeEntries", "PortableRng.normal(s.noiseSeed, x0.data.size)",
+              "PortableRng.normal(seed: s.noiseSeed, count: x0.data.count)"),
+             ("CacheFreeEntries", "SubjectStage.residuals(runner, spans, x0, noise, s.t, cond)",
+              "SubjectStage.residuals(runner, spans: spans, x0: x0, noise: noise, t: s.t, cond: cond)"),
+             ("CacheFreeEntries", "CodecEncoder.encodeEntry(codec, tensors)",
+              "CodecEncoder.encodeEntry(codec, [(BundleContract.x0Key, x0)] + residuals)"),
+             ("CacheFreeEntries", "codec.requireEncodable(", None),
+             ("CacheFreeEntries", "SubjectStage.noProgramsMessage(where, missing)",
+              "SubjectStage.noProgramsMessage(where_, missing)"),
+             ("CacheFreeEntries", "no block program for blocks ${absent.take(5)} (the residuals need blocks 0..${need.last})",
+              "no block program for blocks \\(Array(absent.prefix(5))) (the residuals need blocks 0..\\(need.last ?? 0))"),
+             ("CacheFreeEntries", ".toFloat() / 127.5f - 1f", "]) / 127.5 - 1"),
+             ("CacheFreeEntries", "3 -> r + (a + up) / 2", "case 3: v = r + (a + up) / 2"),
+             ("CacheFreeEntries", "4 -> r + paeth(a, up, c)", "case 4: v = r + paeth(a, up, c)"),
+             ("CacheFreeEntries", "if (pa <= pb && pa <= pc) a else if (pb <= pc) b else c",
+              "pa <= pb && pa <= pc ? a : (pb <= pc ? b : c)"),
+             ("CacheFreeEntries", "px[q * channels + if (channels >= 3) c else 0]",
+              "px[q * channels + (channels >= 3 ? c : 0)]"),
+             ("CacheFreeEntries", "intArrayOf(1, 0, 3, 0, 2, 0, 4)[colorType]", "[1, 0, 3, 0, 2, 0, 4][colorType]"),
+             ("TrainingBundle", "requireEntries().read(s)", "try requireEntries().read(s)"),
+             ("TrainingBundle", "useEntries(StoredEntries(cache!!))", "try useEntries(StoredEntries(cache!))"),
+             ("TrainingBundle", "(a bundle of another version: write it again with this version's subject stage)", None),
+             ("EtTrainer", "bundle.requireEntries()", "_ = try bundle.requireEntries()"),
+             ("MainActivity", "bundle.useEntries(CacheFreeEntries(bundle, EtForwardRunner(root, bundle.manifest)))",
+              "try bundle.useEntries(CacheFreeEntries(bundle, runner: try EtForwardRunner(root: root, manifest: bundle.manifest)))")]
+    swift_of = {"CacheFreeEntries": "CacheFreeEntries", "TrainingBundle": "TrainingBundle", "EtTrainer": "Trainer",
+                "MainActivity": "ContentView"}
+    for name, k_line, s_line in pairs:
+        assert k_line in kt[f"{name}.kt"], (name, k_line)
+        assert (s_line or k_line) in sw[f"{swift_of[name]}.swift"], (name, s_line or k_line)
+    for text in list(sw.values()) + list(kt.values()):
+        assert "not wired into training" not in text and "trains stored residual caches only" not in text
 
 
 # ------------------------------------------------------------------------------------------------ photo normalisation

@@ -78,7 +78,14 @@ struct ContentView: View {
             var report: [String: Any] = ["runtime": "executorch-ios", "bundle": root.lastPathComponent]
             if let stage { report["subject_stage"] = stage }
             do {
-                let trainer = Trainer(bundle: try TrainingBundle(root: root), runDir: runDir)
+                let bundle = try TrainingBundle(root: root)
+                if bundle.cacheMode != BundleContract.storedMode {
+                    // x0-only / cache-free: each step's entry computed with the bundle's forward programs (refused
+                    // here in one line: lowrank codec, missing programs, weights in a .ptd)
+                    try bundle.useEntries(CacheFreeEntries(bundle, runner: try EtForwardRunner(root: root, manifest: bundle.manifest)))
+                }
+                report["cache_mode"] = bundle.cacheMode
+                let trainer = Trainer(bundle: bundle, runDir: runDir)
                 let lora = try trainer.train { p in
                     DispatchQueue.main.async {
                         status = String(format: "step %d/%d  loss %.4f", p.step, p.total, p.loss)

@@ -4,7 +4,8 @@ import Foundation
 /// ExecuTorch step adapter (runtime/executorch.py): one forward-backward on the first sample (the named parameters
 /// exist only after it), resume from RUN/checkpoint.safetensors when its identity is this run's, then per step the
 /// scheduled samples' gradients averaged over grad_accum through the Objective-C++ bridge, AdamW in place on the
-/// runtime's parameters, an atomic checkpoint after every step, the LoRA at the end.
+/// runtime's parameters, an atomic checkpoint after every step, the LoRA at the end. Entries: the residual cache's
+/// (stored), or CacheFreeEntries' (x0-only, cache-free: computed each step; TrainingBundle.useEntries).
 final class Trainer {
     struct Progress { let step: Int; let total: Int; let loss: Float; let memory: MemoryProbe.Reading }
 
@@ -17,6 +18,7 @@ final class Trainer {
 
     func train(onProgress: (Progress) -> Void) throws -> URL {
         guard PortableRng.selfCheck() else { throw TrainError.runtime("portable RNG does not reproduce the host's noise") }
+        _ = try bundle.requireEntries()   // x0-only / cache-free: CacheFreeEntries handed in (useEntries), else one line
         try FileManager.default.createDirectory(at: runDir, withIntermediateDirectories: true)
         let o = bundle.manifest["optimizer"] as! [String: Any]
         let betas = o["betas"] as! [Double]

@@ -4,7 +4,27 @@ import Foundation
 struct Sample { let index: Int; let photo: Int; let t: Float; let cropBox: [Int]; let noiseSeed: UInt64 }
 struct InputSpec { let name: String; let shape: [Int]; let dtype: String }
 
+/// Where a sample's encoded cache entry (["x0", "<residual>.<part>", ...], coded as a stored cache holds it) comes
+/// from: the stored residual cache (StoredEntries), or, for an x0-only or cache-free bundle, computed at each step
+/// (CacheFreeEntries.swift, the twin of CacheFreeEntries.kt and runtime/subject.py CacheFreeEntries).
+protocol EntrySource {
+    /// The entry's parts: name -> (contract dtype, shape).
+    var parts: [String: (String, [Int])] { get }
+    func read(_ s: Sample) throws -> [String: RawTensor]
+}
+
+/// A stored bundle's entries: its residual cache, read entry by entry (SHA-256 checked).
+final class StoredEntries: EntrySource {
+    let cache: ResidualCache
+    init(_ cache: ResidualCache) { self.cache = cache }
+    var parts: [String: (String, [Int])] { cache.layout.mapValues { ($0.dtype, $0.shape) } }
+    func read(_ s: Sample) throws -> [String: RawTensor] { try cache.read(s.index) }
+}
+
 /// A bundle as the device reads it, through the contract only (docs/bundle_contract.json; names in BundleContract).
+/// `subject_stage.cache_mode`: "stored" (the residual cache gives the entries), "x0-only" (the cache holds x0 alone) or
+/// "cache-free" (no cache): those two compute each step's entry (CacheFreeEntries.swift), handed in with useEntries
+/// before training; their entry inputs are checked against its layout then.
 final class TrainingBundle {
     let root: URL
     /// The manifest's own digest (its first line), checked against every byte after that line before any field is
@@ -17,8 +37,12 @@ final class TrainingBundle {
     let program: [String: Any]
     let inputs: [InputSpec]
     let trainable: [String: String]            // program parameter name -> LoRA file key
-    private let cond: [String: RawTensor]
-    let cache: ResidualCache
+    let cond: [String: RawTensor]
+    let cacheMode: String
+    /// stored: the residual cache; x0-only: the cache of x0 alone; cache-free: none.
+    let cache: ResidualCache?
+    /// The entries the training step takes: the stored cache's, or those handed in with useEntries.
+    private(set) var entries: EntrySource?
 
     init(root: URL) throws {
         self.root = root
@@ -40,13 +64,16 @@ final class TrainingBundle {
         self.manifest = manifest
         guard manifest[BundleContract.bundleKindField] as? String != BundleContract.modelBundleKind
         else { throw TrainError.bundle("\(root.path): a model bundle (no photos, no residual cache): run the subject stage on it first (pick photos and tap Train: SubjectBundle.write, or python -m ditskip_edge.runtime personalize)") }
-        let cacheMode = (manifest["subject_stage"] as? [String: Any])?["cache_mode"] as? String ?? BundleContract.storedMode
-        guard cacheMode == BundleContract.storedMode
-        else { throw TrainError.bundle("\(root.path): a \(cacheMode) bundle: this app trains stored residual caches only (the \(BundleContract.x0OnlyMode) and \(BundleContract.cacheFreeMode) modes, residuals computed every step by SubjectStage, are not wired into training yet): run the subject stage without --x0-only / --cache-free (stored mode)") }
+        cacheMode = (manifest["subject_stage"] as? [String: Any])?["cache_mode"] as? String ?? BundleContract.storedMode
+        let modes = [BundleContract.storedMode, BundleContract.x0OnlyMode, BundleContract.cacheFreeMode]
+        guard modes.contains(cacheMode)
+        else { throw TrainError.bundle("\(root.path)/manifest.json: subject_stage.cache_mode '\(cacheMode)', expected one of \(modes.joined(separator: ", ")) (a bundle of another version: write it again with this version's subject stage)") }
         guard let subject = manifest["subject_stage"] as? [String: Any],
-              let schedulePath = subject["schedule"] as? String, let textPath = subject["text_conditioning"] as? String,
-              let cachePath = subject["cache"] as? String
+              let schedulePath = subject["schedule"] as? String, let textPath = subject["text_conditioning"] as? String
         else { throw TrainError.bundle("manifest.json: subject_stage incomplete") }
+        let cachePath = cacheMode == BundleContract.cacheFreeMode ? nil : subject["cache"] as? String
+        guard cachePath != nil || cacheMode == BundleContract.cacheFreeMode
+        else { throw TrainError.bundle("\(root.path)/manifest.json: a \(cacheMode) bundle without its cache (subject_stage.cache)") }
         let schedule = try JSONSerialization.jsonObject(with: Data(contentsOf: root.appendingPathComponent(schedulePath))) as! [String: Any]
         guard schedule["sample_fields"] as? [String] == BundleContract.sampleFields
         else { throw TrainError.bundle("schedule.json: sample_fields are not \(BundleContract.sampleFields)") }
@@ -58,9 +85,13 @@ final class TrainingBundle {
         steps = config["steps"] as! Int
         gradAccum = config["grad_accum"] as! Int
         cond = try Safetensors.read(root.appendingPathComponent(textPath)).tensors
-        cache = try ResidualCache(dir: root.appendingPathComponent(cachePath))
-        guard cache.count == samples.count
-        else { throw TrainError.bundle("\(cachePath): \(cache.count) cache entries for \(samples.count) samples") }
+        cache = try cachePath.map { try ResidualCache(dir: root.appendingPathComponent($0)) }
+        if let cache, let cachePath {
+            guard cache.count == samples.count
+            else { throw TrainError.bundle("\(cachePath): \(cache.count) cache entries for \(samples.count) samples") }
+            guard cacheMode != BundleContract.x0OnlyMode || Set(cache.layout.keys) == [BundleContract.x0Key]
+            else { throw TrainError.bundle("\(root.path): an \(BundleContract.x0OnlyMode) bundle whose cache holds \(cache.layout.keys.sorted()), not x0 alone") }
+        }
 
         let programs = manifest[BundleContract.programsField] as? [[String: Any]] ?? []
         guard let train = programs.first(where: { $0["name"] as? String == BundleContract.etTrainStep
@@ -72,21 +103,34 @@ final class TrainingBundle {
         }
         trainable = train[BundleContract.etTrainableField] as! [String: String]
         try checkInputOrder(inputs.map(\.name))
-        try checkEntryInputs()
+        if cacheMode == BundleContract.storedMode { try useEntries(StoredEntries(cache!)) }
+    }
+
+    /// The training step's entries from `source` (an x0-only or cache-free bundle: CacheFreeEntries), checked against
+    /// the program's entry inputs first.
+    func useEntries(_ source: EntrySource) throws {
+        try checkEntryInputs(source.parts)
+        entries = source
+    }
+
+    /// The entries, or the one-line refusal of an x0-only / cache-free bundle given none.
+    func requireEntries() throws -> EntrySource {
+        guard let entries else { throw TrainError.bundle("\(root.path): a \(cacheMode) bundle computes each step's cache entry with its forward programs: give it its CacheFreeEntries (TrainingBundle.useEntries) before training") }
+        return entries
     }
 
     /// entry.<part> inputs are exactly the cache layout's parts without x0, with its dtypes and shapes; the other
     /// inputs are float32 (contract `step_inputs.dtype_rule`).
-    private func checkEntryInputs() throws {
-        let parts = cache.layout.keys.filter { $0 != BundleContract.x0Key }.sorted()
+    private func checkEntryInputs(_ layout: [String: (String, [Int])]) throws {
+        let parts = layout.keys.filter { $0 != BundleContract.x0Key }.sorted()
         let names = inputs.map(\.name).filter { $0.hasPrefix(BundleContract.entryPrefix) }
             .map { String($0.dropFirst(BundleContract.entryPrefix.count)) }
         guard names == parts else { throw TrainError.bundle("program entry inputs \(names) differ from the cache layout's parts \(parts)") }
         for spec in inputs {
             if spec.name.hasPrefix(BundleContract.entryPrefix) {
-                let p = cache.layout[String(spec.name.dropFirst(BundleContract.entryPrefix.count))]!
-                guard spec.dtype == p.dtype, spec.shape == p.shape
-                else { throw TrainError.bundle("input \(spec.name): program wants \(spec.dtype) \(spec.shape), cache stores \(p.dtype) \(p.shape)") }
+                let p = layout[String(spec.name.dropFirst(BundleContract.entryPrefix.count))]!
+                guard spec.dtype == p.0, spec.shape == p.1
+                else { throw TrainError.bundle("input \(spec.name): program wants \(spec.dtype) \(spec.shape), cache stores \(p.0) \(p.1)") }
             } else if spec.dtype != BundleContract.stepInputDtype {
                 throw TrainError.bundle("input \(spec.name): \(spec.dtype), expected \(BundleContract.stepInputDtype)")
             }
@@ -128,9 +172,10 @@ final class TrainingBundle {
     func samplesForStep(_ step: Int) -> ArraySlice<Sample> { samples[(step * gradAccum)..<((step + 1) * gradAccum)] }
 
     /// One sample's inputs in program order: x0 from the cache entry, noise from the portable RNG, t, text, and the
-    /// cache entry's stored parts (SHA-256 checked; int8 / uint8 / float32 as the program's spec says).
+    /// cache entry's stored parts (SHA-256 checked; int8 / uint8 / float32 as the program's spec says; x0-only and
+    /// cache-free: the entry computed now, coded as a stored cache would hold it).
     func stepInputs(_ s: Sample) throws -> [DSTensorInput] {
-        let entry = try cache.read(s.index)
+        let entry = try requireEntries().read(s)
         guard let x0 = try entry[BundleContract.x0Key]?.floats() else { throw TrainError.bundle("cache entry \(s.index) has no x0") }
         return try inputs.map { spec in
             let values: [Float]

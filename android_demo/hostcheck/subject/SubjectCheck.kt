@@ -14,6 +14,10 @@
 //   subject SPEC.json OUT_DIR [STOP_AFTER] SubjectBundle.write: the subject bundle at OUT_DIR (stand-in programs, photo
 //                                          PNGs by javax.imageio): spec {bundle, photos: [[name, sha256, h, w, file]],
 //                                          fail_at_png?: true to fail while writing the photos}
+//   entries BUNDLE OUT_DIR                 TrainingBundle + CacheFreeEntries on an x0-only or cache-free subject bundle
+//                                          (stand-in programs): for every sample, the training step's entry inputs
+//                                          (TrainingBundle.stepInputs) and the entry's x0, each part's raw bytes in
+//                                          OUT_DIR/<sample>/<part>.bin; prints "entries N <mode>"
 //   lanczos SPEC.json                      PhotoNormalise: spec [[h, w, data_px, rgb_file (uint8 [h, w, 3]), out_file]]:
 //                                          writes each normalised photo's uint8 [h', w', 3] (short side -> data_px)
 //   tiles SPEC.json                        Tiling.encodeTiled / decodeTiled with stand-in tile functions (PoolMix,
@@ -22,6 +26,8 @@
 //                                          tile shapes in the order the tile function ran)
 // Prints "resumed R computed C" (entries taken from the journal, entries computed by this run).
 import org.ditskip.demo.CacheCodec
+import org.ditskip.demo.CacheFreeEntries
+import org.ditskip.demo.TrainingBundle
 import org.ditskip.demo.CacheWriter
 import org.ditskip.demo.FloatTensor
 import org.ditskip.demo.ForwardRunner
@@ -69,6 +75,7 @@ fun writerFor(spec: Map<String, Any?>, out: String): CacheWriter =
 fun main(args: Array<String>) {
     if (args[0] == "lanczos") return lanczos(PyJson.parse(File(args[1]).readText()) as List<*>)
     if (args[0] == "tiles") return tiles(PyJson.parse(File(args[1]).readText()) as List<*>)
+    if (args[0] == "entries") return entries(File(args[1]), File(args[2]))
     val spec = obj(PyJson.parse(File(args[1]).readText()))
     val stopAfter = args.getOrNull(3)?.toInt()
     if (args[0] == "cache") return cache(spec, args[2], stopAfter)
@@ -140,6 +147,26 @@ fun model(spec: Map<String, Any?>, work: String, stopAfter: Int?) {
         (spec["events"] as? String)?.let { File(it).writeText(StandIn.events.joinToString("") { e -> e + "\n" }) }
     }
     println("resumed $resumed computed $computed")
+}
+
+fun entries(root: File, out: File) {
+    val bundle = TrainingBundle(root)
+    val source = CacheFreeEntries(bundle, StandIn)
+    bundle.useEntries(source)                                        // the entry inputs checked against its layout
+    for (s in bundle.samples) {
+        val dir = File(out, s.index.toString())
+        dir.mkdirs()
+        for ((spec, v) in bundle.stepInputs(s)) {                    // what EtTrainer hands the training program
+            if (!spec.name.startsWith("entry.")) continue
+            val t = v as org.ditskip.demo.RawTensor
+            val b = ByteArray(t.bytes.remaining()); t.bytes.duplicate().get(b)
+            File(dir, spec.name.removePrefix("entry.") + ".bin").writeBytes(b)
+        }
+        val x0 = source.read(s).getValue("x0")
+        val b = ByteArray(x0.bytes.remaining()); x0.bytes.duplicate().get(b)
+        File(dir, "x0.bin").writeBytes(b)
+    }
+    println("entries ${bundle.samples.size} ${bundle.cacheMode}")
 }
 
 /** The JVM's PNG writer for the check (the app's is Bitmap.compress). */

@@ -14,6 +14,8 @@ import java.nio.FloatBuffer
  *   module = TrainingModule.load(bundle/<program path>, bundle/<program data[0]>)   // .pte + its weights' .ptd
  *   one forward-backward on the first sample: the named parameters exist only after it      (adapter.prepare)
  *   resume from RUN/checkpoint.safetensors if its identity is this run's                     (runtime/checkpoint.py)
+ *   entries: the residual cache's (stored), or CacheFreeEntries' (x0-only, cache-free: computed each step with the
+ *            forward programs, coded as a stored cache holds them; TrainingBundle.useEntries)
  *   for step in start until steps:                       // one optimizer step = grad_accum scheduled samples
  *       for sample in schedule[step]: loss = module.executeForwardBackward("forward", inputs); grads += g / accum
  *       adamw.step(params, grads)                          // params are the runtime's arena, updated in place
@@ -31,6 +33,7 @@ class EtTrainer(private val bundle: TrainingBundle, private val runDir: File) {
 
     fun train(x0ForSample: ((Sample) -> FloatArray?)? = null, onProgress: (Progress) -> Unit): File {
         check(PortableRng.selfCheck()) { "portable RNG does not reproduce the host's noise: refusing to train" }
+        bundle.requireEntries()        // x0-only / cache-free: CacheFreeEntries handed in (useEntries), else one line
         runDir.mkdirs()
         val o = bundle.manifest.getJSONObject("optimizer")
         val betas = o.getJSONArray("betas")

@@ -99,6 +99,11 @@ class MainActivity : AppCompatActivity() {
                 val bundle = TrainingBundle(root)
                 post("verifying bundle files ...")
                 bundle.verifyFiles()
+                if (bundle.cacheMode != BundleContract.STORED_MODE) {
+                    // x0-only / cache-free: each step's entry computed with the bundle's forward programs (refused
+                    // here in one line: lowrank codec, missing programs, weights in a .ptd)
+                    bundle.useEntries(CacheFreeEntries(bundle, EtForwardRunner(root, bundle.manifest)))
+                }
                 // the picked photos are the bundle's only for a host-written bundle: after the stage, x0 is the cache's
                 val pre = Preprocess(this@MainActivity, bundle, if (stage == null) photos else emptyList())
                 val trainer = EtTrainer(bundle, runDir)
@@ -109,6 +114,7 @@ class MainActivity : AppCompatActivity() {
                 }
                 report.put("status", "ok").put("lora", lora.absolutePath)
                     .put("x0_source", if (pre.available) "device preprocessing program" else "cache entry")
+                    .put("cache_mode", bundle.cacheMode)
                     .put("losses", JSONArray(trainer.losses.map { it.toDouble() }))
                     .put("timeline_fields", JSONArray(listOf("step", "rss_bytes", "hwm_bytes", "native_heap_bytes")))
                     .put("timeline", JSONArray(trainer.memoryTimeline.map { (s, m) ->

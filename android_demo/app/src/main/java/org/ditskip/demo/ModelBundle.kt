@@ -13,7 +13,8 @@ class SubjectPhoto(val name: String, val sha256: String, val h: Int, val w: Int,
  * the manifest, verified against its own digest, parsed with PyJson (so the model fields land in the cache identity
  * exactly as Python's json reads them), the schedule parameters, the plan, the codec, the entry shapes, the prompts.
  * [writeCache] computes the residual cache of the user's photos into `<work>/subject/cache`, resumable.
- * The subject bundle around it: SubjectBundle.kt. Not yet here: the x0-only and cache-free modes.
+ * The subject bundle around it: SubjectBundle.kt. Not yet here: writing the x0-only and cache-free modes (training
+ * them: CacheFreeEntries.kt).
  */
 class ModelBundle(val root: File) {
     val manifestSha256: String

@@ -10,9 +10,30 @@ data class Sample(val index: Int, val photo: Int, val t: Float, val cropBox: Int
 /** One program input as the manifest lists it (contract order). */
 data class InputSpec(val name: String, val shape: LongArray, val dtype: String)
 
+/** Where a sample's encoded cache entry ({"x0", "<residual>.<part>", ...}, coded as a stored cache holds it) comes
+ *  from: the stored residual cache ([StoredEntries]), or, for an x0-only or cache-free bundle, computed at each step
+ *  (CacheFreeEntries.kt, runtime/subject.py CacheFreeEntries). */
+interface EntrySource {
+    /** The entry's parts in layout order: name -> (contract dtype, shape). */
+    val parts: Map<String, Pair<String, LongArray>>
+
+    fun read(s: Sample): Map<String, RawTensor>
+}
+
+/** A stored bundle's entries: its residual cache, read entry by entry (SHA-256 checked). */
+class StoredEntries(val cache: ResidualCache) : EntrySource {
+    override val parts: Map<String, Pair<String, LongArray>>
+        get() = cache.layout.mapValues { (_, p) -> Pair(p.dtype, p.shape) }
+
+    override fun read(s: Sample): Map<String, RawTensor> = cache.read(s.index)
+}
+
 /**
  * A bundle as the device reads it, through the contract only (docs/bundle_contract.json): manifest, schedule, text
  * conditioning, residual cache index, and the ExecuTorch program section. Nothing here knows the model.
+ * `subject_stage.cache_mode`: "stored" (the residual cache gives the entries), "x0-only" (the cache holds x0 alone) or
+ * "cache-free" (no cache): those two compute each step's entry (CacheFreeEntries.kt), handed in with [useEntries]
+ * before training; their entry inputs are checked against its layout then.
  */
 class TrainingBundle(val root: File) {
     /** The manifest's own digest (its first line), checked against every byte after that line before any field is
@@ -25,8 +46,13 @@ class TrainingBundle(val root: File) {
     val etSection: JSONObject
     val inputs: List<InputSpec>
     val trainable: Map<String, String>          // program parameter name -> LoRA file key
-    private val cond: Map<String, RawTensor>
-    val cache: ResidualCache
+    val cond: Map<String, RawTensor>
+    val cacheMode: String
+    /** stored: the residual cache; x0-only: the cache of x0 alone; cache-free: none. */
+    val cache: ResidualCache?
+    /** The entries the training step takes: the stored cache's, or those handed in with [useEntries]. */
+    var entries: EntrySource? = null
+        private set
 
     init {
         val raw = File(root, BundleContract.MANIFEST_FILE).readBytes()
@@ -50,11 +76,11 @@ class TrainingBundle(val root: File) {
                 "(pick photos and tap Train: SubjectBundle.write, or python -m ditskip_edge.runtime personalize)"
         }
         val subject = manifest.getJSONObject("subject_stage")
-        val cacheMode = subject.optString("cache_mode", BundleContract.STORED_MODE)
-        require(cacheMode == BundleContract.STORED_MODE) {
-            "$root: a $cacheMode bundle: this app trains stored residual caches only (the ${BundleContract.X0_ONLY_MODE} " +
-                "and ${BundleContract.CACHE_FREE_MODE} modes, residuals computed every step by SubjectStage, are not " +
-                "wired into training yet): run the subject stage without --x0-only / --cache-free (stored mode)"
+        cacheMode = subject.optString("cache_mode", BundleContract.STORED_MODE)
+        val modes = listOf(BundleContract.STORED_MODE, BundleContract.X0_ONLY_MODE, BundleContract.CACHE_FREE_MODE)
+        require(cacheMode in modes) {
+            "$root/manifest.json: subject_stage.cache_mode '$cacheMode', expected one of ${modes.joinToString(", ")} " +
+                "(a bundle of another version: write it again with this version's subject stage)"
         }
         val schedule = JSONObject(File(root, subject.getString("schedule")).readText())
         val fields = schedule.getJSONArray("sample_fields")
@@ -72,8 +98,15 @@ class TrainingBundle(val root: File) {
         steps = config.getInt("steps")
         gradAccum = config.getInt("grad_accum")
         cond = Safetensors.read(File(root, subject.getString("text_conditioning")))
-        cache = ResidualCache(File(root, subject.getString("cache")))
-        require(cache.size == samples.size) { "${cache.dir}: ${cache.size} cache entries for ${samples.size} samples" }
+        cache = if (cacheMode == BundleContract.CACHE_FREE_MODE || subject.isNull("cache")) null
+                else ResidualCache(File(root, subject.getString("cache")))
+        require(cache != null || cacheMode == BundleContract.CACHE_FREE_MODE) { "$root/manifest.json: a $cacheMode bundle without its cache (subject_stage.cache)" }
+        if (cache != null) {
+            require(cache.size == samples.size) { "${cache.dir}: ${cache.size} cache entries for ${samples.size} samples" }
+            require(cacheMode != BundleContract.X0_ONLY_MODE || cache.layout.keys == setOf(BundleContract.X0_KEY)) {
+                "$root: an ${BundleContract.X0_ONLY_MODE} bundle whose cache holds ${cache.layout.keys.sorted()}, not x0 alone"
+            }
+        }
 
         etSection = program(BundleContract.ET_TRAIN_STEP)
             ?: error("${root}/manifest.json: no ${BundleContract.ET_RUNTIME} ${BundleContract.ET_TRAIN_STEP} program (compile with --runtime executorch)")
@@ -84,7 +117,7 @@ class TrainingBundle(val root: File) {
             InputSpec(s.getString("name"), LongArray(shape.length()) { shape.getLong(it) }, s.optString("dtype", "float32"))
         }
         checkInputOrder(inputs.map { it.name })
-        checkEntryInputs()
+        if (cacheMode == BundleContract.STORED_MODE) useEntries(StoredEntries(cache!!))
         val tr = etSection.getJSONObject(BundleContract.ET_TRAINABLE_FIELD)
         trainable = tr.keys().asSequence().associateWith { tr.getString(it) }
     }
@@ -124,18 +157,30 @@ class TrainingBundle(val root: File) {
         require(names == expect) { "program inputs $names are not in contract order $expect" }
     }
 
+    /** The training step's entries from `source` (an x0-only or cache-free bundle: CacheFreeEntries), checked
+     *  against the program's entry inputs first. */
+    fun useEntries(source: EntrySource) {
+        checkEntryInputs(source.parts)
+        entries = source
+    }
+
+    /** The entries, or the one-line refusal of an x0-only / cache-free bundle given none. */
+    fun requireEntries(): EntrySource = entries ?: throw IllegalStateException(
+        "$root: a $cacheMode bundle computes each step's cache entry with its forward programs: give it its " +
+            "CacheFreeEntries (TrainingBundle.useEntries) before training")
+
     /** entry.<part> inputs are exactly the cache layout's parts without x0, with the layout's dtype and shape; the
      *  other inputs are float32 (contract `step_inputs.dtype_rule`). */
-    private fun checkEntryInputs() {
-        val parts = cache.layout.keys.filter { it != BundleContract.X0_KEY }.sorted()
+    private fun checkEntryInputs(layout: Map<String, Pair<String, LongArray>>) {
+        val parts = layout.keys.filter { it != BundleContract.X0_KEY }.sorted()
         val names = inputs.filter { it.name.startsWith(BundleContract.ENTRY_PREFIX) }
             .map { it.name.removePrefix(BundleContract.ENTRY_PREFIX) }
         require(names == parts) { "program entry inputs $names differ from the cache layout's parts $parts" }
         for (spec in inputs) {
             if (spec.name.startsWith(BundleContract.ENTRY_PREFIX)) {
-                val p = cache.layout.getValue(spec.name.removePrefix(BundleContract.ENTRY_PREFIX))
-                require(spec.dtype == p.dtype && spec.shape.contentEquals(p.shape)) {
-                    "input ${spec.name}: program wants ${spec.dtype} ${spec.shape.toList()}, cache stores ${p.dtype} ${p.shape.toList()}"
+                val p = layout.getValue(spec.name.removePrefix(BundleContract.ENTRY_PREFIX))
+                require(spec.dtype == p.first && spec.shape.contentEquals(p.second)) {
+                    "input ${spec.name}: program wants ${spec.dtype} ${spec.shape.toList()}, cache stores ${p.first} ${p.second.toList()}"
                 }
             } else {
                 require(spec.dtype == BundleContract.STEP_INPUT_DTYPE) { "input ${spec.name}: ${spec.dtype}, expected ${BundleContract.STEP_INPUT_DTYPE}" }
@@ -146,9 +191,10 @@ class TrainingBundle(val root: File) {
     fun samplesForStep(step: Int): List<Sample> = samples.subList(step * gradAccum, (step + 1) * gradAccum)
 
     /** One sample's inputs in program order: x0 from the cache entry (or the device preprocessing), noise from the
-     *  portable RNG, t, text conditioning, the cache entry's stored parts (SHA-256 checked, coded as stored). */
+     *  portable RNG, t, text conditioning, the cache entry's stored parts (SHA-256 checked, coded as stored; x0-only
+     *  and cache-free: the entry computed now, coded as a stored cache would hold it). */
     fun stepInputs(s: Sample, x0Override: FloatArray? = null): List<Pair<InputSpec, Any>> {
-        val entry = cache.read(s.index)
+        val entry = requireEntries().read(s)
         val x0 = x0Override ?: entry.getValue(BundleContract.X0_KEY).floats()
         return inputs.map { spec ->
             val value: Any = when {
