@@ -195,6 +195,8 @@ def to_markdown(d: dict) -> str:
         lines.append(f"| {r['way']} | {r['tile_px']} / {r['stride_px']} | {len(r['programs'])} "
                      f"({', '.join(r['programs'])}) | {r['bundle_bytes'] / MIB:.0f} | {r['peak_anon_mib']} | "
                      f"{r['peak_file_mib']} | {r['seconds']} | {arena:.1f} | {r['x0_rel_error_vs_diffusers']:.2e} |")
+    if not d["tiling"]["tiled"]:
+        return "\n".join(lines + [""])
     lines += ["", f"Tiled x0 against the whole crop's x0 (diffusers, host): {d['tiled_vs_whole_x0_rel_diff']:.3e} "
               "relative on these random weights (the blend approximates the whole encode, as diffusers' own tiling "
               "does; how far for the trained DC-AE is not measured here: no checkpoint).", ""]
