@@ -89,7 +89,7 @@ def register(sub, add_json_flag) -> None:
     p.add_argument("--encode-backend", default="xnnpack", choices=["xnnpack", "portable"],
                    help="model bundle: ExecuTorch backend of the encode program(s) (default xnnpack, fast; XNNPACK "
                         "packs the encoder's weights into anonymous memory even when mapped, portable reads the "
-                        "mapped weights in place: SANA's DC-AE encoder is 532 MiB of them, see `estimate "
+                        "mapped weights in place, about 20x slower: SANA's DC-AE encoder is 532 MiB of them, see `estimate "
                         "--subject-stage --encode-backend`)")
     p.add_argument("--min-photos", type=int, default=1, help="model bundle: the fewest photos the device accepts")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")

@@ -48,7 +48,7 @@ def register(sub, add_json_flag) -> None:
                         "default: the whole crop at once)")
     p.add_argument("--encode-backend", default="xnnpack", choices=["xnnpack", "portable"],
                    help="the subject stage's encoder programs (compile's --encode-backend): XNNPACK packs the "
-                        "encoder's weights into anonymous memory; portable reads mapped weights in place")
+                        "encoder's weights into anonymous memory; portable reads mapped weights in place (about 20x slower)")
     p.add_argument("--generation-px", type=int, nargs="*", default=None,
                    help="also estimate on-device generation (full model one block at a time, each guidance branch at batch 1, "
                         "weights mapped) at these image sides (no value: the train resolution and the model's data "
