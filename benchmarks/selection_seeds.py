@@ -28,6 +28,8 @@ def main() -> int:
     ap.add_argument("--subjects", nargs="*", default=["teal_star", "pink_heart", "brown_bowtie", "cyan_crescent"])
     ap.add_argument("--seeds", type=int, nargs="*", default=list(range(8)))
     ap.add_argument("--probe", default="base", choices=["base", "tuned"])
+    ap.add_argument("--num-seeds", type=int, default=None,
+                    help="noise seeds the probe averages over (seed, seed + 1, ..; default SelectionConfig's)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "selection_seeds"))
     args = ap.parse_args()
     import torch
@@ -41,12 +43,14 @@ def main() -> int:
             for i, r in enumerate(reference_images(subject, 5)):           # the study's 5 references
                 to_uint8_image(r).save(Path(tmp) / f"{i:02d}.png")
             for seed in args.seeds:
-                out = selected_plans(Path(tmp), subject_prompt(subject), seed, args.probe)
+                out = selected_plans(Path(tmp), subject_prompt(subject), seed, args.probe, num_seeds=args.num_seeds)
                 rows.append({"subject": name, "seed": seed,
                              **{f"plan_{k}": out[k]["plan"] for k in ("30", "50")},
                              **{f"splits_{k}": out[k]["splits"] for k in ("30", "50")}})
                 print(name, seed, out["30"]["plan"], out["50"]["plan"], file=sys.stderr, flush=True)
-    doc = {**provenance(), "probe": args.probe, "seeds": args.seeds, "rows": rows}
+    from ditskip_edge.selection import SelectionConfig
+    doc = {**provenance(), "probe": args.probe, "seeds": args.seeds,
+           "num_seeds": args.num_seeds or SelectionConfig().num_seeds, "rows": rows}
     out = Path(args.out)
     out.with_suffix(".json").write_text(json.dumps(doc, indent=1))
     out.with_suffix(".md").write_text(to_markdown(doc))
@@ -55,10 +59,12 @@ def main() -> int:
 
 
 def to_markdown(d: dict) -> str:
-    lines = [f"# Split selection on the testbed across probe seeds ({d['probe']} probe)", "",
+    lines = [f"# Split selection on the testbed across probe seeds ({d['probe']} probe, each averaging "
+             f"{d.get('num_seeds', 2)} noise seeds)", "",
              f"Command: `{d['command']}`  ", f"Machine: {d['machine']}  ", f"Date (UTC): {d['date']}", "",
              "Per subject and budget: the split (front / back) the selection chose at each seed, and how often each "
-             "split won. The seed is the probe's noise seed (the study passes the training seed).", "",
+             "split won. The seed is the probe's first noise seed (it averages seed, seed + 1, ..; the study passes the "
+             "training seed).", "",
              "| subject | budget | chosen per seed | wins |", "|---|---|---|---|"]
     subjects = list(dict.fromkeys(r["subject"] for r in d["rows"]))
     for s in subjects:

@@ -100,7 +100,7 @@ def paper_plans(num_blocks: int) -> dict[str, tuple[int, int]]:
 
 
 def selected_plans(subject_dir: Path, prompt: str, seed: int, probe: str,
-                   tune_steps: int | None = None) -> dict[str, dict]:
+                   tune_steps: int | None = None, num_seeds: int | None = None) -> dict[str, dict]:
     """30% / 50% splits chosen by cross-attention masking (ditskip_edge.selection, the verb `compile --skip-ratio`
     uses) with the base or the tuned probe: {"30": {"plan": [n, m], "splits": [...], "seconds": s}, "50": ...}."""
     from ditskip_edge.images import load_photos
@@ -110,7 +110,8 @@ def selected_plans(subject_dir: Path, prompt: str, seed: int, probe: str,
     spec = resolve_spec(MODEL)
     transformer, vae = build_transformer(spec), build_vae(spec)
     num_blocks = spec.transformer_config["num_layers"] + spec.transformer_config["num_single_layers"]
-    cfg = SelectionConfig(probe=probe, **({} if tune_steps is None else {"tune_steps": tune_steps}))
+    cfg = SelectionConfig(probe=probe, **({} if tune_steps is None else {"tune_steps": tune_steps}),
+                          **({} if num_seeds is None else {"num_seeds": num_seeds}))
     t0 = time.perf_counter()
     p = make_probe(spec, transformer, vae, load_photos(subject_dir, spec.data_px), prompt, seed, cfg)
     ratios = {"30": 0.3, "50": 0.5}
