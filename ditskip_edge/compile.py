@@ -246,9 +246,8 @@ def compile_model_bundle(req: CompileRequest, spec: ModelSpec, sched: ScheduleCo
     if not any(isinstance(st, ExecutorchPrograms) for st in req.programs):
         raise UserError("a model bundle needs the ExecuTorch training program: add --runtime executorch (the subject "
                         "stage's programs are ExecuTorch programs)")
-    subject_programs = dataclasses.replace(req.subject_programs or SubjectPrograms(
-        precision=next(st for st in req.programs if isinstance(st, ExecutorchPrograms)).precisions[0]),
-        encode_tile_px=req.encode_tile_px)
+    subject_programs = req.subject_programs or SubjectPrograms(
+        precision=next(st for st in req.programs if isinstance(st, ExecutorchPrograms)).precisions[0])
     writer = BundleWriter(req.out, overwrite=req.overwrite)
     transformer, vae = build_transformer(spec), build_vae(spec)
     plan = resolve_plan(req, spec, len(block_names_of(transformer)), transformer, vae, None)
@@ -258,7 +257,8 @@ def compile_model_bundle(req: CompileRequest, spec: ModelSpec, sched: ScheduleCo
         model_stage = compile_model_stage(writer, spec, transformer, plan, req.lora, req.optimizer)
         stage = compile_model_bundle_stage(writer, spec, transformer, vae, prompts, sched, plan, req.cache_codec,
                                            req.min_photos)
-        subject = add_subject_programs(writer, subject_programs, transformer, vae, encode_prompt(spec, prompts[0]))
+        subject = add_subject_programs(writer, subject_programs, transformer, vae, encode_prompt(spec, prompts[0]),
+                                       req.encode_tile_px)
         del transformer, vae
         programs = [PROGRAM_STAGES[type(st)](writer, dataclasses.replace(st, preprocess=False)
                                              if isinstance(st, ExecutorchPrograms) else st) for st in req.programs]

@@ -59,8 +59,6 @@ class SubjectPrograms:
     external_weights: bool = False          # frozen constants in a .ptd file beside each .pte (mapped); XNNPACK keeps
                                             # the weights it takes in its delegate blob inside the .pte
     group_size: int = 32                    # int4: input features per scale
-    encode_tile_px: int | None = None       # the encoder on pixel tiles of this side (diffusers' tiled_encode, the
-                                            # manifest's encode_tiling); None: the whole s_min crop at once
 
     def validate(self) -> None:
         if self.precision not in PROGRAM_PRECISIONS:
@@ -69,8 +67,6 @@ class SubjectPrograms:
         for b in (self.backend, self.encode_backend):
             if b not in BACKENDS:
                 raise UserError(f"executorch backend {b!r}: expected one of {', '.join(BACKENDS)}")
-        if self.encode_tile_px is not None and self.encode_tile_px <= 0:
-            raise UserError(f"--encode-tile-px {self.encode_tile_px}: expected a positive number of pixels")
 
 
 def blocks_needed(plan: SkipPlan) -> list[int]:
@@ -143,16 +139,12 @@ def export_forward(module: nn.Module, example: tuple, backend: str, external_wei
     matmuls ran as `addmm` on the CPU kernels and all of a block's dequantized weights were alive at once (the
     ~300M FLUX layout's double block: a 203 MB arena for 38 MB of int8 weights, 189 s per sample)."""
     from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge
-    from .graph_passes import remove_unused_constants
+    from .graph_passes import remove_unused_constants, tag_delegate_constants
     with sdpa_kernel([SDPBackend.MATH]), torch.no_grad(), contiguous_pixel_shuffles():
         ep = torch.export.export(module.eval(), example, strict=False)
     tag_delegate = delegate_weights and external_weights and backend == "xnnpack" and not matmuls
     if tag_delegate:
-        from executorch.exir.passes.external_constants_pass import delegate_external_constants_pass_unlifted
-        gm = ep.module()
-        delegate_external_constants_pass_unlifted(gm, gen_tag_fn=lambda node: DELEGATE_WEIGHTS_TAG)
-        with sdpa_kernel([SDPBackend.MATH]), torch.no_grad(), contiguous_pixel_shuffles():
-            ep = torch.export.export(gm, example, strict=False)
+        tag_delegate_constants(ep, DELEGATE_WEIGHTS_TAG)
     remove_unused_constants(ep)                     # e.g. the head's weights in the embed program's view
     cc = EdgeCompileConfig(_check_ir_validity=False)
     if matmuls:
@@ -217,9 +209,10 @@ def entry_shapes(view: DiTView, plan: SkipPlan, x0: torch.Tensor, streams: dict)
 
 
 def add_subject_programs(writer: BundleWriter, config: SubjectPrograms, transformer: nn.Module, vae: nn.Module,
-                         cond: dict[str, torch.Tensor]) -> list[str]:
+                         cond: dict[str, torch.Tensor], encode_tile_px: int | None = None) -> list[str]:
     """Export the forward programs of the model in `writer.manifest` into the bundle; returns their paths. `cond` is
-    any prompt's text conditioning (its shapes)."""
+    any prompt's text conditioning (its shapes); encode_tile_px: the encoder on pixel tiles of this side (diffusers'
+    tiled_encode; the manifest's encode_tiling), None: the whole s_min crop at once."""
     config.validate()
     m = writer.manifest
     arch = m["model"]["arch"]
@@ -261,7 +254,7 @@ def add_subject_programs(writer: BundleWriter, config: SubjectPrograms, transfor
                                     else "fp32", backend=backend, data=data_files, memory=memory,
                                     block=block).to_json())
 
-    tiling = encode_tiling(ModelSpec.from_json(m["model"]), s_min, config.encode_tile_px)
+    tiling = encode_tiling(ModelSpec.from_json(m["model"]), s_min, encode_tile_px)
     if not tiling["tiled"]:
         write(ENCODE, f"{PROGRAM_DIR}/{ENCODE}", EncodeModule(encoder), (patch,), ["patch"], ["x0"], [x0],
               backend=config.encode_backend)

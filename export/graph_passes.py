@@ -282,6 +282,21 @@ def recompute_frozen_in_backward(ep: ExportedProgram) -> int:
     return n_copied
 
 
+def tag_delegate_constants(ep: ExportedProgram, tag: str) -> int:
+    """Mark every lifted parameter, buffer and constant for ExecuTorch's external data file `tag`: the weights a
+    delegate (XNNPACK) takes go to that file instead of its blob in the .pte (what executorch's
+    delegate_external_constants_pass_unlifted does on an unlifted module, here without exporting again). Returns how
+    many inputs were marked."""
+    sig = ep.graph_signature
+    names = set(sig.inputs_to_parameters) | set(sig.inputs_to_buffers) | set(sig.inputs_to_lifted_tensor_constants)
+    n = 0
+    for node in ep.graph_module.graph.nodes:
+        if node.op == "placeholder" and node.name in names:
+            node.meta.setdefault("custom", {})["delegate_constant_tag"] = tag
+            n += 1
+    return n
+
+
 def remove_unused_constants(ep: ExportedProgram) -> int:
     """Drop frozen buffers / lifted constants nothing reads (after dead-code elimination). ExecuTorch drops unused
     parameters itself but keeps unused buffers: e.g. the int8 codes of the last kept double block's text-stream

@@ -168,20 +168,20 @@ def trace_subject_stage(cfg: StepConfig, forward_precision: str | None = None) -
     return out
 
 
-def _trace_encoder(spec, s_min: int, width: int | None = None) -> tuple[int, int, int]:
-    """(frozen weights bytes, forward transient peak, FLOPs) of the autoencoder's encoder on one s_min crop (or an
-    s_min x width tile)."""
-    width = width or s_min
+def _trace_encoder(spec, height_px: int, width_px: int | None = None) -> tuple[int, int, int]:
+    """(frozen weights bytes, forward transient peak, FLOPs) of the autoencoder's encoder on one crop of height_px x
+    width_px (square without width_px)."""
+    width_px = width_px or height_px
     cfg = _encoder_config(spec)
     if cfg is None:                   # pixel space: a weightless space-to-depth
-        return 0, 3 * s_min * width * 4, 0
+        return 0, 3 * height_px * width_px * 4, 0
     with torch.device("meta"):
         vae = vae_class(spec.arch).from_config(cfg).eval()
     enc = vae.encoder
     fake = FakeTensorMode(allow_non_fake_inputs=True)
     with fake:
         enc.to_empty(device="cpu")
-        patch = torch.zeros(1, 3, s_min, width)
+        patch = torch.zeros(1, 3, height_px, width_px)
         w = _frozen_bytes(enc)
         peak, flops = _trace(lambda: enc(patch), list(enc.parameters()) + list(enc.buffers()) + [patch])
     return w, peak, flops
@@ -203,14 +203,15 @@ def encode_tiles_phase(cfg: StepConfig, tile_px: int) -> dict | None:
     f, s = cfg.spec.vae_scale_factor, cfg.resolution_px
     channels = int(_encoder_config(cfg.spec).get("latent_channels", 0))
     sizes = tile_sizes(s, tiling["tile_px"], tiling["stride_px"])
+    shapes = tile_shapes((s, s), tiling["tile_px"], tiling["stride_px"])
     tile_peak, flops = 0, 0
-    for th, tw in tile_shapes((s, s), tiling["tile_px"], tiling["stride_px"]):
+    for th, tw in shapes:
         _, peak, f_tile = _trace_encoder(cfg.spec, th, tw)
         tile_peak = max(tile_peak, peak)
         flops += f_tile * sum(1 for a in sizes for b in sizes if (a, b) == (th, tw))
     tiles_latent = sum(channels * (th // f) * (tw // f) * 4 for th in sizes for tw in sizes)
     held = 3 * s * s * 4 + tiles_latent + channels * (s // f) ** 2 * 4
-    return {**tiling, "tile_shapes": [list(t) for t in tile_shapes((s, s), tiling["tile_px"], tiling["stride_px"])],
+    return {**tiling, "tile_shapes": [list(t) for t in shapes],
             "tiles": len(sizes) ** 2, "encoder_tile_peak_bytes": tile_peak, "held_bytes": held,
             "phase_bytes": tile_peak + held, "encoder_flops_per_sample": flops}
 
@@ -242,7 +243,7 @@ def subject_stage_estimate(cfg: StepConfig, train_memory: dict, train_flops: int
     if phases["encode"] > max(phases["embed"], block_phase) and footprint > train_fp:
         # the encoder dominates and the stage is above training: tiles, and the portable encoder (its mapped weights
         # read in place) when XNNPACK's packed copy alone keeps the stage above training
-        alt = encode_tiles_phase(cfg, encode_tile_px or SUGGESTED_TILE_PX)
+        alt = tiles if encode_tile_px is not None else encode_tiles_phase(cfg, SUGGESTED_TILE_PX)
         tile_phase = alt["phase_bytes"] if alt is not None else tr["phase_peaks_bytes"]["encode"]
         flags = [f"--encode-tile-px {encode_tile_px or SUGGESTED_TILE_PX}"] if alt is not None else []
         anon = encoder_anon

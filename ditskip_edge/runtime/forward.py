@@ -57,20 +57,18 @@ def subject_programs(bundle: Bundle) -> tuple[dict[str, dict], dict, dict[int, d
     by_name: dict[str, list[dict]] = {}
     for p in progs:
         by_name.setdefault(str(p.get("name")), []).append(p)
-    by_name.setdefault(EMBED, [])
-    by_name.setdefault(BLOCK, [])
     wanted = encode_tiling_of(bundle)["programs"]
     missing = [n for n in (*wanted.values(), EMBED) if not by_name.get(n)]
     if missing:
         raise BundleError(f"{where}: no {', '.join(missing)} program: this bundle cannot run the subject stage "
                           f"(compile it without --images: a model bundle)")
     encoders = {key: by_name[name][0] for key, name in wanted.items()}
-    blocks = {int(p["block"]): p for p in by_name[BLOCK]}
+    blocks = {int(p["block"]): p for p in by_name.get(BLOCK, [])}
     plan = bundle.field("plan")
     need = list(range(int(plan["num_blocks"]))) if int(plan["n_back"]) else list(range(int(plan["n_front"])))
     absent = [i for i in need if i not in blocks]
     if absent:
-        raise BundleError(f"{bundle.root / 'manifest.json'}: no block program for blocks {absent[:5]} (the residuals "
+        raise BundleError(f"{where}: no block program for blocks {absent[:5]} (the residuals "
                           f"need blocks 0..{need[-1]})")
     return encoders, by_name[EMBED][0], blocks
 
@@ -133,12 +131,10 @@ class ForwardPrograms:
         """Load and run every program once on zeros (dropping the blocks again): a damaged program or a data file
         that does not match its program is refused before any work."""
         for key in self.encode_entries:
-            self.encoder(key).check()
-            if not self.keep_blocks:
-                self._encode = {}
+            self.encoder(key).check()                 # one encode program loaded at a time unless keep_blocks
         self.embedder().check()
         if not self.keep_blocks:
-            self._embed = None
+            self._encode, self._embed = {}, None
         for i in sorted(self.block_entries):
             self.block(i).check()
             if not self.keep_blocks:
