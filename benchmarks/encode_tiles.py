@@ -27,30 +27,22 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
+from _meta import PEAK_WATCHER, provenance_md                                   # noqa: E402
+
 RESULTS = ROOT / "benchmarks" / "results"
 MIB = 1024 ** 2
 
 CHILD = r"""
-import json, sys, threading, time
+import json, sys, time
 import numpy as np
 from device_tests.runtime_imports import forbid_host_modules, host_modules_loaded
 forbid_host_modules()
 from ditskip_edge.runtime import bindings, tiling
 load = bindings.executorch_inference()._load_for_executorch
 import torch
-from ditskip_edge.runtime.footprint import read_footprint
 spec = json.loads(sys.argv[1])
 patch = np.load(spec["patch"])
-base = read_footprint()
-peak = {"anon": 0, "file": 0}
-stop = False
-def watch():
-    while not stop:
-        f = read_footprint()
-        peak["anon"] = max(peak["anon"], f.anon_bytes - base.anon_bytes)
-        peak["file"] = max(peak["file"], f.file_bytes - base.file_bytes)
-        time.sleep(0.002)
-t = threading.Thread(target=watch, daemon=True); t.start()
+""" + PEAK_WATCHER + r"""
 t0 = time.perf_counter()
 loaded = {}
 def encode(tile):
@@ -66,7 +58,7 @@ else:
     x0 = encode(patch)
 wall = time.perf_counter() - t0
 loaded.clear()
-stop = True; t.join()
+stop_watch()
 np.save(spec["out"], x0)
 print(json.dumps({"wall_s": wall, "baseline_anon_bytes": base.anon_bytes, "peak_anon_growth_bytes": peak["anon"],
                   "peak_file_growth_bytes": peak["file"], "host_modules": host_modules_loaded()}))
@@ -109,7 +101,7 @@ def main() -> int:
     ap.add_argument("--out", default=str(RESULTS / "encode_tiles"))
     args = ap.parse_args()
     import torch
-    from _meta import provenance
+    from _meta import provenance, write_result
     from export.executorch_subject import EncodeModule, export_forward
     from ditskip_edge.models.latents import LatentEncoder, encode_tiling
     from ditskip_edge.runtime.tiling import tile_key, tile_shapes
@@ -172,17 +164,14 @@ def main() -> int:
     doc = {**prov, "model": args.model, "backend": args.backend, "autoencoder": type(vae).__name__, "encoder_parameters": n_params,
            "crop_px": crop, "tiling": tiling, "host_reference_s": round(host_s, 2),
            "tiled_vs_whole_x0_rel_diff": tiles_vs_whole, "rows": rows}
-    out = Path(args.out)
-    out.with_suffix(".json").write_text(json.dumps(doc, indent=1))
-    out.with_suffix(".md").write_text(to_markdown(doc))
-    print(to_markdown(doc))
+    print(write_result(doc, args.out, to_markdown))
     return 0
 
 
 def to_markdown(d: dict) -> str:
     lines = [f"# The subject stage's encoder whole and on tiles ({d['model']}'s {d['autoencoder']}, "
              f"{d['encoder_parameters'] / 1e6:.1f}M encoder parameters, random weights)", "",
-             f"Command: `{d['command']}`  ", f"Machine: {d['machine']}  ", f"Date (UTC): {d['date']}", "",
+             provenance_md(d),
              f"One {d['crop_px']}-px crop encoded by ExecuTorch programs ({d.get('backend', 'xnnpack')}) in a fresh process that imports "
              "only the runtime; peak RssAnon (dirty anonymous: what a phone counts) and RssFile growth over the "
              "process before loading, sampled every 2 ms. Tiles: one program per tile shape, loaded one at a time "

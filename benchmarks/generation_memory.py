@@ -36,34 +36,27 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from _meta import PEAK_WATCHER                                                  # noqa: E402
 RESULTS = ROOT / "benchmarks" / "results"
 MIB = 1024 ** 2
 MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "131072"}
 PROMPT = "a photo of sks toy"
 
 CHILD = r"""
-import json, sys, threading, time
+import json, sys, time
 from device_tests.runtime_imports import forbid_host_modules, host_modules_loaded
 forbid_host_modules()
 from ditskip_edge.runtime import bindings
 bindings.executorch_training(); bindings.executorch_inference()
 import torch
-from ditskip_edge.runtime.footprint import read_footprint
 from ditskip_edge.runtime.__main__ import main
-base = read_footprint()
-peak = {"anon": 0, "file": 0}
-stop = False
-def watch():
-    while not stop:
-        f = read_footprint()
-        peak["anon"] = max(peak["anon"], f.anon_bytes - base.anon_bytes)
-        peak["file"] = max(peak["file"], f.file_bytes - base.file_bytes)
-        time.sleep(0.002)
-t = threading.Thread(target=watch, daemon=True); t.start()
+""" + PEAK_WATCHER + r"""
 t0 = time.perf_counter()
 code = main(sys.argv[1:])
 wall = time.perf_counter() - t0
-stop = True; t.join()
+stop_watch()
 print(json.dumps({"code": code, "wall_s": wall, "baseline_anon_bytes": base.anon_bytes,
                   "peak_anon_growth_bytes": peak["anon"], "peak_file_growth_bytes": peak["file"],
                   "host_modules": host_modules_loaded()}))

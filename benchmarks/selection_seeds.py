@@ -12,7 +12,6 @@ writes benchmarks/results/selection_seeds.{json,md}.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from collections import Counter
@@ -34,7 +33,7 @@ def main() -> int:
     args = ap.parse_args()
     import torch
     torch.set_num_threads(1)
-    from _meta import provenance
+    from _meta import provenance, write_result
     from benchmarks.testbed.study import SUBJECTS, reference_images, selected_plans, subject_prompt, to_uint8_image
     rows = []
     for name in args.subjects:
@@ -51,17 +50,15 @@ def main() -> int:
     from ditskip_edge.selection import SelectionConfig
     doc = {**provenance(), "probe": args.probe, "seeds": args.seeds,
            "num_seeds": args.num_seeds or SelectionConfig().num_seeds, "rows": rows}
-    out = Path(args.out)
-    out.with_suffix(".json").write_text(json.dumps(doc, indent=1))
-    out.with_suffix(".md").write_text(to_markdown(doc))
-    print(to_markdown(doc))
+    print(write_result(doc, args.out, to_markdown))
     return 0
 
 
 def to_markdown(d: dict) -> str:
+    from _meta import provenance_md
     lines = [f"# Split selection on the testbed across probe seeds ({d['probe']} probe, each averaging "
              f"{d.get('num_seeds', 2)} noise seeds)", "",
-             f"Command: `{d['command']}`  ", f"Machine: {d['machine']}  ", f"Date (UTC): {d['date']}", "",
+             provenance_md(d),
              "Per subject and budget: the split (front / back) the selection chose at each seed, and how often each "
              "split won. The seed is the probe's first noise seed (it averages seed, seed + 1, ..; the study passes the "
              "training seed).", "",
