@@ -1,6 +1,7 @@
 """The subject stage's encoder on tiles at real scale: SANA's DC-AE f32c32 (the published config, 139.5M encoder
 parameters, random weights: no checkpoint here) on a 512-px crop, whole against 256-px tiles (compile
---encode-tile-px 256; runtime/tiling.py encode_tiled), as ExecuTorch programs run by the runtime alone.
+--encode-tile-px 256; runtime/tiling.py encode_tiled) and against those tiles with the encoder one program per stage
+(compile --encode-stages), as ExecuTorch programs run by the runtime alone.
 
     PYTHONPATH=. nice python benchmarks/encode_tiles.py [--crop 512 --tile 256] [--model sana-1600m]
 
@@ -44,20 +45,20 @@ spec = json.loads(sys.argv[1])
 patch = np.load(spec["patch"])
 """ + PEAK_WATCHER + r"""
 t0 = time.perf_counter()
-loaded = {}
-def encode(tile):
-    key = tiling.tile_key(tile.shape[2], tile.shape[3])
-    if key not in loaded:
-        loaded.clear()                                 # one program at a time
-        p = spec["programs"][key]
-        loaded[key] = load(*([p["pte"], p["ptd"]] if p.get("ptd") else [p["pte"]]))
-    return loaded[key].forward((torch.from_numpy(tile),))[0].numpy().copy()
+def encode_shape(tiles):
+    # as runtime/forward.py encode_shape: each program of the shape's chain (one, or the encoder's stages) loaded
+    # once, run on every tile of the shape, dropped before the next one loads
+    xs = tiles
+    for p in spec["programs"][tiling.tile_key(tiles[0].shape[2], tiles[0].shape[3])]:
+        m = load(*([p["pte"], p["ptd"]] if p.get("ptd") else [p["pte"]]))
+        xs = [m.forward((torch.from_numpy(x),))[0].numpy().copy() for x in xs]
+        del m
+    return xs
 if spec["tiled"]:
-    x0 = tiling.encode_tiled(patch, encode, spec["tile_px"], spec["stride_px"], spec["scale"])
+    x0 = tiling.encode_tiled(patch, None, spec["tile_px"], spec["stride_px"], spec["scale"], encode_shape=encode_shape)
 else:
-    x0 = encode(patch)
+    x0 = encode_shape([patch])[0]
 wall = time.perf_counter() - t0
-loaded.clear()
 stop_watch()
 np.save(spec["out"], x0)
 print(json.dumps({"wall_s": wall, "baseline_anon_bytes": base.anon_bytes, "peak_anon_growth_bytes": peak["anon"],
@@ -97,13 +98,15 @@ def main() -> int:
                     help="the encode programs' backend (compile's SubjectPrograms.encode_backend): XNNPACK packs the "
                          "convolutions' weights into its own (anonymous) memory; portable reads them from the mapped "
                          "data file in place")
-    ap.add_argument("--ways", default="whole,tiles", help="comma-separated among whole, tiles")
+    ap.add_argument("--ways", default="whole,tiles,staged",
+                    help="comma-separated among whole, tiles, staged (tiles with the encoder one program per stage: "
+                         "compile --encode-stages)")
     ap.add_argument("--out", default=str(RESULTS / "encode_tiles"))
     args = ap.parse_args()
     import torch
     from _meta import provenance, write_result
     from export.executorch_subject import EncodeModule, export_forward
-    from ditskip_edge.models.latents import LatentEncoder, encode_tiling
+    from ditskip_edge.models.latents import LatentEncoder, encode_tiling, encoder_stages
     from ditskip_edge.runtime.tiling import tile_key, tile_shapes
     prov = provenance()
     spec, vae = build_vae(args.model)
@@ -121,31 +124,40 @@ def main() -> int:
             want = {"whole": LatentEncoder(spec.arch, vae)(patch).numpy(),
                     "tiles": LatentEncoder(spec.arch, vae, tiling)(patch).numpy()}
         host_s = time.perf_counter() - t0
-        ways = {"whole": [(crop, crop)],
-                "tiles": tile_shapes((crop, crop), tiling["tile_px"], tiling["stride_px"])}
+        want["staged"] = want["tiles"]
+        tile_list = tile_shapes((crop, crop), tiling["tile_px"], tiling["stride_px"])
+        ways = {"whole": [(crop, crop)], "tiles": tile_list, "staged": tile_list}
         ways = {k: v for k, v in ways.items() if k in args.ways.split(",")}
+        stages = encoder_stages(spec.arch, vae)
         for way, shapes in ways.items():
             programs, sizes = {}, {}
+            tiled = way != "whole"
+            mapped = tiled or args.backend == "portable"
+            chain = stages if way == "staged" else [module]
             for th, tw in shapes:
-                t0 = time.perf_counter()
-                tiled = way == "tiles"
-                mapped = tiled or args.backend == "portable"
-                pte, data, memory = export_forward(module, (torch.zeros(1, 3, th, tw),), args.backend,
-                                                   external_weights=mapped, delegate_weights=mapped)
                 key = tile_key(th, tw)
-                (work / f"{way}_{key}.pte").write_bytes(pte)
-                rec = {"pte": str(work / f"{way}_{key}.pte")}
-                if data is not None:
-                    ptd = work / f"{way}.ptd"
-                    if ptd.exists():
-                        assert ptd.read_bytes() == data, "tile programs' weights differ"
-                    else:
-                        ptd.write_bytes(data)
-                    rec["ptd"] = str(ptd)
-                programs[key] = rec
-                sizes[key] = {**memory, "export_s": round(time.perf_counter() - t0, 1)}
-                print(f"exported {way} {key}: {memory}", file=sys.stderr)
-            spec_child = {"patch": str(work / "patch.npy"), "programs": programs, "tiled": way == "tiles",
+                x = torch.zeros(1, 3, th, tw)
+                programs[key] = []
+                for k, stage in enumerate(chain):
+                    t0 = time.perf_counter()
+                    name = f"{key}.s{k}" if len(chain) > 1 else key
+                    pte, data, memory = export_forward(stage, (x,), args.backend, external_weights=mapped,
+                                                       delegate_weights=mapped)
+                    with torch.no_grad():
+                        x = stage(x)
+                    (work / f"{way}_{name}.pte").write_bytes(pte)
+                    rec = {"pte": str(work / f"{way}_{name}.pte")}
+                    if data is not None:
+                        ptd = work / (f"{way}.s{k}.ptd" if len(chain) > 1 else f"{way}.ptd")
+                        if ptd.exists():
+                            assert ptd.read_bytes() == data, "tile programs' weights differ"
+                        else:
+                            ptd.write_bytes(data)
+                        rec["ptd"] = str(ptd)
+                    programs[key].append(rec)
+                    sizes[name] = {**memory, "export_s": round(time.perf_counter() - t0, 1)}
+                    print(f"exported {way} {name}: {memory}", file=sys.stderr)
+            spec_child = {"patch": str(work / "patch.npy"), "programs": programs, "tiled": tiled,
                           "tile_px": tiling["tile_px"], "stride_px": tiling["stride_px"], "scale": tiling["scale"],
                           "out": str(work / f"{way}_x0.npy")}
             m = run_child(spec_child)
@@ -154,8 +166,8 @@ def main() -> int:
             rel = float(np.linalg.norm(x0 - ref) / np.linalg.norm(ref))
             files = {p.name: p.stat().st_size for p in work.iterdir() if p.name.startswith(way) and
                      p.suffix in (".pte", ".ptd")}
-            rows.append({"way": way, "backend": args.backend, "tile_px": tiling["tile_px"] if way == "tiles" else crop,
-                         "stride_px": tiling["stride_px"] if way == "tiles" else crop,
+            rows.append({"way": way, "backend": args.backend, "tile_px": tiling["tile_px"] if tiled else crop,
+                         "stride_px": tiling["stride_px"] if tiled else crop, "stages": len(chain),
                          "tile_shapes": [list(s) for s in shapes], "programs": sizes, "bundle_bytes": sum(files.values()),
                          "files": files, "peak_anon_mib": round(m["peak_anon_growth_bytes"] / MIB, 1),
                          "peak_file_mib": round(m["peak_file_growth_bytes"] / MIB, 1), "seconds": round(m["wall_s"], 2),
@@ -175,14 +187,19 @@ def to_markdown(d: dict) -> str:
              f"One {d['crop_px']}-px crop encoded by ExecuTorch programs ({d.get('backend', 'xnnpack')}) in a fresh process that imports "
              "only the runtime; peak RssAnon (dirty anonymous: what a phone counts) and RssFile growth over the "
              "process before loading, sampled every 2 ms. Tiles: one program per tile shape, loaded one at a time "
-             "(runtime/forward.py), their weights in one shared .ptd. x0 against the host's diffusers encode "
-             "(whole) / tiled_encode (tiles) on the same crop.", "",
+             "(runtime/forward.py), their weights in one shared .ptd. Staged: the same tiles with the encoder as one "
+             "program per encoder stage (compile --encode-stages; models/latents.py encoder_stages), per tile shape "
+             "each stage's program loaded once, run on the shape's tiles and dropped before the next (one .ptd per "
+             "stage). x0 against the host's diffusers encode (whole) / tiled_encode (tiles, staged) on the same "
+             "crop.", "",
              "| way | tile / stride px | programs (shapes) | bundle MiB | peak RssAnon MiB | peak RssFile MiB | "
              "seconds | planned arena MiB (largest) | x0 rel. error vs diffusers |", "|---|---|---|---|---|---|---|---|---|"]
     for r in d["rows"]:
         arena = max(p["planned_arena_bytes"] for p in r["programs"].values()) / MIB
+        shapes = ", ".join("x".join(str(v) for v in hw) for hw in r["tile_shapes"])
+        per = f"; {r['stages']} stages each" if r.get("stages", 1) > 1 else ""
         lines.append(f"| {r['way']} | {r['tile_px']} / {r['stride_px']} | {len(r['programs'])} "
-                     f"({', '.join(r['programs'])}) | {r['bundle_bytes'] / MIB:.0f} | {r['peak_anon_mib']} | "
+                     f"({shapes}{per}) | {r['bundle_bytes'] / MIB:.0f} | {r['peak_anon_mib']} | "
                      f"{r['peak_file_mib']} | {r['seconds']} | {arena:.1f} | {r['x0_rel_error_vs_diffusers']:.2e} |")
     if not d["tiling"]["tiled"]:
         return "\n".join(lines + [""])

@@ -85,6 +85,7 @@ def _values(c: dict) -> list[tuple[str, object]]:
         ("ET_BLOCK", pr["block_name"]),
         ("ENCODE_TILING_FIELD", pr["subject_programs"]["encode"]["tiling"]["field"]),
         ("ENCODE_TILING_PROGRAMS_FIELD", pr["subject_programs"]["encode"]["tiling"]["programs_field"]),
+        ("ENCODE_TILING_STAGES_FIELD", pr["subject_programs"]["encode"]["tiling"]["stages_field"]),
         ("SCHEDULE_ALGORITHM", c["schedule"]["algorithm"]["version"]),
         ("SCHEDULE_SAMPLE_DRAWS", c["schedule"]["algorithm"]["sample_draws"]),
         ("SCHEDULE_SHUFFLE_BASE", c["schedule"]["algorithm"]["shuffle_base"]),

@@ -125,6 +125,9 @@ def check_request(req: CompileRequest, spec: ModelSpec) -> ScheduleConfig:
             stage.check_model(spec)
     if req.subject_programs is not None:
         req.subject_programs.validate()
+        if req.subject_programs.encode_stages and (spec.vae_config or {}).get("kind") == "pixel":
+            raise UserError(f"--encode-stages: {spec.name} encodes by a pixel (un)shuffle, there is no encoder to "
+                            f"split")
     if req.encode_tile_px is not None and req.encode_tile_px <= 0:
         raise UserError(f"--encode-tile-px {req.encode_tile_px}: expected a positive number of pixels")
     encode_tiling(spec, sched.s_min_px, req.encode_tile_px)           # tiles this autoencoder can take

@@ -9,6 +9,8 @@ writes under `programs/executorch/subject/`:
   encode_HxW.pte (+ encoder.ptd)  with encode_tile_px: one program per pixel tile shape of the crop (diffusers'
                                tiled_encode; the device blends the latent tiles, runtime/tiling.py), named encode.HxW;
                                with external_weights they share one data file (XNNPACK's weights included)
+  encode[_HxW]_sK.pte (+ encoder.sK.ptd)  with encode_stages: each of those programs split into the encoder's stages
+                               (models/latents.py encoder_stages), named <name>.sK, one data file per stage
   embed.pte                    x0, noise, t, cond.* -> stream.* entering block 0, ctx.* (FLUX temb + rotary cos/sin,
                                SANA timestep + projected caption (+ its mask bias))
   block_NN.pte (+ .ptd)        stream.*, ctx.* -> stream.*: the frozen base model's block NN, one program per block the
@@ -32,7 +34,7 @@ import torch
 import torch.nn as nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from ditskip_edge.models.latents import LatentEncoder, encode_tiling
+from ditskip_edge.models.latents import LatentEncoder, encode_tiling, encoder_stages
 from ditskip_edge.models.layout import contiguous_pixel_shuffles
 from ditskip_edge.models.specs import ModelSpec
 from ditskip_edge.models.views import DiTView, make_view
@@ -40,7 +42,7 @@ from ditskip_edge.plan import SkipPlan
 from ditskip_edge.quantize import QuantSpec, quantize_frozen_layers
 from ditskip_edge.runtime.bundle import PROGRAMS_DIR, BundleWriter
 from ditskip_edge.runtime.contract import (BLOCK, COND_PREFIX, CTX_PREFIX, EMBED, ENCODE, PROGRAM_PRECISIONS,
-                                           STREAM_PREFIX, ProgramEntry, encode_name)
+                                           STREAM_PREFIX, ProgramEntry, encode_name, encode_stage_names)
 from ditskip_edge.runtime.errors import UserError
 from ditskip_edge.runtime.tiling import tile_key, tile_shapes
 from ditskip_edge.skip_model import noisy_latents_and_target
@@ -56,6 +58,9 @@ class SubjectPrograms:
     precision: str = "fp32"                 # frozen weights of the embed and block programs: fp32 | int8 | int4
     backend: str = "xnnpack"                # embed and block programs: "xnnpack" | "portable"
     encode_backend: str = "xnnpack"         # the encoder (convolutions: XNNPACK is ~80x the portable kernels here)
+    encode_stages: bool = False             # the encoder as one program per stage (models/latents.py encoder_stages):
+                                            # one stage's weights resident at a time (XNNPACK packs a program's
+                                            # weights into anonymous memory when it loads it)
     external_weights: bool = False          # frozen constants in a .ptd file beside each .pte (mapped); XNNPACK keeps
                                             # the weights it takes in its delegate blob inside the .pte
     group_size: int = 32                    # int4: input features per scale
@@ -255,26 +260,35 @@ def add_subject_programs(writer: BundleWriter, config: SubjectPrograms, transfor
                                     block=block).to_json())
 
     tiling = encode_tiling(ModelSpec.from_json(m["model"]), s_min, encode_tile_px)
-    if not tiling["tiled"]:
-        write(ENCODE, f"{PROGRAM_DIR}/{ENCODE}", EncodeModule(encoder), (patch,), ["patch"], ["x0"], [x0],
-              backend=config.encode_backend)
-        encode_programs = {tile_key(s_min, s_min): ENCODE}
-    else:
-        encode_programs = {}
-        for th, tw in tile_shapes((s_min, s_min), tiling["tile_px"], tiling["stride_px"]):
-            tile = torch.zeros(1, 3, th, tw)
+    shapes = tile_shapes((s_min, s_min), tiling["tile_px"], tiling["stride_px"]) if tiling["tiled"] \
+        else [(s_min, s_min)]
+    stages = encoder_stages(arch, vae) if config.encode_stages else [EncodeModule(encoder)]
+    encode_programs = {}
+    for th, tw in shapes:
+        # tiled: one program (chain) per pixel tile shape, their weights in one data file (per stage) shared by the
+        # shapes; staged: stage k of every shape is "<name>.s<k>" (contract.encode_stage_names)
+        name = encode_name(th, tw) if tiling["tiled"] else ENCODE
+        stem = f"{PROGRAM_DIR}/{ENCODE}_{tile_key(th, tw)}" if tiling["tiled"] else f"{PROGRAM_DIR}/{ENCODE}"
+        x = torch.zeros(1, 3, th, tw)
+        for k, (stage_name, stage) in enumerate(zip(encode_stage_names(name, len(stages)), stages)):
             with torch.no_grad():
-                x0_tile = encoder(tile)
-            name = encode_name(th, tw)
-            write(name, f"{PROGRAM_DIR}/{ENCODE}_{tile_key(th, tw)}", EncodeModule(encoder), (tile,), ["patch"],
-                  ["x0"], [x0_tile], backend=config.encode_backend, shared_data=f"{PROGRAM_DIR}/encoder.ptd")
-            encode_programs[tile_key(th, tw)] = name
+                y = stage(x)
+            last = k == len(stages) - 1
+            shared = (f"{PROGRAM_DIR}/encoder.s{k}.ptd" if len(stages) > 1
+                      else f"{PROGRAM_DIR}/encoder.ptd" if tiling["tiled"] else None)
+            write(stage_name, stem + (f"_s{k}" if len(stages) > 1 else ""), stage, (x,),
+                  ["patch" if k == 0 else "features"], ["x0" if last else "features"], [y],
+                  backend=config.encode_backend, shared_data=shared)
+            x = y
+        encode_programs[tile_key(th, tw)] = name
     writer.manifest["encode_tiling"] = {
-        **tiling, "programs": encode_programs,
+        **tiling, "programs": encode_programs, "stages": len(stages),
         "rule": "runtime/tiling.py encode_tiled: pixel tiles of the s_min crop start every stride_px; each encoded "
                 "tile is blended into its upper, then its left (already blended) neighbour over (tile_px - "
                 "stride_px) / scale latent cells, and its first stride_px / scale rows and columns go to x0 "
-                "(diffusers' tiled_encode); untiled: the one encode program on the whole crop"}
+                "(diffusers' tiled_encode); untiled: the one encode program on the whole crop. stages > 1: a "
+                "tile shape's program <name> is the chain <name>.s0 .. <name>.s<stages-1> (the encoder's stages, "
+                "models/latents.py encoder_stages), each stage run on every tile of the shape before the next loads"}
     cond_keys = sorted(cond)
     embed = EmbedModule(make_view(arch, transformer, []), cond_keys)          # embedders only, no block
     write(EMBED, f"{PROGRAM_DIR}/{EMBED}", embed, (x0, noise, t, *[cond[k] for k in cond_keys]),

@@ -130,6 +130,11 @@ def test_bad_input_gets_a_clear_error_and_no_half_written_bundle(tmp_path, capsy
                           expect="AutoencoderKL overlaps its tiles by a quarter")
     _assert_clean_failure(capsys, tmp_path, out, *_compile_args(PHOTOS, out, "--encode-tile-px", "0"),
                           expect="expected a positive number of pixels")
+    _assert_clean_failure(capsys, tmp_path, out, *_compile_args(PHOTOS, out, "--encode-stages"),
+                          expect="are a model bundle's: leave out --images")
+    model_args = [a for a in _compile_args(PHOTOS, out) if a not in ("--images", str(PHOTOS))]
+    _assert_clean_failure(capsys, tmp_path, out, *model_args, "--model", "flux-testbed", "--encode-stages",
+                          expect="there is no encoder to split")
 
 
 def test_failure_inside_compilation_leaves_no_bundle(tmp_path, monkeypatch):

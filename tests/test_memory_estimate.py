@@ -240,30 +240,37 @@ def test_program_state_is_counted_for_a_program_and_not_for_eager_torch():
     assert counted.footprint_bytes - p.footprint_bytes == counted.program_state_bytes - p.program_state_bytes
 
 
-def test_encode_tiles_and_the_portable_encoder_bring_sana_1600ms_subject_stage_below_training():
-    """memory_estimate/subject.py (compile --encode-tile-px / --encode-backend): SANA-1600M's subject stage is above
-    training's footprint with DC-AE's encoder on the whole 512-px crop; 256-px tiles cut the encoder's peak below half,
-    but XNNPACK's packed copy of the encoder's weights (anonymous, mapped data file or not: measured in
-    benchmarks/results/encode_tiles.md) keeps the stage above training; tiles with the portable encoder (mapped weights
-    read in place) bring it below, and the estimate suggests exactly those flags. FLUX.1-dev's 256-px crops are one
+def test_encode_tiles_with_stages_or_the_portable_encoder_bring_sana_1600ms_subject_stage_below_training():
+    """memory_estimate/subject.py (compile --encode-tile-px / --encode-stages / --encode-backend): SANA-1600M's subject
+    stage is above training's footprint with DC-AE's encoder on the whole 512-px crop; 256-px tiles cut the encoder's
+    peak below half, but XNNPACK's packed copy of the encoder's weights (anonymous, mapped data file or not: measured
+    in benchmarks/results/encode_tiles.md) keeps the stage above training; tiles with the encoder one stage at a time
+    (its largest stage under half the weights) or with the portable encoder (mapped weights read in place) bring it
+    below, and the estimate suggests the first of those (stages: XNNPACK's speed). FLUX.1-dev's 256-px crops are one
     tile (no suggestion; --encode-tile-px 256 changes nothing) and its stage is below training as it is."""
     from ditskip_edge.memory_estimate.request import EstimateRequest, estimate_memory
     req = dict(skip_ratio=0.5, precision="int8", weights="mapped", subject_stage=True)
     whole = estimate_memory(EstimateRequest(model="sana-1600m", **req))
     tiled = estimate_memory(EstimateRequest(model="sana-1600m", encode_tile_px=256, **req))
     lean = estimate_memory(EstimateRequest(model="sana-1600m", encode_tile_px=256, encode_backend="portable", **req))
+    staged = estimate_memory(EstimateRequest(model="sana-1600m", encode_tile_px=256, encode_stages=True, **req))
     train = whole["memory"]["footprint_bytes"]
-    w, t, p = whole["subject_stage"], tiled["subject_stage"], lean["subject_stage"]
-    assert w["footprint_bytes"] > t["footprint_bytes"] > train >= p["footprint_bytes"]
+    w, t, p, st = whole["subject_stage"], tiled["subject_stage"], lean["subject_stage"], staged["subject_stage"]
+    assert w["footprint_bytes"] > t["footprint_bytes"] > train >= max(p["footprint_bytes"], st["footprint_bytes"])
     assert not w["no_larger_than_training"] and not t["no_larger_than_training"] and p["no_larger_than_training"]
+    assert st["no_larger_than_training"]
     assert t["encoder_anonymous_weights_bytes"] == t["encoder_weights_bytes"] > 0 == p["encoder_anonymous_weights_bytes"]
+    stages = st["encode_stages"]
+    assert stages["stages"] == 6 and st["encoder_anonymous_weights_bytes"] == stages["largest_stage_weights_bytes"]
+    assert 0 < stages["largest_stage_weights_bytes"] < t["encoder_weights_bytes"] / 2
+    assert sum(r["weights_bytes"] for r in stages["stage_rows"]) == t["encoder_weights_bytes"]
     tiles = t["encode_tiles"]
     assert tiles["tiled"] and tiles["tiles"] == 9 and len(tiles["tile_shapes"]) == 4
     assert tiles["encoder_tile_peak_bytes"] < w["encoder_forward_peak_bytes"] / 2
     for s in (w, t):
-        assert s["encode_tiles_suggested"]["flag"] == "--encode-tile-px 256 --encode-backend portable"
-        assert s["encode_tiles_suggested"]["footprint_bytes"] == p["footprint_bytes"]
-    assert p["encode_tiles_suggested"] is None
+        assert s["encode_tiles_suggested"]["flag"] == "--encode-tile-px 256 --encode-stages"
+        assert s["encode_tiles_suggested"]["footprint_bytes"] == st["footprint_bytes"]
+    assert p["encode_tiles_suggested"] is None and st["encode_tiles_suggested"] is None
     flux = estimate_memory(EstimateRequest(model="flux-dev", **req))
     flux_tiled = estimate_memory(EstimateRequest(model="flux-dev", encode_tile_px=256, **req))
     assert flux["subject_stage"]["encode_tiles_suggested"] is None and flux_tiled["subject_stage"]["encode_tiles"] is None

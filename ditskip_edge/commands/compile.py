@@ -91,6 +91,11 @@ def register(sub, add_json_flag) -> None:
                         "packs the encoder's weights into anonymous memory even when mapped, portable reads the "
                         "mapped weights in place, about 20x slower: SANA's DC-AE encoder is 532 MiB of them, see `estimate "
                         "--subject-stage --encode-backend`)")
+    p.add_argument("--encode-stages", action="store_true",
+                   help="model bundle: the encoder as one program per encoder stage, run stage by stage over the "
+                        "tiles, so one stage's weights are loaded at a time (XNNPACK packs them into anonymous "
+                        "memory: SANA's DC-AE encoder is 532 MiB of them, its largest stage 216 MiB; see `estimate "
+                        "--subject-stage --encode-stages`)")
     p.add_argument("--min-photos", type=int, default=1, help="model bundle: the fewest photos the device accepts")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
     add_json_flag(p)
@@ -130,9 +135,10 @@ def run(args) -> dict:
     if len(args.prompts) > 1 and not model_bundle:
         raise UserError("a subject bundle takes one --prompt (several prompts make a model bundle: leave out --images)")
     if not model_bundle and (args.subject_precision or args.min_photos != 1
-                             or args.subject_backend != "xnnpack" or args.encode_backend != "xnnpack"):
-        raise UserError("--subject-precision, --subject-backend, --encode-backend and --min-photos are a model "
-                        "bundle's: leave out --images")
+                             or args.subject_backend != "xnnpack" or args.encode_backend != "xnnpack"
+                             or args.encode_stages):
+        raise UserError("--subject-precision, --subject-backend, --encode-backend, --encode-stages and --min-photos "
+                        "are a model bundle's: leave out --images")
     if model_bundle and not args.runtimes:
         args.runtimes = ["executorch"]                  # the subject stage's programs are ExecuTorch programs
     spec = resolve_spec(args.model)
@@ -148,7 +154,7 @@ def run(args) -> dict:
         if precision not in PROGRAM_PRECISIONS:
             raise UserError(f"--subject-precision {precision!r}: expected one of {', '.join(PROGRAM_PRECISIONS)}")
         subject = SubjectPrograms(precision=precision, backend=args.subject_backend, encode_backend=args.encode_backend,
-                                  external_weights=(args.weights or "mapped") == "mapped")
+                                  encode_stages=args.encode_stages, external_weights=(args.weights or "mapped") == "mapped")
     req = CompileRequest(model=args.model, images=args.images, prompt=args.prompts[0], out=args.out,
                          more_prompts=args.prompts[1:], subject_programs=subject, min_photos=args.min_photos,
                          n_front=args.skip_front, n_back=args.skip_back, skip_ratio=args.skip_ratio,

@@ -49,6 +49,9 @@ def register(sub, add_json_flag) -> None:
     p.add_argument("--encode-backend", default="xnnpack", choices=["xnnpack", "portable"],
                    help="the subject stage's encoder programs (compile's --encode-backend): XNNPACK packs the "
                         "encoder's weights into anonymous memory; portable reads mapped weights in place (about 20x slower)")
+    p.add_argument("--encode-stages", action="store_true",
+                   help="the subject stage's encoder as one program per encoder stage (compile's --encode-stages): "
+                        "one stage's weights at a time")
     p.add_argument("--generation-px", type=int, nargs="*", default=None,
                    help="also estimate on-device generation (full model one block at a time, each guidance branch at batch 1, "
                         "weights mapped) at these image sides (no value: the train resolution and the model's data "
@@ -70,7 +73,7 @@ def run(args) -> dict:
                                  grad_accum=args.grad_accum, remat=args.remat, weights=args.weights, backend=args.backend,
                                  subject_stage=args.subject_stage, cache_codec=args.cache_codec,
                                  forward_precision=args.forward_precision, encode_tile_px=args.encode_tile_px,
-                                 encode_backend=args.encode_backend,
+                                 encode_backend=args.encode_backend, encode_stages=args.encode_stages,
                                  generation_px=_generation_px(args),
                                  decode_tile_px=args.decode_tile_px, attention_chunk=args.attention_chunk))
 

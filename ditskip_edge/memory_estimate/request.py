@@ -36,6 +36,7 @@ class EstimateRequest:
     forward_precision: str | None = None  # the subject stage's forward programs (default: precision)
     encode_tile_px: int | None = None    # the subject stage's encoder on tiles of this side (compile --encode-tile-px)
     encode_backend: str = "xnnpack"      # the encoder's backend: XNNPACK packs its weights into anonymous memory
+    encode_stages: bool = False          # the encoder as one program per stage (compile --encode-stages)
     generation_px: tuple[int, ...] = ()  # also estimate generation (memory_estimate/generation.py) at these sides
     decode_tile_px: int | None = None    # generation's decoder on tiles of this side (compile --decode-tile-px)
     attention_chunk: int | None = None   # generation's attention in query chunks (compile --attention-chunk)
@@ -121,5 +122,6 @@ def estimate_memory(req: EstimateRequest) -> dict:
         CacheCodec.parse(req.cache_codec)
         doc.update(subject_stage_estimate(cfg, mj, trace.flops, int(req.runtime_overhead_mib * MIB),
                                           req.steps * req.grad_accum, req.grad_accum, req.cache_codec, req.weights,
-                                          req.forward_precision, req.encode_tile_px, req.encode_backend))
+                                          req.forward_precision, req.encode_tile_px, req.encode_backend,
+                                          req.encode_stages))
     return doc

@@ -14,7 +14,9 @@ tensors like the training step (tracker.py), forward only (no autograd), math at
                     anonymous memory, mapped data file or not: measured, benchmarks/results/encode_tiles.md; with the
                     portable encoder mapped weights stay file-backed) + the encoder forward's transient peak (on
                     tiles, compile --encode-tile-px: the largest tile's, plus the crop and the latent tiles held for
-                    blending; encode_tiles_phase); the encode program is dropped after x0 (runtime/forward.py)
+                    blending; encode_tiles_phase); the encode program is dropped after x0 (runtime/forward.py);
+                    staged (compile --encode-stages): the largest over the encoder's stages of that stage's weights +
+                    its forward peak + its tiles' features (encode_stages_phase)
             embed   the embedders' forward peak
             block   the largest block's frozen weights (0 when mapped: file-backed) + its forward's transient peak
                     + the streams entering it + the context + the embedded streams + one sample's residuals
@@ -216,44 +218,116 @@ def encode_tiles_phase(cfg: StepConfig, tile_px: int) -> dict | None:
             "phase_bytes": tile_peak + held, "encoder_flops_per_sample": flops}
 
 
+def encode_stages_phase(cfg: StepConfig, tile_px: int | None, anonymous_weights: bool) -> dict | None:
+    """The encoder as one program per stage (compile --encode-stages; models/latents.py encoder_stages), run as
+    runtime/forward.py encode_shape does: per pixel tile shape, each stage's program on every tile of that shape
+    before the next stage loads. Stage k's phase = its weights (anonymous_weights: XNNPACK's packed copy or resident
+    weights; 0 for the portable encoder's mapped weights) + its traced forward peak on the largest tile + every tile
+    of that shape's features in and out + what the tiles hold beside (the crop, the latent tiles, x0:
+    encode_tiles_phase). None without an encoder."""
+    from ..models.latents import encode_tiling, encoder_stages
+    from ..runtime.tiling import tile_shapes, tile_sizes
+    enc_cfg = _encoder_config(cfg.spec)
+    if enc_cfg is None:
+        return None
+    s, f = cfg.resolution_px, cfg.spec.vae_scale_factor
+    tiling = encode_tiling(cfg.spec, s, tile_px)
+    sizes = tile_sizes(s, tiling["tile_px"], tiling["stride_px"])
+    shapes = tile_shapes((s, s), tiling["tile_px"], tiling["stride_px"])
+    counts = {hw: sum(1 for a in sizes for b in sizes if (a, b) == hw) for hw in shapes}
+    channels = int(enc_cfg.get("latent_channels", 0))
+    tiles_latent = sum(channels * (th // f) * (tw // f) * 4 for th in sizes for tw in sizes) if tiling["tiled"] else 0
+    held = 3 * s * s * 4 + tiles_latent + channels * (s // f) ** 2 * 4
+    with torch.device("meta"):
+        vae = vae_class(cfg.spec.arch).from_config(enc_cfg).eval()
+    rows: list[dict] = []
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        vae.to_empty(device="cpu")
+        stages = encoder_stages(cfg.spec.arch, vae)
+        for k, stage in enumerate(stages):
+            w = _frozen_bytes(stage)
+            rows.append({"stage": k, "weights_bytes": w, "forward_peak_bytes": 0, "features_held_bytes": 0})
+        for hw in shapes:
+            x = torch.zeros(1, 3, *hw)
+            for k, stage in enumerate(stages):
+                out = {}
+                peak, _ = _trace(lambda st=stage, xx=x: out.setdefault("y", st(xx)),
+                                 list(stage.parameters()) + list(stage.buffers()) + [x])
+                y = out["y"]
+                # every tile of the shape: its input features and (as they are computed) its output features
+                feats = counts[hw] * (x.numel() + y.numel()) * 4
+                r = rows[k]
+                r["forward_peak_bytes"] = max(r["forward_peak_bytes"], peak)
+                r["features_held_bytes"] = max(r["features_held_bytes"], feats)
+                x = y
+    for r in rows:
+        r["phase_bytes"] = ((r["weights_bytes"] if anonymous_weights else 0) + r["forward_peak_bytes"]
+                            + r["features_held_bytes"] + held)
+    largest = max(rows, key=lambda r: r["phase_bytes"])
+    return {**tiling, "stages": len(rows), "stage_rows": rows, "held_bytes": held,
+            "largest_stage": largest["stage"], "phase_bytes": largest["phase_bytes"],
+            "largest_stage_weights_bytes": max(r["weights_bytes"] for r in rows)}
+
+
 def subject_stage_estimate(cfg: StepConfig, train_memory: dict, train_flops: int, runtime_overhead_bytes: int,
                            num_samples: int, grad_accum: int, codec: str, weights: str = "resident",
                            forward_precision: str | None = None, encode_tile_px: int | None = None,
-                           encode_backend: str = "xnnpack") -> dict:
+                           encode_backend: str = "xnnpack", encode_stages: bool = False) -> dict:
     """The estimate's `subject_stage`, `cache_free` and `x0_only` sections (bytes; see the module docstring).
-    encode_tile_px: the encoder on tiles (its phase from encode_tiles_phase); when the encoder's phase is the
-    largest and the stage is above training, `encode_tiles_suggested` says which flags (SUGGESTED_TILE_PX tiles, the
-    portable encoder) would give what."""
+    encode_tile_px: the encoder on tiles (its phase from encode_tiles_phase); encode_stages: one stage's program at a
+    time (encode_stages_phase). When the encoder's phase is the largest and the stage is above training,
+    `encode_tiles_suggested` names the first of: SUGGESTED_TILE_PX tiles, + the staged encoder, + the portable encoder
+    (its mapped weights read in place) that brings the stage under training (else the leanest), and what it gives."""
     tr = trace_subject_stage(cfg, forward_precision)
     mapped = weights == "mapped"
     persistent = (0 if mapped else tr["embed_weights_bytes"]) + tr["photo_bytes"] + tr["text_conditioning_bytes"]
-    encoder_anon = tr["encoder_weights_bytes"] if encode_backend == "xnnpack" or not mapped else 0
+    anon_weights = encode_backend == "xnnpack" or not mapped
+
+    def encode_phase(tile_px, staged, anon) -> tuple[int, int, dict | None, dict | None]:
+        """(phase bytes, anonymous encoder weight bytes in it, tiles detail, stages detail)"""
+        tiles = encode_tiles_phase(cfg, tile_px) if tile_px is not None else None
+        if staged:
+            st = encode_stages_phase(cfg, tile_px, anon)
+            if st is not None:
+                return st["phase_bytes"], st["largest_stage_weights_bytes"] if anon else 0, tiles, st
+        w = tr["encoder_weights_bytes"] if anon else 0
+        return w + (tiles["phase_bytes"] if tiles else tr["phase_peaks_bytes"]["encode"]), w, tiles, None
+
     phases = dict(tr["phase_peaks_bytes"])
-    phases["encode"] += encoder_anon
-    tiles = encode_tiles_phase(cfg, encode_tile_px) if encode_tile_px is not None else None
+    phases["encode"], encoder_anon, tiles, stages = encode_phase(encode_tile_px, encode_stages, anon_weights)
     if tiles is not None:
-        phases["encode"] = encoder_anon + tiles["phase_bytes"]
         tr = {**tr, "forward_flops_per_sample": tr["forward_flops_per_sample"] - tr["encoder_flops_per_sample"]
               + tiles["encoder_flops_per_sample"], "encoder_flops_per_sample": tiles["encoder_flops_per_sample"]}
     block_phase = phases["block_mapped" if mapped else "block_resident"]
-    working = max(phases["encode"], phases["embed"], block_phase)
-    footprint = runtime_overhead_bytes + persistent + working
+    others = max(phases["embed"], block_phase)
+    footprint = runtime_overhead_bytes + persistent + max(phases["encode"], others)
     train_fp = int(train_memory["footprint_bytes"])
     suggested = None
-    if phases["encode"] > max(phases["embed"], block_phase) and footprint > train_fp:
-        # the encoder dominates and the stage is above training: tiles, and the portable encoder (its mapped weights
-        # read in place) when XNNPACK's packed copy alone keeps the stage above training
-        alt = tiles if encode_tile_px is not None else encode_tiles_phase(cfg, SUGGESTED_TILE_PX)
-        tile_phase = alt["phase_bytes"] if alt is not None else tr["phase_peaks_bytes"]["encode"]
-        flags = [f"--encode-tile-px {encode_tile_px or SUGGESTED_TILE_PX}"] if alt is not None else []
-        anon = encoder_anon
-        fp = runtime_overhead_bytes + persistent + max(anon + tile_phase, phases["embed"], block_phase)
-        if fp > train_fp and mapped and encoder_anon:
-            anon, flags = 0, flags + ["--encode-backend portable"]
-            fp = runtime_overhead_bytes + persistent + max(tile_phase, phases["embed"], block_phase)
-        if flags and flags != [f"--encode-tile-px {encode_tile_px}"]:
+    if phases["encode"] > others and footprint > train_fp:
+        # the encoder dominates and the stage is above training: tiles, then one stage at a time, then the portable
+        # encoder (mapped weights read in place, about 20x slower), the first that fits (else the leanest)
+        tile = encode_tile_px or SUGGESTED_TILE_PX
+        tiles_ok = encode_tiles_phase(cfg, tile) is not None
+        options = [(tile if tiles_ok else None, encode_stages, anon_weights),
+                   (tile if tiles_ok else None, True, anon_weights)]
+        if mapped and anon_weights:
+            options.append((tile if tiles_ok else None, encode_stages, False))
+        tried = []
+        for tile_px, staged, anon in options:
+            flags = ([f"--encode-tile-px {tile_px}"] if tile_px is not None else []) + \
+                    (["--encode-stages"] if staged else []) + ([] if anon == anon_weights else
+                                                               ["--encode-backend portable"])
+            if (tile_px, staged, anon) == (encode_tile_px, encode_stages, anon_weights) or not flags:
+                continue
+            phase, anon_bytes, _, _ = encode_phase(tile_px, staged, anon)
+            fp = runtime_overhead_bytes + persistent + max(phase, others)
+            tried.append((fp > train_fp, fp, flags, phase))
+            if fp <= train_fp:
+                break
+        if tried:
+            _, fp, flags, phase = next((t for t in tried if not t[0]), min(tried, key=lambda t: t[1]))
             suggested = {"flag": " ".join(flags), "footprint_bytes": fp, "footprint_gib": round(fp / 2 ** 30, 3),
-                         "encode_phase_bytes": anon + tile_phase}
+                         "encode_phase_bytes": phase}
     shapes = _entry_shapes(cfg)
     _, entry_bytes = entry_layout(CacheCodec.parse(codec), shapes)
     _, x0_bytes = entry_layout(CacheCodec.parse(codec), {"x0": shapes["x0"]})
@@ -268,7 +342,7 @@ def subject_stage_estimate(cfg: StepConfig, train_memory: dict, train_flops: int
                                                             + tr["encoder_weights_bytes"] - encoder_anon
                                                             + tr["embed_weights_bytes"]) if mapped else 0,
                           "tflops_per_sample": round(fwd / 1e12, 4),
-                          "encode_tiles": tiles, "encode_tiles_suggested": suggested},
+                          "encode_tiles": tiles, "encode_stages": stages, "encode_tiles_suggested": suggested},
         "cache_free": {"codec": codec, "entry_bytes": entry_bytes, "stored_cache_bytes": entry_bytes * num_samples,
                        "stored_cache_gib": round(entry_bytes * num_samples / 2 ** 30, 3),
                        "cache_free_storage_saved_bytes": entry_bytes * num_samples,

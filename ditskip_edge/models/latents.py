@@ -10,6 +10,7 @@ space-to-depth (pixel_unshuffle by `factor`), image [B, 3, S, S] -> [B, 3 f^2, S
 from __future__ import annotations
 
 import contextlib
+import copy
 from types import SimpleNamespace
 
 import torch
@@ -72,6 +73,41 @@ class LatentEncoder(nn.Module):
         if isinstance(self.vae, PixelAutoencoder):
             return self.vae.decode(latents / self.scaling + self.shift)
         return self.vae.decode(latents / self.scaling + self.shift).sample
+
+
+def _with_children(module: nn.Module, **children) -> nn.Module:
+    """A shallow copy of `module` whose named children are replaced (the rest, weights included, shared)."""
+    new = copy.copy(module)
+    new._modules = {**module._modules, **children}
+    return new
+
+
+def encoder_stages(arch: str, vae: nn.Module) -> list[nn.Module]:
+    """The encoder of LatentEncoder(arch, vae) as a chain of modules whose composition is that encoder, one per
+    encoder stage (compile --encode-stages: one program per stage, so a device holds one stage's weights at a time;
+    XNNPACK packs a program's convolution weights into anonymous memory when it loads it):
+
+        stage 0        conv_in + down block 0                                [1, 3, H, W] -> features
+        stage 1..n-2   down block k (AutoencoderKL: every down block but the first; the mid block goes last)
+        last           AutoencoderDC: the last down block + diffusers' output head (conv_out + its channel-average
+                       shortcut); AutoencoderKL: the mid block + norm / act / conv_out (+ quant_conv), the posterior's
+                       mode; then LatentEncoder's shift and scaling                         features -> latents
+
+    Every stage runs diffusers' own modules; the last one runs diffusers' Encoder.forward and AutoencoderXX.encode on
+    a shallow copy of the encoder whose conv_in is an identity and whose down blocks are the remaining ones, so the
+    output head is diffusers' code, not a copy of it. Untiled (the stage sees whatever tile it is given)."""
+    if isinstance(vae, PixelAutoencoder) or not hasattr(vae, "encoder"):
+        raise UserError("--encode-stages: this model encodes by a pixel (un)shuffle, there is no encoder to split")
+    enc = vae.encoder
+    blocks = list(enc.down_blocks)
+    is_kl = arch == FLUX_ARCH
+    first = nn.Sequential(enc.conv_in, blocks[0])
+    middle = blocks[1:] if is_kl else blocks[1:-1]
+    head_blocks = nn.ModuleList([] if is_kl else blocks[-1:])
+    head_encoder = _with_children(enc, conv_in=nn.Identity(), down_blocks=head_blocks)
+    head_vae = _with_children(vae, encoder=head_encoder, decoder=None)
+    head_vae.use_tiling, head_vae.use_slicing = False, False
+    return [first, *middle, LatentEncoder(arch, head_vae)]
 
 
 def _tile_and_stride(spec: ModelSpec, tile_px: int, flag: str, what: str) -> tuple[int, int]:

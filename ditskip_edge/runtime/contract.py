@@ -19,7 +19,8 @@ runtime, `trainable` mapping the program's parameter names to the LoRA file's ke
 The subject stage's forward-only programs (ExecuTorch, `runtime/forward.py`; no gradients, frozen weights):
 
     encode    patch [1, 3, s_min, s_min] (runtime/patches.py's crop)                 -> x0 [1, C, h, w]
-              tiled (manifest encode_tiling): encode.<h>x<w> per pixel tile, blended by runtime/tiling.py
+              tiled (manifest encode_tiling): encode.<h>x<w> per pixel tile, blended by runtime/tiling.py;
+              staged (encode_tiling.stages > 1): each of those the chain <name>.s0 .. (encode_stage_names)
     embed     x0, noise, t, cond.<key> sorted (as train_step)                          -> stream.<s> sorted, ctx.<c> sorted
     block     stream.<s> sorted, ctx.<c> sorted (one program per block, `block` index) -> stream.<s> sorted
 
@@ -76,6 +77,13 @@ def encode_name(tile_h_px: int, tile_w_px: int) -> str:
     """A tiled encode's program for one pixel tile shape: "encode.<h>x<w>" (the manifest's encode_tiling.programs)."""
     from .tiling import tile_key
     return f"{ENCODE}.{tile_key(tile_h_px, tile_w_px)}"
+
+
+def encode_stage_names(name: str, stages: int) -> list[str]:
+    """The programs of one encode (one pixel tile shape, or the whole crop): `name` itself, or with the encoder split
+    into stages (compile --encode-stages; manifest encode_tiling.stages) "<name>.s0" .. "<name>.s<stages-1>", run in
+    that order: stage 0 takes "patch", each later stage the previous one's "features", the last gives "x0"."""
+    return [name] if stages <= 1 else [f"{name}.s{k}" for k in range(stages)]
 
 
 def decode_name(tile_h: int, tile_w: int) -> str:

@@ -32,7 +32,7 @@ import numpy as np
 
 from . import bindings, tiling
 from .bundle import Bundle
-from .contract import BLOCK, CTX_PREFIX, EMBED, ENCODE, STREAM_PREFIX, ordered_inputs
+from .contract import BLOCK, CTX_PREFIX, EMBED, ENCODE, STREAM_PREFIX, encode_stage_names, ordered_inputs
 from .errors import BundleError
 from .patches import crop_patch
 
@@ -45,24 +45,26 @@ def encode_tiling_of(bundle: Bundle) -> dict:
     if rec is not None:
         return rec
     s_min = int(bundle.field("schedule", "s_min_px"))
-    return {"tile_px": s_min, "stride_px": s_min, "scale": None, "tiled": False,
+    return {"tile_px": s_min, "stride_px": s_min, "scale": None, "tiled": False, "stages": 1,
             "programs": {tiling.tile_key(s_min, s_min): ENCODE}}
 
 
-def subject_programs(bundle: Bundle) -> tuple[dict[str, dict], dict, dict[int, dict]]:
-    """({pixel tile key "HxW": encode entry}, embed, {block index: entry}) of the bundle's manifest, or a BundleError
-    naming what is missing. Untiled: one encode program, keyed by the whole crop's shape."""
+def subject_programs(bundle: Bundle) -> tuple[dict[str, list[dict]], dict, dict[int, dict]]:
+    """({pixel tile key "HxW": its encode chain}, embed, {block index: entry}) of the bundle's manifest, or a
+    BundleError naming what is missing. Untiled: one encode chain, keyed by the whole crop's shape. A chain is the
+    encode program, or with encode_tiling.stages > 1 the encoder's stage programs in order (encode_stage_names)."""
     where = bundle.root / "manifest.json"
     progs = [p for p in bundle.programs if p.get("runtime") == RUNTIME]
     by_name: dict[str, list[dict]] = {}
     for p in progs:
         by_name.setdefault(str(p.get("name")), []).append(p)
-    wanted = encode_tiling_of(bundle)["programs"]
-    missing = [n for n in (*wanted.values(), EMBED) if not by_name.get(n)]
+    rec = encode_tiling_of(bundle)
+    chains = {key: encode_stage_names(name, int(rec.get("stages", 1))) for key, name in rec["programs"].items()}
+    missing = [n for n in (*(n for c in chains.values() for n in c), EMBED) if not by_name.get(n)]
     if missing:
-        raise BundleError(f"{where}: no {', '.join(missing)} program: this bundle cannot run the subject stage "
+        raise BundleError(f"{where}: no {', '.join(missing[:4])} program: this bundle cannot run the subject stage "
                           f"(compile it without --images: a model bundle)")
-    encoders = {key: by_name[name][0] for key, name in wanted.items()}
+    encoders = {key: [by_name[n][0] for n in chain] for key, chain in chains.items()}
     blocks = {int(p["block"]): p for p in by_name.get(BLOCK, [])}
     plan = bundle.field("plan")
     need = list(range(int(plan["num_blocks"]))) if int(plan["n_back"]) else list(range(int(plan["n_front"])))
@@ -123,15 +125,17 @@ class ForwardPrograms:
         self.num_blocks, self.n_front, self.n_back = int(plan["num_blocks"]), int(plan["n_front"]), int(plan["n_back"])
         self.s_min_px = int(bundle.field("schedule", "s_min_px"))
         self.keep_blocks = keep_blocks
-        self._encode: dict[str, ProgramRunner] = {}        # tile key -> runner (one at a time unless keep_blocks)
+        self._encode: dict[tuple[str, int], ProgramRunner] = {}   # (tile key, stage) -> runner (one at a time
+                                                                   # unless keep_blocks)
         self._embed: ProgramRunner | None = None
         self._blocks: dict[int, ProgramRunner] = {}
 
     def check_loads(self) -> None:
         """Load and run every program once on zeros (dropping the blocks again): a damaged program or a data file
         that does not match its program is refused before any work."""
-        for key in self.encode_entries:
-            self.encoder(key).check()                 # one encode program loaded at a time unless keep_blocks
+        for key, chain in self.encode_entries.items():
+            for k in range(len(chain)):
+                self.encoder(key, k).check()          # one encode program loaded at a time unless keep_blocks
         self.embedder().check()
         if not self.keep_blocks:
             self._encode, self._embed = {}, None
@@ -140,13 +144,28 @@ class ForwardPrograms:
             if not self.keep_blocks:
                 self.release(i)
 
-    def encoder(self, key: str) -> ProgramRunner:
-        """The encode program of pixel tile shape `key` ("HxW"); with keep_blocks=False the only one loaded."""
-        if key not in self._encode:
+    def encoder(self, key: str, stage: int = 0) -> ProgramRunner:
+        """Stage `stage` of the encode chain of pixel tile shape `key` ("HxW"); with keep_blocks=False the only
+        encode program loaded."""
+        if (key, stage) not in self._encode:
             if not self.keep_blocks:
                 self._encode = {}
-            self._encode[key] = ProgramRunner(self.bundle, self.encode_entries[key])
-        return self._encode[key]
+            self._encode[key, stage] = ProgramRunner(self.bundle, self.encode_entries[key][stage])
+        return self._encode[key, stage]
+
+    def encode_shape(self, tiles: list[np.ndarray]) -> list[np.ndarray]:
+        """Tiles of one pixel shape -> their latents [1, C, th / f, tw / f]: each program of the shape's chain is
+        loaded once and run on every tile before the next one loads (a staged encoder: one stage's weights at a
+        time, besides every tile's features at the stage boundary)."""
+        key = tiling.tile_key(tiles[0].shape[2], tiles[0].shape[3])
+        chain = self.encode_entries[key]
+        xs = tiles
+        for k, entry in enumerate(chain):
+            runner = self.encoder(key, k)
+            x_in, y_out = entry["inputs"][0]["name"], entry["outputs"][0]["name"]
+            xs = [runner({x_in: x})[y_out] for x in xs]
+            del runner
+        return xs
 
     def embedder(self) -> ProgramRunner:
         if self._embed is None:
@@ -166,13 +185,11 @@ class ForwardPrograms:
         """photo [3, H, W] in [-1, 1] (runtime/photos.py), crop box -> clean latents x0 [1, C, h, w]."""
         patch = crop_patch(photo, crop_box, self.s_min_px)
         t = self.encode_tiling
-
-        def encode(tile: np.ndarray) -> np.ndarray:
-            return self.encoder(tiling.tile_key(tile.shape[2], tile.shape[3]))({"patch": tile})["x0"]
         if t["tiled"]:          # runtime/tiling.py: the tiles of one shape in a row, each shape's program loaded once
-            x0 = tiling.encode_tiled(patch, encode, int(t["tile_px"]), int(t["stride_px"]), int(t["scale"]))
+            x0 = tiling.encode_tiled(patch, None, int(t["tile_px"]), int(t["stride_px"]), int(t["scale"]),
+                                     encode_shape=self.encode_shape)
         else:
-            x0 = encode(patch)
+            x0 = self.encode_shape([patch])[0]
         if not self.keep_blocks:
             self._encode = {}
         return x0
@@ -206,4 +223,4 @@ class ForwardPrograms:
 
 def program_files(bundle: Bundle) -> list[Path]:
     enc, emb, blocks = subject_programs(bundle)
-    return [bundle.root / p["path"] for p in [*enc.values(), emb, *blocks.values()]]
+    return [bundle.root / p["path"] for p in [*(e for c in enc.values() for e in c), emb, *blocks.values()]]

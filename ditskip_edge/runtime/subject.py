@@ -99,14 +99,20 @@ def check_programs(b: Bundle) -> None:
                                                                              int(rec["stride_px"]))}:
         raise BundleError(f"{where}: encode_tiling lists tiles {sorted(encoders)}, not those of {rec['tile_px']}-px "
                           f"tiles every {rec['stride_px']} px on the {s_min}-px crop")
-    for key, enc in encoders.items():
+    for key, chain in encoders.items():
         th, tw = (int(v) for v in key.split("x"))
         want_x0 = x0_shape[:2] + [th * x0_shape[2] // s_min, tw * x0_shape[3] // s_min]
-        if _shape_of(enc, "patch", where)[2:] != [th, tw] or _shape_of(enc, "x0", where) != want_x0 or \
+        first, last = chain[0], chain[-1]
+        if _shape_of(first, "patch", where)[2:] != [th, tw] or _shape_of(last, "x0", where) != want_x0 or \
                 not rec["tiled"] and [th, tw] != [s_min, s_min]:
-            raise BundleError(f"{where}: {enc['path']} is not this model's encoder (patch/x0 shapes differ from "
+            raise BundleError(f"{where}: {first['path']} is not this model's encoder (patch/x0 shapes differ from "
                               f"the {key} px {'tile' if rec['tiled'] else 's_min crop'} and entry_shapes x0 "
                               f"{x0_shape})")
+        for before, stage in zip(chain, chain[1:]):     # a staged encoder: each stage takes what the one before gives
+            gives, takes = list(before["outputs"][0]["shape"]), list(stage["inputs"][0]["shape"])
+            if gives != takes:
+                raise BundleError(f"{where}: encoder stage {stage['path']} takes {takes}, {before['path']} gives "
+                                  f"{gives}: the stages are not one encoder's")
     streams = {o["name"]: list(o["shape"]) for o in emb["outputs"]}
     for name, shape in shapes.items():
         if name.startswith("front.") and streams.get(STREAM_PREFIX + name[6:]) != shape or \

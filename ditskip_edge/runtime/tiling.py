@@ -64,28 +64,41 @@ def blend_cols(left: np.ndarray, tile: np.ndarray, extent: int) -> None:
                          + tile[:, :, x] * np.float32(x / extent))
 
 
-def run_tiled(x: np.ndarray, run_tile: Callable[[np.ndarray], np.ndarray], tile: int, stride: int, blend: int,
-              keep: int, out_hw: tuple[int, int], by_shape: bool = False) -> np.ndarray:
+def run_tiled(x: np.ndarray, run_tile: Callable[[np.ndarray], np.ndarray] | None, tile: int, stride: int, blend: int,
+              keep: int, out_hw: tuple[int, int], by_shape: bool = False,
+              run_shape: Callable[[list[np.ndarray]], list[np.ndarray]] | None = None) -> np.ndarray:
     """diffusers' tiled loop, for decoding and encoding alike: x [1, C, H, W] is cut into tiles of `tile` a side
     starting every `stride` (input units; smaller at the far edges); run_tile([1, C, th, tw]) -> [1, C', th', tw'];
     each result is blended into its upper, then its left (already blended) neighbour over `blend` rows / columns, and
     its first `keep` rows and columns go to the output [1, C', *out_hw] at (row, column) index x keep.
 
     by_shape: every tile is run first, all tiles of one shape after another (tile_shapes' order: a program per shape
-    is loaded once), and blended after, as diffusers does; otherwise tile by tile, two rows of results kept."""
+    is loaded once), and blended after, as diffusers does; otherwise tile by tile, two rows of results kept.
+    run_shape (implies by_shape): all tiles of one shape in one call, [tiles in row-major order] -> [their results]
+    (a staged encoder runs each stage's program on every tile of the shape before loading the next stage's)."""
     _, _, h, w = x.shape
     rows, cols = tile_starts(h, stride), tile_starts(w, stride)
 
-    def run(i: int, j: int) -> np.ndarray:
-        return np.array(run_tile(np.ascontiguousarray(x[:, :, i:i + tile, j:j + tile]))[0], np.float32)
+    def cut(i: int, j: int) -> np.ndarray:
+        return np.ascontiguousarray(x[:, :, i:i + tile, j:j + tile])
 
+    def run(i: int, j: int) -> np.ndarray:
+        assert run_tile is not None
+        return np.array(run_tile(cut(i, j))[0], np.float32)
+
+    if run_shape is None and by_shape:
+        def run_shape(tiles: list[np.ndarray]) -> list[np.ndarray]:
+            assert run_tile is not None
+            return [run_tile(t) for t in tiles]
     done: dict[tuple[int, int], np.ndarray] = {}
-    if by_shape:
+    if run_shape is not None:
+        by_shape = True
         for shape in tile_shapes((h, w), tile, stride):
-            for r, i in enumerate(rows):
-                for c, j in enumerate(cols):
-                    if (min(tile, h - i), min(tile, w - j)) == shape:
-                        done[r, c] = run(i, j)
+            at = [(r, c, i, j) for r, i in enumerate(rows) for c, j in enumerate(cols)
+                  if (min(tile, h - i), min(tile, w - j)) == shape]
+            results = run_shape([cut(i, j) for _, _, i, j in at])
+            for (r, c, _, _), y in zip(at, results):
+                done[r, c] = np.array(y[0], np.float32)
     out: np.ndarray | None = None
     above: list[np.ndarray] = []
     for r, i in enumerate(rows):
@@ -114,11 +127,13 @@ def decode_tiled(latents: np.ndarray, decode_tile: Callable[[np.ndarray], np.nda
     return run_tiled(latents, decode_tile, tile, stride, (tile - stride) * scale, stride * scale, (h * scale, w * scale))
 
 
-def encode_tiled(patch: np.ndarray, encode_tile: Callable[[np.ndarray], np.ndarray], tile_px: int, stride_px: int,
-                 scale: int, by_shape: bool = True) -> np.ndarray:
+def encode_tiled(patch: np.ndarray, encode_tile: Callable[[np.ndarray], np.ndarray] | None, tile_px: int,
+                 stride_px: int, scale: int, by_shape: bool = True,
+                 encode_shape: Callable[[list[np.ndarray]], list[np.ndarray]] | None = None) -> np.ndarray:
     """patch [1, 3, H, W] -> latents [1, C, H / f, W / f], as diffusers' tiled_encode (AutoencoderKL, AutoencoderDC):
     pixel tiles of tile_px every stride_px, encode_tile([1, 3, th, tw]) -> [1, C, th / f, tw / f], latent tiles blended
-    over (tile_px - stride_px) / f cells, stride_px / f kept. tile_px, stride_px and H, W are multiples of f."""
+    over (tile_px - stride_px) / f cells, stride_px / f kept. tile_px, stride_px and H, W are multiples of f.
+    encode_shape instead of encode_tile: every tile of one shape at once (run_tiled's run_shape)."""
     _, _, h, w = patch.shape
     return run_tiled(patch, encode_tile, tile_px, stride_px, (tile_px - stride_px) // scale, stride_px // scale,
-                     (h // scale, w // scale), by_shape)
+                     (h // scale, w // scale), by_shape, encode_shape)

@@ -56,6 +56,7 @@ enum BundleContract {
     static let etBlock = "block"
     static let encodeTilingField = "encode_tiling"
     static let encodeTilingProgramsField = "programs"
+    static let encodeTilingStagesField = "stages"
     static let scheduleAlgorithm = 2
     static let scheduleSampleDraws = 8
     static let scheduleShuffleBase = 1099511627776

@@ -56,6 +56,7 @@ object BundleContract {
     const val ET_BLOCK = "block"
     const val ENCODE_TILING_FIELD = "encode_tiling"
     const val ENCODE_TILING_PROGRAMS_FIELD = "programs"
+    const val ENCODE_TILING_STAGES_FIELD = "stages"
     const val SCHEDULE_ALGORITHM = 2
     const val SCHEDULE_SAMPLE_DRAWS = 8
     const val SCHEDULE_SHUFFLE_BASE = 1099511627776L
