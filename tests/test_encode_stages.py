@@ -24,7 +24,7 @@ import pytest
 import torch
 
 from conftest import PHOTOS, compile_tiny
-from ditskip_edge.models.latents import LatentEncoder, encode_tiling, encoder_stages
+from ditskip_edge.models.latents import LatentEncoder, encoder_stages
 from ditskip_edge.models.loading import build_vae
 from ditskip_edge.models.specs import builtin_spec
 from ditskip_edge.runtime.errors import UserError
