@@ -192,6 +192,35 @@ def _forward_program(et, external_weights: bool):
     return et.buffer, (data[0] if data else None), memory
 
 
+STAGE_CHECK_REL = 1e-3
+
+
+def check_program_reproduces(writer: BundleWriter, entry: dict, module: nn.Module, like: torch.Tensor,
+                             what: str) -> float:
+    """Run the just-written program with ExecuTorch's runtime on a random input shaped like `like` and compare with
+    the module's eager output; one line (UserError) when they differ by more than STAGE_CHECK_REL relative. Found
+    needed: the real-config DC-AE's 1024-channel EfficientViT stages lowered alone (XNNPACK, and the portable
+    kernels fail to run them) give outputs ~1.2 relative off eager, while the same blocks inside the whole encoder's
+    program are right (benchmarks/results/encode_tiles.md); a staged bundle is refused rather than shipped wrong."""
+    from ditskip_edge.runtime import bindings
+    load = bindings.executorch_inference()._load_for_executorch
+    args = [str(writer.path(entry["path"]))] + [str(writer.path(d)) for d in entry.get("data", [])]
+    x = torch.randn(like.shape, generator=torch.Generator().manual_seed(0)) * like.std().clamp(min=1e-3) + like.mean()
+    with torch.no_grad():
+        want = module(x)
+    try:
+        got = load(*args).forward((x.contiguous(),))[0]
+    except RuntimeError as e:
+        raise UserError(f"{what}: ExecuTorch cannot run its {entry['backend']} program {entry['path']} "
+                        f"({str(e).splitlines()[0]}); compile without --encode-stages") from e
+    rel = float((got - want).norm() / want.norm().clamp(min=1e-12))
+    if not rel <= STAGE_CHECK_REL:
+        raise UserError(f"{what}: its {entry['backend']} program {entry['path']} does not reproduce the encoder "
+                        f"({rel:.2g} relative, allowed {STAGE_CHECK_REL:g}; an ExecuTorch lowering problem, not your "
+                        f"input); compile without --encode-stages")
+    return rel
+
+
 def forward_examples(view: DiTView, encoder: LatentEncoder, s_min_px: int, cond: dict[str, torch.Tensor]):
     """Example tensors of the right shapes: patch, x0, noise, t; the embedded streams and the context."""
     patch = torch.zeros(1, 3, s_min_px, s_min_px)
@@ -279,6 +308,8 @@ def add_subject_programs(writer: BundleWriter, config: SubjectPrograms, transfor
             write(stage_name, stem + (f"_s{k}" if len(stages) > 1 else ""), stage, (x,),
                   ["patch" if k == 0 else "features"], ["x0" if last else "features"], [y],
                   backend=config.encode_backend, shared_data=shared)
+            if len(stages) > 1:
+                check_program_reproduces(writer, entries[-1], stage, x, f"--encode-stages: encoder stage {k}")
             x = y
         encode_programs[tile_key(th, tw)] = name
     writer.manifest["encode_tiling"] = {

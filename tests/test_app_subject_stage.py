@@ -24,6 +24,12 @@ Properties protected:
   (encode_tiling, encode.<h>x<w> programs) gives subject.py's cache through the Kotlin stage, each tile program loaded
   once per sample and released before the next shape; a tiled bundle missing a listed tile program is refused with
   one line naming it;
+- a staged encoder (encode_tiling.stages, compile --encode-stages): Tiling.kt encodeTiledShapes is tiling.py
+  encode_tiled(encode_shape=...) (one call per tile shape, its tiles row-major); a staged model bundle, tiled or not,
+  gives subject.py's cache through the Kotlin stage, per sample, per tile shape, per stage one stage program loaded,
+  run on every tile of the shape and released before the next loads; a missing stage program (at most 4 named) and
+  stages that do not chain are refused in one line with the Python runtime's message; a staged cache-free bundle's
+  entries are Python's, and its missing stage program refused likewise;
 - x0-only and cache-free bundles (written by the Python runtime): TrainingBundle.kt + CacheFreeEntries.kt give, for
   every sample, subject.py CacheFreeEntries' encoded entry byte for byte (x0 from the x0 cache or the photo PNG through
   the encode program, tiled too; int8-channel + fp16, and fp32); missing forward programs and a lowrank codec are
@@ -276,9 +282,36 @@ def standin_tile_encode(inp):
                             + F32(0.0625) * ramp for c in range(C)])[None].astype(F32)}
 
 
+def standin_stage(k: int, stages: int):
+    """A staged encoder's stand-in stage program k of `stages` (SubjectCheck.kt StandIn stageRun): stage 0 patch
+    [1, 3, th, tw] -> features [1, 12, th / 2, tw / 2] (space to depth, * 0.5, + the tile's top-left pixel / 4), a
+    middle stage a channel mix, the last features -> x0 [1, C, th / 2, tw / 2] (a channel mix + a ramp over the rows)."""
+    def run(inp):
+        if k == 0:
+            p = inp["patch"][0]
+            _, th, tw = p.shape
+            s2d = p.reshape(3, th // 2, 2, tw // 2, 2).transpose(0, 2, 4, 1, 3).reshape(12, th // 2, tw // 2)
+            return {"features": (s2d * F32(0.5) + np.repeat(p[:, 0, 0], 4)[:, None, None] * F32(0.25))[None]}
+        x = inp["features"][0]
+        if k < stages - 1:
+            return {"features": (x * F32(0.75 + 0.125 * k) + np.roll(x, -1, axis=0) * F32(0.25))[None]}
+        h = x.shape[1]
+        ramp = (np.arange(h, dtype=F32) / F32(h))[:, None]
+        return {"x0": (x[:C] * F32(0.5) + x[C:2 * C] * F32(0.25) - x[2 * C:3 * C] * F32(0.125)
+                       + F32(0.0625) * ramp)[None].astype(F32)}
+    return run
+
+
+def stage_io(k: int, stages: int) -> dict:
+    """The input and output names of stage k of a staged encoder (runtime/contract.py encode_stage_names)."""
+    return {"inputs": [{"name": "patch" if k == 0 else "features"}],
+            "outputs": [{"name": "x0" if k == stages - 1 else "features"}]}
+
+
 def standin_forward(spans, s_min_px: int, tiling: dict | None = None):
     """forward.py's ForwardPrograms running the stand-in programs (tiling: a manifest's encode_tiling record, its
-    programs the stand-in tile program)."""
+    programs the stand-in tile program; with "stages" > 1 each tile shape's (or the whole crop's) chain of stand-in
+    stage programs, run by forward.py encode_shape stage by stage)."""
     from ditskip_edge.runtime.forward import ForwardPrograms
     fwd = ForwardPrograms.__new__(ForwardPrograms)
     fwd.num_blocks, fwd.n_front, fwd.n_back = spans
@@ -286,8 +319,14 @@ def standin_forward(spans, s_min_px: int, tiling: dict | None = None):
     key = f"{s_min_px}x{s_min_px}"
     fwd.encode_tiling = tiling or {"tile_px": s_min_px, "stride_px": s_min_px, "scale": None, "tiled": False,
                                    "programs": {key: "encode"}}
-    fwd._encode = ({k: standin_tile_encode for k in tiling["programs"]} if tiling and tiling["tiled"]
-                   else {key: standin_encode})
+    stages = int(fwd.encode_tiling.get("stages", 1))
+    keys = list(fwd.encode_tiling["programs"])
+    if stages > 1:
+        fwd.encode_entries = {k: [stage_io(s, stages) for s in range(stages)] for k in keys}
+        fwd._encode = {(k, s): standin_stage(s, stages) for k in keys for s in range(stages)}
+    else:
+        fwd.encode_entries = {k: [stage_io(0, 1)] for k in keys}
+        fwd._encode = {(k, 0): standin_tile_encode if fwd.encode_tiling["tiled"] else standin_encode for k in keys}
     fwd._embed = standin_embed
     fwd._blocks = {i: standin_block(i) for i in range(spans[0])}
     return fwd
@@ -427,6 +466,28 @@ def standin_programs(shapes: dict, codec: str, num_blocks: int) -> list[dict]:
     return progs
 
 
+def encode_programs(tiles, stages: int, name=lambda th, tw: f"encode.{th}x{tw}") -> list[dict]:
+    """Manifest entries of the stand-in encode programs of pixel tile shapes `tiles`: one per shape, or with
+    stages > 1 each shape's chain "<name>.s0" .. (stage 0 takes the patch and gives 12-channel features at half the
+    size, a middle stage features -> features, the last features -> x0; forward.py subject_programs' names)."""
+    def io(name, shape):
+        return [{"name": name, "shape": shape, "dtype": "float32"}]
+    out = []
+    for th, tw in tiles:
+        n = name(th, tw)
+        x0, feat = [1, C, th // 2, tw // 2], [1, 12, th // 2, tw // 2]
+        if stages <= 1:
+            out.append({"name": n, "runtime": "executorch", "path": f"{n.replace('.', '_')}.pte", "data": [],
+                        "block": None, "inputs": io("patch", [1, 3, th, tw]), "outputs": io("x0", x0)})
+            continue
+        for k in range(stages):
+            out.append({"name": f"{n}.s{k}", "runtime": "executorch", "path": f"{n.replace('.', '_')}_s{k}.pte",
+                        "data": [], "block": None,
+                        "inputs": io("patch", [1, 3, th, tw]) if k == 0 else io("features", feat),
+                        "outputs": io("x0", x0) if k == stages - 1 else io("features", feat)})
+    return out
+
+
 # ------------------------------------------------------------------------------------------------ the subject bundle
 
 def verified_model_bundle(root: Path, codec: str = "int8-channel,front.txt=fp16", typed_step: bool = False,
@@ -434,8 +495,8 @@ def verified_model_bundle(root: Path, codec: str = "int8-channel,front.txt=fp16"
     """A model bundle Bundle.open(verify=True) accepts: stand-in programs (check_programs' shapes), a prompt's text
     conditioning and a weights file listed in `files` with their SHA-256 and size; fields with floats, a non-ASCII
     string and nesting that the subject manifest keeps. typed_step: a train_step entry TrainingBundle.kt takes (the
-    codec's entry dtypes and shapes, `trainable`); tiling: an encode_tiling record whose tile programs replace
-    `encode`; drop: leave out the program at this path (e.g. "embed.pte", "block_3.pte")."""
+    codec's entry dtypes and shapes, `trainable`); tiling: an encode_tiling record whose tile programs (with "stages":
+    each tile's stage programs) replace `encode`; drop: leave out the program at this path (e.g. "embed.pte", "block_3.pte")."""
     from safetensors.numpy import save_file
 
     from ditskip_edge.runtime.bundle import sha256_file, write_manifest as bundle_write_manifest
@@ -462,11 +523,7 @@ def verified_model_bundle(root: Path, codec: str = "int8-channel,front.txt=fp16"
         from ditskip_edge.runtime.tiling import tile_key, tile_shapes
         tiles = tile_shapes((8, 8), tiling["tile_px"], tiling["stride_px"])
         tiling = {**tiling, "programs": {tile_key(th, tw): f"encode.{tile_key(th, tw)}" for th, tw in tiles}}
-        programs = [{"name": f"encode.{tile_key(th, tw)}", "runtime": "executorch",
-                     "path": f"encode_{tile_key(th, tw)}.pte", "data": [], "block": None,
-                     "inputs": [{"name": "patch", "shape": [1, 3, th, tw], "dtype": "float32"}],
-                     "outputs": [{"name": "x0", "shape": [1, C, th // 2, tw // 2], "dtype": "float32"}]}
-                    for th, tw in tiles] + programs[1:]
+        programs = encode_programs(tiles, int(tiling.get("stages", 1))) + programs[1:]
         extra["encode_tiling"] = tiling
     programs = [p for p in programs if p["path"] != drop]
     bundle_write_manifest(root / "manifest.json", {
@@ -599,7 +656,9 @@ def test_a_failed_kotlin_assembly_leaves_no_bundle(jar, tmp_path):
 
 ENTRY_CASES = [("cache-free", "int8-channel,front.txt=fp16", None), ("cache-free", "fp32", None),
                ("x0-only", "int8-channel,front.txt=fp16", None), ("x0-only", "fp32", None),
-               ("cache-free", "int8-channel,front.txt=fp16", {"tile_px": 4, "stride_px": 2, "scale": 2, "tiled": True})]
+               ("cache-free", "int8-channel,front.txt=fp16", {"tile_px": 4, "stride_px": 2, "scale": 2, "tiled": True}),
+               ("cache-free", "int8-channel,front.txt=fp16",
+                {"tile_px": 4, "stride_px": 2, "scale": 2, "tiled": True, "stages": 3})]
 
 
 def mode_subject_bundle(tmp: Path, mode: str, codec: str, tiling: dict | None = None, drop: str | None = None) -> Path:
@@ -645,7 +704,7 @@ def test_the_kotlin_cache_free_entries_are_python_s_byte_for_byte(jar, tmp_path,
         assert len({e["x0"].tobytes() for e in want}) == len(want)
 
 
-@pytest.mark.parametrize("drop", ["embed.pte", "block_3.pte"])
+@pytest.mark.parametrize("drop", ["embed.pte", "block_3.pte", "encode_4x2_s1.pte"])
 def test_a_cache_free_bundle_without_its_forward_programs_is_refused_in_one_line(jar, tmp_path, drop):
     """A cache-free bundle missing a forward program (embed, a block the residuals need) is refused by
     CacheFreeEntries.kt before any entry is computed, with runtime/subject.py CacheFreeEntries' one line (forward.py
@@ -653,7 +712,8 @@ def test_a_cache_free_bundle_without_its_forward_programs_is_refused_in_one_line
     from ditskip_edge.runtime.bundle import Bundle
     from ditskip_edge.runtime.errors import BundleError
     from ditskip_edge.runtime.subject import CacheFreeEntries
-    root = mode_subject_bundle(tmp_path, "cache-free", "int8-channel,front.txt=fp16", drop=drop)
+    staged = {"tile_px": 4, "stride_px": 2, "scale": 2, "tiled": True, "stages": 2} if "_s1" in drop else None
+    root = mode_subject_bundle(tmp_path, "cache-free", "int8-channel,front.txt=fp16", tiling=staged, drop=drop)
     with pytest.raises(BundleError) as py_err:
         CacheFreeEntries(Bundle.open(root))
     r = kotlin(jar, "entries", root, tmp_path / "kt", ok=False)
@@ -661,7 +721,8 @@ def test_a_cache_free_bundle_without_its_forward_programs_is_refused_in_one_line
     line = next(ln for ln in r.stderr.splitlines() if "IllegalArgumentException" in ln)
     msg = line.split("IllegalArgumentException: ", 1)[1]
     assert msg == str(py_err.value) and "\n" not in msg
-    assert ("no embed program" if drop == "embed.pte" else "no block program for blocks [3]") in msg
+    assert {"embed.pte": "no embed program", "block_3.pte": "no block program for blocks [3]",
+            "encode_4x2_s1.pte": "no encode.4x2.s1 program"}[drop] in msg
 
 
 def test_a_lowrank_cache_free_bundle_is_refused_in_one_line(jar, tmp_path):
@@ -889,9 +950,11 @@ def test_kotlin_tiled_encode_is_tiling_py_s(jar, tmp_path):
 TILED = {"tile_px": 8, "stride_px": 4, "scale": 2, "tiled": True}            # s_min 16: tiles 8x8, 8x4, 4x8, 4x4
 
 
-def tiled_model_bundle(root: Path, drop: str | None = None):
+def tiled_model_bundle(root: Path, drop: str | tuple = (), stages: int = 1, tiled: bool = True):
     """A model bundle whose encode is tiled (encode_tiling; one encode.<h>x<w> stand-in program per pixel tile shape of
-    the 16-px crop), optionally without the tile program `drop`; returns (fields, tiling, shapes, sched, codec)."""
+    the 16-px crop; stages > 1: each one's chain of stand-in stage programs encode.<h>x<w>.s<k>; tiled False: an
+    encode_tiling record of the one untiled encode, staged), optionally without the programs named in `drop`; returns
+    (fields, tiling, shapes, sched, codec, cond)."""
     from safetensors.numpy import save_file
 
     from ditskip_edge.runtime.tiling import tile_key, tile_shapes
@@ -904,12 +967,18 @@ def tiled_model_bundle(root: Path, drop: str | None = None):
     shapes = {"x0": [1, C, 8, 8], "front.img": [1, 64, C], "front.txt": [1, 3, C], "back.img": [1, 64, C]}
     codec = "int8-channel,front.txt=fp16"
     programs = standin_programs(shapes, codec, 4)
-    tiles = tile_shapes((16, 16), TILED["tile_px"], TILED["stride_px"])
-    tiling = {**TILED, "programs": {tile_key(th, tw): f"encode.{tile_key(th, tw)}" for th, tw in tiles}, "rule": "r"}
-    enc = [{"name": f"encode.{tile_key(th, tw)}", "runtime": "executorch", "path": f"encode_{tile_key(th, tw)}.pte",
-            "data": [], "block": None, "inputs": [{"name": "patch", "shape": [1, 3, th, tw], "dtype": "float32"}],
-            "outputs": [{"name": "x0", "shape": [1, C, th // 2, tw // 2], "dtype": "float32"}]}
-           for th, tw in tiles if f"encode.{tile_key(th, tw)}" != drop]
+    drop = (drop,) if isinstance(drop, str) else drop
+    if tiled:
+        tiles = tile_shapes((16, 16), TILED["tile_px"], TILED["stride_px"])
+        tiling = {**TILED, "programs": {tile_key(th, tw): f"encode.{tile_key(th, tw)}" for th, tw in tiles}, "rule": "r"}
+        enc = encode_programs(tiles, stages)
+    else:
+        tiling = {"tile_px": 16, "stride_px": 16, "scale": None, "tiled": False, "programs": {"16x16": "encode"},
+                  "rule": "r"}
+        enc = encode_programs([(16, 16)], stages, name=lambda th, tw: "encode")
+    if stages > 1:
+        tiling["stages"] = stages
+    enc = [p for p in enc if p["name"] not in drop]
     fields = {"format": "ditskip-edge-bundle", "format_version": 3, "bundle_kind": "model",
               "model": {"name": "stand-in", "transformer_config": {"eps": 1e-06, "dim": C}},
               "plan": {"num_blocks": 4, "n_front": 1, "n_back": 2}, "schedule": sched,
@@ -992,6 +1061,134 @@ def test_a_tiled_model_bundle_missing_a_tile_program_is_refused_in_one_line(jar,
     assert res.returncode != 0 and "encode_tiling lists tiles" in res.stderr and "every 8 px" in res.stderr
 
 
+def test_kotlin_shape_batched_encode_is_tiling_py_s(jar, tmp_path):
+    """Tiling.kt encodeTiledShapes = runtime/tiling.py encode_tiled(encode_shape=...) (to 1e-6): one call per tile
+    shape, in tile_shapes' order, with all of that shape's tiles in row-major order (the stand-in adds 0.001 x a tile's
+    place in its call to pool_mix, so another order or grouping gives another result), blended as encode_tiled does;
+    one tile (untiled): one call of one tile."""
+    from ditskip_edge.runtime.tiling import encode_tiled, tile_key
+    r = np.random.default_rng(4)
+    spec, want, orders = [], [], []
+    for kind, c, h, w, tile, stride, f in TILE_CASES:
+        if kind != "encode":
+            continue
+        x = r.normal(size=(1, c, h, w)).astype(F32)
+        (tmp_path / f"in{len(spec)}.f32").write_bytes(x.astype("<f4").tobytes())
+        calls: list[str] = []
+
+        def run_shape(tiles, f=f, calls=calls):
+            calls.append(f"{tile_key(tiles[0].shape[2], tiles[0].shape[3])}:{len(tiles)}")
+            return [pool_mix(t, f) + F32(0.001) * F32(n) for n, t in enumerate(tiles)]
+        want.append(encode_tiled(x, None, tile, stride, f, encode_shape=run_shape))
+        orders.append(calls)
+        spec.append({"kind": "encode_shape", "c": c, "h": h, "w": w, "tile": tile, "stride": stride, "scale": f,
+                     "by_shape": True, "in": str(tmp_path / f"in{len(spec)}.f32"),
+                     "out": str(tmp_path / f"out{len(spec)}.f32")})
+    (tmp_path / "tiles.json").write_text(json.dumps(spec))
+    lines = [ln.split() for ln in kotlin(jar, "tiles", tmp_path / "tiles.json").stdout.splitlines()]
+    assert len(lines) == len(spec)
+    for k, (line, s, out, calls) in enumerate(zip(lines, spec, want, orders)):
+        assert line[:2] == ["order", str(k)] and [int(v) for v in line[2:5]] == list(out.shape[1:]), (s, line[:5])
+        assert line[5:] == calls, (s, line[5:], calls)
+        got = np.frombuffer(Path(s["out"]).read_bytes(), "<f4").reshape(out.shape)
+        np.testing.assert_allclose(got, out, rtol=0, atol=1e-6, err_msg=str(s))
+    assert any(len(c) > 1 and any(not x.endswith(":1") for x in c) for c in orders)  # shapes of several tiles
+    assert ["128x128:1"] in orders                                                    # one tile: one call
+
+
+def staged_events(tiled: bool, stages: int) -> list[str]:
+    """One sample's encode program loads and releases (SubjectCheck.kt StandIn events) of the staged bundle of
+    tiled_model_bundle: per tile shape (tile_shapes' order), per stage: load, then release before the next loads."""
+    from ditskip_edge.runtime.tiling import tile_key, tile_shapes
+    names = ([f"encode.{tile_key(th, tw)}" for th, tw in tile_shapes((16, 16), TILED["tile_px"], TILED["stride_px"])]
+             if tiled else ["encode"])
+    return [e for n in names for k in range(stages) for e in (f"load {n}.s{k}", f"release {n}.s{k}")]
+
+
+@pytest.mark.parametrize("tiled", [True, False])
+def test_the_kotlin_stage_runs_a_staged_encode_as_subject_py(jar, tmp_path, monkeypatch, tiled):
+    """A model bundle whose encoder is split into 3 stage programs (encode_tiling.stages, compile --encode-stages), on
+    4 tile shapes or untiled: ModelBundle.writeCache writes subject.py write_cache's cache for it byte for byte
+    (forward.py x0 through encode_shape: each stage's program on every tile of a shape), resumably; per sample, per
+    tile shape, per stage the stage program is loaded once and released before the next one loads (one encode
+    program at a time), and released before embed runs; the staged x0 is not the unstaged stand-in's."""
+    from ditskip_edge.runtime.bundle import CACHE_DIR, Bundle
+    from ditskip_edge.runtime.subject import check_programs, run_identity
+    root = tmp_path / "model"
+    fields, tiling, shapes, sched, codec, cond = tiled_model_bundle(root, stages=3, tiled=tiled)
+    digest = write_manifest(root, fields)
+    check_programs(Bundle.open(root))                                          # the Python runtime takes it
+    r = np.random.default_rng(29)
+    photos = [r.uniform(-1, 1, size=(3, h, w)).astype(F32) for h, w in ((24, 28), (26, 24))]
+    names, shas = ["one.jpg", "two.jpg"], [hashlib.sha256(str(i).encode()).hexdigest() for i in range(2)]
+    run = run_identity(SimpleNamespace(manifest_sha256=digest),
+                       [SimpleNamespace(name=n, sha256=h) for n, h in zip(names, shas)], "p", "stored")
+    python_stage(monkeypatch, tmp_path / "py", (4, 1, 2), codec, shapes, sched, photos, names, cond,
+                 fields["model"], 64 << 20, run=run, tiling=tiling)
+    spec_photos = []
+    for i, p in enumerate(photos):
+        (tmp_path / f"p{i}.f32").write_bytes(p.astype("<f4").tobytes())
+        spec_photos.append([names[i], shas[i], p.shape[1], p.shape[2], str(tmp_path / f"p{i}.f32")])
+    spec = tmp_path / "model.json"
+    events = tmp_path / "events.txt"
+    spec.write_text(json.dumps({"bundle": str(root), "photos": spec_photos, "events": str(events)}))
+    assert kotlin(jar, "model", spec, tmp_path / "kt", 1).stdout.split() == ["resumed", "0", "computed", "1"]
+    assert events.read_text().splitlines() == staged_events(tiled, 3)
+    assert kotlin(jar, "model", spec, tmp_path / "kt").stdout.split() == ["resumed", "1", "computed", "3"]
+    assert_same_cache(tmp_path / "py" / CACHE_DIR, tmp_path / "kt" / CACHE_DIR)
+    one = staged_events(tiled, 3)
+    assert len(one) == (24 if tiled else 6) and events.read_text().splitlines() == one * 3     # 3 samples
+    # the stages ran: the unstaged stand-in on the same crop gives another x0
+    fwd = standin_forward((4, 1, 2), 16, tiling)
+    plain = standin_forward((4, 1, 2), 16, {k: v for k, v in tiling.items() if k != "stages"})
+    assert np.abs(fwd.x0(photos[0], (0, 0, 16)) - plain.x0(photos[0], (0, 0, 16))).max() > 1e-3
+    assert fwd.x0(photos[0], (0, 0, 16)).shape == (1, C, 8, 8)
+
+
+def kotlin_refusal(jar: Path, tmp: Path, root: Path) -> str:
+    """ModelBundle.writeCache's refusal of the model bundle at `root` (SubjectCheck.kt model): its one line."""
+    r = np.random.default_rng(1)
+    spec_photos = []
+    for i, (h, w) in enumerate(((24, 28), (26, 24))):
+        (tmp / f"p{i}.f32").write_bytes(r.uniform(-1, 1, size=(3, h, w)).astype("<f4").tobytes())
+        spec_photos.append([f"{i}.jpg", "0" * 64, h, w, str(tmp / f"p{i}.f32")])
+    spec = tmp / "model.json"
+    spec.write_text(json.dumps({"bundle": str(root), "photos": spec_photos}))
+    res = kotlin(jar, "model", spec, tmp / "kt", ok=False)
+    assert res.returncode != 0 and not (tmp / "kt").exists()
+    line = next(ln for ln in res.stderr.splitlines() if "IllegalArgumentException" in ln)
+    msg = line.split("IllegalArgumentException: ", 1)[1]
+    assert "\n" not in msg
+    return msg
+
+
+@pytest.mark.parametrize("case", ["one stage", "five stages", "untiled stage", "unchained"])
+def test_a_staged_model_bundle_missing_or_not_chaining_a_stage_is_refused_in_one_line(jar, tmp_path, case):
+    """A staged model bundle missing a stage program of its chains is refused before any work in one line naming it
+    (forward.py subject_programs' message, at most 4 names: five missing stages name the first 4 in chain order);
+    one whose stage does not take what the stage before gives is refused with subject.py check_programs' line."""
+    from ditskip_edge.runtime.bundle import Bundle
+    from ditskip_edge.runtime.errors import BundleError
+    from ditskip_edge.runtime.subject import check_programs
+    root = tmp_path / "model"
+    drop = {"one stage": ("encode.8x4.s1",), "untiled stage": ("encode.s2",), "unchained": (),
+            "five stages": ("encode.8x8.s1", "encode.8x8.s2", "encode.8x4.s1", "encode.4x8.s1", "encode.4x4.s1")}[case]
+    fields, *_ = tiled_model_bundle(root, drop=drop, stages=3, tiled=case != "untiled stage")
+    if case == "unchained":
+        stage = next(p for p in fields["programs"] if p["name"] == "encode.8x4.s1")
+        stage["inputs"][0]["shape"] = [1, 12, 4, 3]                               # not what encode.8x4.s0 gives
+    write_manifest(root, fields)
+    with pytest.raises(BundleError) as py_err:                                  # the Python runtime's refusal
+        check_programs(Bundle.open(root))
+    msg = kotlin_refusal(jar, tmp_path, root)
+    assert msg == str(py_err.value), (msg, str(py_err.value))
+    assert {"one stage": "no encode.8x4.s1 program: this bundle cannot run the subject stage",
+            "untiled stage": "no encode.s2 program:",
+            "five stages": "no encode.8x8.s1, encode.8x8.s2, encode.8x4.s1, encode.4x8.s1 program:",
+            "unchained": "encoder stage encode_8x4_s1.pte takes [1, 12, 4, 3], encode_8x4_s0.pte gives [1, 12, 4, 2]: "
+                         "the stages are not one encoder's"}[case] in msg
+
+
 def test_the_swift_tiled_encode_follows_the_kotlin_port():
     """Swift cannot be compiled here: its tiled encode (Tiling.swift, SubjectStage.swift, ModelBundle.swift) is
     checked against the Kotlin port run above on the lines that carry the arithmetic, the order and the checks."""
@@ -1013,7 +1210,7 @@ def test_the_swift_tiled_encode_follows_the_kotlin_port():
              ("Tiling", "if (above.isNotEmpty()) blendRows(above[k], t, blend)",
               "if !above.isEmpty { blendRows(above[k], &t, blend) }"),
              ("SubjectStage", "runner.release()", "defer { runner.release() }"),
-             ("SubjectStage", "tiling.programs[Tiling.shapeKey(th, tw)]", "tiling.program(Tiling.shapeKey(th, tw))"),
+             ("SubjectStage", "val chain = tiling.chainOf(key)", "let chain = tiling.chainOf(Tiling.shapeKey(th, tw))"),
              ("SubjectStage", "SubjectStage.noProgramsMessage(", "SubjectStage.noProgramsMessage("),
              ("SubjectStage", "if (isTile(program.name)) { held = program; heldModule = module }",
               "if EtForwardRunner.isTile(program.name) { held = program; heldModule = module }"),
@@ -1028,3 +1225,60 @@ def test_the_swift_tiled_encode_follows_the_kotlin_port():
         assert k_line in kt[f"{name}.kt"], (name, k_line)
         assert (s_line or k_line) in sw[f"{name}.swift"], (name, s_line or k_line)
     assert "try checkEncodePrograms()" in sw["ModelBundle.swift"] and "checkPrograms(cond)" in kt["ModelBundle.kt"]
+
+
+def test_the_swift_staged_encode_follows_the_kotlin_port():
+    """Swift cannot be compiled here: its staged encode (encode_tiling.stages; Tiling.swift encodeTiledShapes,
+    SubjectStage.swift encodeShape and EncodeTiling, ModelBundle.swift and CacheFreeEntries.swift reading and checking
+    the chains) is checked against the Kotlin port run above on the lines that carry the stage names, the shape-batched
+    order, the release after each stage and the refusals' wording."""
+    names = ("Tiling", "SubjectStage", "ModelBundle", "CacheFreeEntries")
+    sw = {n: (ROOT / "ios_demo/DitSkipDemo" / f"{n}.swift").read_text() for n in names}
+    kt = {n: (KT_DIR / f"{n}.kt").read_text() for n in names}
+    pairs = [("Tiling", "val results = runShape(parts, shape.first, shape.second)",
+              "let results = try runShape(parts, shape[0], shape[1])"),
+             ("Tiling", "at.add(Pair(r, k)); parts.add(cut(x, c, h, w, i, j, tile).first)",
+              "at.append([r, k]); parts.append(cut(x, c: c, h: h, w: w, i, j, tile).0)"),
+             ("Tiling", "for ((n, rk) in at.withIndex()) done[rk] = results[n]",
+              "for (n, rk) in at.enumerated() { done[rk] = results[n] }"),
+             ("Tiling", "t = runShape(listOf(part), th, tw).single()", "t = try runShape([part], th, tw)[0]"),
+             ("Tiling", "parts.map { runTile(it, th, tw) }", "try parts.map { try runTile($0, th, tw) }"),
+             ("Tiling", "(tilePx - stridePx) / scale, stridePx / scale, h / scale,\n                       w / scale, true, encodeShape)",
+              "blend: (tilePx - stridePx) / scale,\n                           keep: stridePx / scale, outH: h / scale, outW: w / scale, byShape: true, encodeShape)"),
+             ("SubjectStage", 'if (stages <= 1) listOf(name) else (0 until stages).map { "$name.s$it" }',
+              'stages <= 1 ? [name] : (0..<stages).map { "\\(name).s\\($0)" }'),
+             ("SubjectStage", "val input = if (k == 0) PATCH_INPUT else FEATURES",
+              "let input = k == 0 ? patchInput : featuresInput"),
+             ("SubjectStage", "val output = if (k == chain.size - 1) BundleContract.X0_KEY else FEATURES",
+              "let output = k == chain.count - 1 ? BundleContract.x0Key : featuresInput"),
+             ("SubjectStage", "runner.release()                                              // this stage done",
+              "runner.release()                                             // this stage done"),
+             ("SubjectStage", "encodeShape(runner, t, listOf(patch.data), sMin, sMin)[0]",
+              "encodeShape(runner, tiling: t, [patch.data], sMin, sMin)[0]"),
+             ("SubjectStage", "Tiling.encodeTiledShapes(patch.data, sMin, sMin, t.tilePx, t.stridePx, t.scale)",
+              "Tiling.encodeTiledShapes(patch.data, h: sMin, w: sMin, tilePx: t.tilePx, stridePx: t.stridePx,"),
+             ("SubjectStage", 'const val FEATURES = "features"', 'static let featuresInput = "features"'),
+             ("SubjectStage", "missing.take(4).joinToString(\", \")", "missing.prefix(4).joined(separator: \", \")"),
+             ("SubjectStage", "encoders.flatMap { EncodeTiling.stageNames(it, stages) }",
+              "encoders.flatMap({ EncodeTiling.stageNames($0, stages) })"),
+             ("ModelBundle", "int(m, BundleContract.ENCODE_TILING_STAGES_FIELD) else 1",
+              "== nil ? 1 : int(m, BundleContract.encodeTilingStagesField)"),
+             ("ModelBundle", "tiling.allPrograms() + BundleContract.ET_EMBED", "tiling.allPrograms() + [BundleContract.etEmbed]"),
+             ("ModelBundle", 'specs(last, "outputs")[BundleContract.X0_KEY] == wantX0',
+              'shape(last, "outputs", BundleContract.x0Key) == wantX0'),
+             ("ModelBundle", "val gives = specs(before, \"outputs\").values.firstOrNull(); val takes = specs(stage, \"inputs\").values.firstOrNull()",
+              "let gives = firstShape(before, \"outputs\"), takes = firstShape(stage, \"inputs\")"),
+             ("ModelBundle", "encoder stage ${stage[\"path\"]} takes $takes, ${before[\"path\"]} gives $gives: the stages are not one encoder's",
+              "encoder stage \\(stage[\"path\"]?.stringValue ?? \"\") takes \\(takes ?? []), \\(before[\"path\"]?.stringValue ?? \"\") gives \\(gives ?? []): the stages are not one encoder's"),
+             ("CacheFreeEntries", "rec.optInt(BundleContract.ENCODE_TILING_STAGES_FIELD, 1)",
+              "rec[BundleContract.encodeTilingStagesField] as? Int ?? 1"),
+             ("CacheFreeEntries", "tiling.allPrograms() + BundleContract.ET_EMBED", "tiling.allPrograms() + [BundleContract.etEmbed]")]
+    for name, k_line, s_line in pairs:
+        assert k_line in kt[name], (name, k_line)
+        assert s_line in sw[name], (name, s_line)
+    # the Python runtime's wording and naming, which both follow
+    from ditskip_edge.runtime.contract import encode_stage_names
+    assert encode_stage_names("encode.8x4", 3) == ["encode.8x4.s0", "encode.8x4.s1", "encode.8x4.s2"]
+    assert encode_stage_names("encode", 1) == ["encode"]
+    assert "the stages are not one encoder's" in (ROOT / "ditskip_edge/runtime/subject.py").read_text()
+    assert "missing[:4]" in (ROOT / "ditskip_edge/runtime/forward.py").read_text()

@@ -184,3 +184,26 @@ def test_a_broken_stage_chain_is_refused_with_one_line(staged_sana, tmp_path, ca
     msg = str(e.value)
     assert "\n" not in msg and ("encode.64x64.s1" in msg if case == "stage_missing" else "not one encoder's" in msg)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_stage_program_that_does_not_reproduce_the_encoder_is_refused_at_compile(staged_sana):
+    """export/executorch_subject.py check_program_reproduces (run on every stage program as it is written): the
+    written program against its own stage passes; against a module that computes something else (here the stage
+    doubled) it is a one-line refusal naming the program, so a mis-lowered stage is never shipped (the real-config
+    DC-AE's 1024-channel stages lowered alone were, benchmarks/results/encode_tiles.md)."""
+    from types import SimpleNamespace
+    from export.executorch_subject import check_program_reproduces
+    model, _ = staged_sana
+    manifest = json.loads((model / "manifest.json").read_text())
+    entry = next(p for p in manifest["programs"] if p["name"] == "encode.64x64.s1")
+    writer = SimpleNamespace(path=lambda rel: model / rel)
+    stage = encoder_stages("sana", build_vae(builtin_spec("sana-tiny")))[1]
+    like = torch.zeros(entry["inputs"][0]["shape"])
+    assert check_program_reproduces(writer, entry, stage, like, "stage 1") <= 1e-5
+
+    class Doubled(torch.nn.Module):
+        def forward(self, x):
+            return 2 * stage(x)
+    with pytest.raises(UserError) as e:
+        check_program_reproduces(writer, entry, Doubled(), like, "--encode-stages: encoder stage 1")
+    assert "\n" not in str(e.value) and "encode_64x64_s1.pte does not reproduce the encoder" in str(e.value)

@@ -50,8 +50,8 @@ final class CacheFreeEntries: EntrySource {
         else { throw TrainError.bundle("\(root)/manifest.json: a \(bundle.cacheMode) bundle without subject_stage.photos") }
     }
 
-    /// forward.py subject_programs: the encode programs encode_tiling lists (the one `encode` untiled), embed, and the
-    /// blocks the residuals need, refused in one line naming what is missing.
+    /// forward.py subject_programs: the encode programs encode_tiling lists (the one `encode` untiled; staged: each
+    /// one's stage programs), embed, and the blocks the residuals need, refused in one line naming what is missing.
     private func checkPrograms(_ where_: String) throws {
         var names = Set<String>()
         var blocks = Set<Int>()
@@ -61,7 +61,7 @@ final class CacheFreeEntries: EntrySource {
             if name == BundleContract.etBlock, let i = p[BundleContract.etBlock] as? Int { blocks.insert(i) }
         }
         var missing: [String] = []
-        for name in tiling.programs.map(\.1) + [BundleContract.etEmbed] where !names.contains(name) && !missing.contains(name) {
+        for name in tiling.allPrograms() + [BundleContract.etEmbed] where !names.contains(name) && !missing.contains(name) {
             missing.append(name)
         }
         guard missing.isEmpty else { throw TrainError.bundle(SubjectStage.noProgramsMessage(where_, missing)) }
@@ -105,7 +105,8 @@ final class CacheFreeEntries: EntrySource {
         }
     }
 
-    /// forward.py encode_tiling_of on a manifest: its record, or (a bundle written before it) untiled.
+    /// forward.py encode_tiling_of on a manifest: its record (`stages` absent: 1, an unsplit encoder), or (a bundle
+    /// written before it) untiled.
     static func encodeTilingOf(_ m: [String: Any], sMin: Int) -> EncodeTiling {
         guard let rec = m[BundleContract.encodeTilingField] as? [String: Any],
               let progs = rec[BundleContract.encodeTilingProgramsField] as? [String: String]
@@ -113,7 +114,8 @@ final class CacheFreeEntries: EntrySource {
         let tiled = rec["tiled"] as? Bool ?? false
         return EncodeTiling(tilePx: rec["tile_px"] as? Int ?? sMin, stridePx: rec["stride_px"] as? Int ?? sMin,
                             scale: tiled ? rec["scale"] as? Int ?? 0 : 0, tiled: tiled,
-                            programs: progs.keys.sorted().map { ($0, progs[$0]!) })
+                            programs: progs.keys.sorted().map { ($0, progs[$0]!) },
+                            stages: rec[BundleContract.encodeTilingStagesField] as? Int ?? 1)
     }
 }
 

@@ -85,7 +85,7 @@ final class ModelBundle {
     }
 
     /// The manifest's encode_tiling (forward.py encode_tiling_of): absent (a bundle written before it) = untiled, the
-    /// one `encode` program on the whole s_min crop.
+    /// one `encode` program on the whole s_min crop; its `stages` absent = 1 (an unsplit encoder).
     func encodeTiling() throws -> EncodeTiling {
         let f = BundleContract.encodeTilingField
         guard let m = manifest[f] else { return EncodeTiling.untiled(try scheduleConfig().sMinPx) }
@@ -98,21 +98,24 @@ final class ModelBundle {
         }
         var tiled = false
         if case let .bool(b)? = m["tiled"] { tiled = b }
+        let stages = try m[BundleContract.encodeTilingStagesField] == nil ? 1 : int(m, BundleContract.encodeTilingStagesField)
         return EncodeTiling(tilePx: try int(m, "tile_px"), stridePx: try int(m, "stride_px"), scale: tiled ? try int(m, "scale") : 0,
-                            tiled: tiled, programs: programs)
+                            tiled: tiled, programs: programs, stages: stages)
     }
 
     /// The encode part of subject.py check_programs (ModelBundle.kt checkPrograms), before any work: every encode
-    /// program encode_tiling lists and the embed program exist (refused in one line naming the missing); tiled: the
-    /// tiles are those of tile_px every stride_px on the s_min crop, each tile program takes its pixel tile and gives
-    /// its part of entry_shapes' x0; untiled: encode takes the s_min patch and gives x0.
+    /// program encode_tiling lists (staged: every stage program of each) and the embed program exist (refused in one
+    /// line naming the missing, at most 4); tiled: the tiles are those of tile_px every stride_px on the s_min crop,
+    /// each tile program takes its pixel tile and gives its part of entry_shapes' x0; untiled: encode takes the s_min
+    /// patch and gives x0; staged: the first stage takes the patch, the last gives x0, each stage takes what the one
+    /// before gives.
     func checkEncodePrograms() throws {
         let where_ = "\(root.path)/manifest.json"
         let tiling = try encodeTiling()
         let et = (manifest[BundleContract.programsField]?.listValue ?? []).filter { $0["runtime"]?.stringValue == BundleContract.etRuntime }
         func named(_ name: String) -> PyValue? { et.first { $0["name"]?.stringValue == name } }
         var missing: [String] = []
-        for name in tiling.programs.map({ $0.1 }) + [BundleContract.etEmbed] where named(name) == nil && !missing.contains(name) {
+        for name in tiling.allPrograms() + [BundleContract.etEmbed] where named(name) == nil && !missing.contains(name) {
             missing.append(name)
         }
         guard missing.isEmpty else { throw TrainError.bundle(SubjectStage.noProgramsMessage(where_, missing)) }
@@ -127,15 +130,24 @@ final class ModelBundle {
         func shape(_ p: PyValue, _ field: String, _ name: String) -> [Int]? {
             p[field]?.listValue?.first { $0["name"]?.stringValue == name }?["shape"]?.listValue?.compactMap { $0.intValue }
         }
+        func firstShape(_ p: PyValue, _ field: String) -> [Int]? {
+            p[field]?.listValue?.first?["shape"]?.listValue?.compactMap { $0.intValue }
+        }
         for (key, name) in tiling.programs {
-            let enc = named(name)!
+            let chain = (tiling.chainOf(key) ?? [name]).map { named($0)! }
+            let enc = chain.first!, last = chain.last!
             let hw = key.split(separator: "x").compactMap { Int($0) }
             guard hw.count == 2 else { throw TrainError.bundle("\(where_): \(BundleContract.encodeTilingField) tile \(key) is not HxW") }
             let (th, tw) = (hw[0], hw[1])
             let wantX0 = Array(x0Shape.prefix(2)) + [th * x0Shape[2] / sMin, tw * x0Shape[3] / sMin]
             guard let patch = shape(enc, "inputs", SubjectStage.patchInput), Array(patch.dropFirst(2)) == [th, tw],
-                  shape(enc, "outputs", BundleContract.x0Key) == wantX0, tiling.tiled || (th == sMin && tw == sMin)
+                  shape(last, "outputs", BundleContract.x0Key) == wantX0, tiling.tiled || (th == sMin && tw == sMin)
             else { throw TrainError.bundle("\(where_): \(enc["path"]?.stringValue ?? name) is not this model's encoder (patch/x0 shapes differ from the \(key) px \(tiling.tiled ? "tile" : "s_min crop") and entry_shapes x0 \(x0Shape))") }
+            for (before, stage) in zip(chain, chain.dropFirst()) {      // a staged encoder: each stage takes what the one before gives
+                let gives = firstShape(before, "outputs"), takes = firstShape(stage, "inputs")
+                guard gives == takes
+                else { throw TrainError.bundle("\(where_): encoder stage \(stage["path"]?.stringValue ?? "") takes \(takes ?? []), \(before["path"]?.stringValue ?? "") gives \(gives ?? []): the stages are not one encoder's") }
+            }
         }
     }
 

@@ -1,15 +1,16 @@
 import Foundation
 
-/// A subject-stage program: `encode` (or a tiled encode's `encode.<h>x<w>`), `embed`, or `block` with its index
-/// (manifest ProgramEntry.block).
+/// A subject-stage program: `encode` (or a tiled encode's `encode.<h>x<w>`, or a staged encoder's `<that>.s<k>`),
+/// `embed`, or `block` with its index (manifest ProgramEntry.block).
 struct ProgramKey: Hashable { let name: String; var block: Int = -1 }
 
 /// Runs one forward-only program on named float32 inputs (runtime/forward.py ProgramRunner): the app's is
 /// EtForwardRunner; SubjectStage.kt's JVM check uses a stand-in.
 protocol ForwardRunner {
     func run(_ program: ProgramKey, _ inputs: [String: FloatTensor]) throws -> [String: FloatTensor]
-    /// Drop the program kept loaded between calls, if any: a tiled encode's tile program stays loaded while the tiles
-    /// of its shape run (forward.py encoder(key)), until another tile shape's program or this.
+    /// Drop the program kept loaded between calls, if any: a tiled encode's tile program (a staged encoder's stage
+    /// program) stays loaded while the tiles of its shape run (forward.py encoder(key, stage)), until another encode
+    /// program or this (SubjectStage.encodeShape calls it after each stage).
     func release()
 }
 
@@ -19,17 +20,33 @@ extension ForwardRunner {
 
 /// The manifest's `encode_tiling` (runtime/forward.py encode_tiling_of, EncodeTiling in SubjectStage.kt): the subject
 /// stage's encoder on pixel tiles of the s_min crop, `programs` naming each pixel tile shape's program ("HxW" ->
-/// "encode.HxW"); a bundle without the record is untiled: the one `encode` program on the whole crop.
+/// "encode.HxW"); a bundle without the record is untiled: the one `encode` program on the whole crop. `stages`
+/// (compile --encode-stages; absent or 1: unsplit): each `programs` value <name> stands for the chain of the encoder's
+/// stage programs "<name>.s0" .. "<name>.s<stages-1>" (`chainOf`).
 struct EncodeTiling {
     let tilePx: Int; let stridePx: Int; let scale: Int; let tiled: Bool
     let programs: [(String, String)]
+    var stages: Int = 1
 
     static func untiled(_ sMin: Int) -> EncodeTiling {
         EncodeTiling(tilePx: sMin, stridePx: sMin, scale: 0, tiled: false,
                      programs: [(Tiling.shapeKey(sMin, sMin), BundleContract.etEncode)])
     }
 
+    /// runtime/contract.py encode_stage_names: `name` itself, or with the encoder split into `stages` programs
+    /// "<name>.s0" .. "<name>.s<stages-1>" (stage 0 takes "patch", each later one the previous "features", the last
+    /// gives "x0").
+    static func stageNames(_ name: String, _ stages: Int) -> [String] {
+        stages <= 1 ? [name] : (0..<stages).map { "\(name).s\($0)" }
+    }
+
     func program(_ key: String) -> String? { programs.first { $0.0 == key }?.1 }
+
+    /// The programs of the encode of pixel tile shape `key` ("HxW"), in the order they run; nil: no such tile.
+    func chainOf(_ key: String) -> [String]? { program(key).map { EncodeTiling.stageNames($0, stages) } }
+
+    /// Every program the encode needs: each tile shape's chain, in `programs`' order.
+    func allPrograms() -> [String] { programs.flatMap { EncodeTiling.stageNames($0.1, stages) } }
 }
 
 /// The skip plan's spans (manifest `plan`).
@@ -44,34 +61,53 @@ enum SubjectStage {
     static let ctxPrefix = "ctx."
     static let imgStream = "img"
     static let patchInput = "patch"
+    static let featuresInput = "features"      // a staged encoder's between stages (contract.py)
     static let relErrorKey = "rel_error"
 
     /// photo + the sample's crop box -> x0 (the encode program on the crop resized to s_min; tiled: forward.py x0, the
-    /// tile programs on its pixel tiles, all tiles of one shape in a row, each shape's program loaded once and released
-    /// before the next, the latent tiles blended by Tiling.encodeTiled).
+    /// tile programs on its pixel tiles, all tiles of one shape in one call (Tiling.encodeTiledShapes), the latent
+    /// tiles blended as encode_tiled does; staged: `encodeShape`, one stage's program loaded at a time).
     static func x0(_ runner: ForwardRunner, photo: [Float], h: Int, w: Int, sample s: PlannedSample, sMin: Int,
                    tiling: EncodeTiling? = nil) throws -> FloatTensor {
         let patch = FloatTensor(shape: [1, 3, sMin, sMin], data: Patches.crop(photo, h: h, w: w, x0: s.x0, y0: s.y0, side: s.side, out: sMin))
-        guard let tiling = tiling, tiling.tiled else {
-            guard let x0 = try runner.run(ProgramKey(name: BundleContract.etEncode), [patchInput: patch])[BundleContract.x0Key]
-            else { throw TrainError.bundle("the \(BundleContract.etEncode) program gives no \(BundleContract.x0Key)") }
-            return x0
-        }
+        let t = tiling ?? EncodeTiling.untiled(sMin)
         defer { runner.release() }                                       // forward.py: no encode program kept
-        let x0 = try Tiling.encodeTiled(patch.data, h: sMin, w: sMin, tilePx: tiling.tilePx, stridePx: tiling.stridePx,
-                                        scale: tiling.scale) { part, th, tw in
-            guard let name = tiling.program(Tiling.shapeKey(th, tw))
-            else { throw TrainError.bundle("\(BundleContract.encodeTilingField): no program for a \(th)x\(tw)-px tile") }
-            guard let t = try runner.run(ProgramKey(name: name), [patchInput: FloatTensor(shape: [1, 3, th, tw], data: part)])[BundleContract.x0Key]
-            else { throw TrainError.bundle("the \(name) program gives no \(BundleContract.x0Key)") }
-            return Tiling.Tile(c: t.shape[1], h: t.shape[2], w: t.shape[3], data: t.data)
+        let x0: Tiling.Tile
+        if !t.tiled {
+            x0 = try encodeShape(runner, tiling: t, [patch.data], sMin, sMin)[0]
+        } else {
+            x0 = try Tiling.encodeTiledShapes(patch.data, h: sMin, w: sMin, tilePx: t.tilePx, stridePx: t.stridePx,
+                                              scale: t.scale) { parts, th, tw in
+                try encodeShape(runner, tiling: t, parts, th, tw)
+            }
         }
         return FloatTensor(shape: [1, x0.c, x0.h, x0.w], data: x0.data)
     }
 
-    /// The one-line refusal of a bundle without the subject programs it lists (forward.py subject_programs).
+    /// forward.py encode_shape (SubjectStage.kt encodeShape): the pixel tiles [3, th, tw] of one shape -> their
+    /// latents, each program of the shape's chain (the tile program, or the encoder's stage programs) run on every
+    /// tile, then released before the next stage's loads (one encode program loaded at a time).
+    static func encodeShape(_ runner: ForwardRunner, tiling: EncodeTiling, _ parts: [[Float]], _ th: Int, _ tw: Int) throws -> [Tiling.Tile] {
+        guard let chain = tiling.chainOf(Tiling.shapeKey(th, tw))
+        else { throw TrainError.bundle("\(BundleContract.encodeTilingField): no program for a \(th)x\(tw)-px tile") }
+        var xs = parts.map { FloatTensor(shape: [1, 3, th, tw], data: $0) }
+        for (k, name) in chain.enumerated() {
+            let input = k == 0 ? patchInput : featuresInput
+            let output = k == chain.count - 1 ? BundleContract.x0Key : featuresInput
+            xs = try xs.map { x in
+                guard let y = try runner.run(ProgramKey(name: name), [input: x])[output]
+                else { throw TrainError.bundle("the \(name) program gives no \(output)") }
+                return y
+            }
+            runner.release()                                             // this stage done: its program dropped
+        }
+        return xs.map { Tiling.Tile(c: $0.shape[1], h: $0.shape[2], w: $0.shape[3], data: $0.data) }
+    }
+
+    /// The one-line refusal of a bundle without the subject programs it lists (forward.py subject_programs: the first
+    /// 4 missing named).
     static func noProgramsMessage(_ where_: String, _ missing: [String]) -> String {
-        "\(where_): no \(missing.joined(separator: ", ")) program: this bundle cannot run the subject stage (compile it without --images: a model bundle)"
+        "\(where_): no \(missing.prefix(4).joined(separator: ", ")) program: this bundle cannot run the subject stage (compile it without --images: a model bundle)"
     }
 
     /// One sample's residuals ["front.<s>" every stream, "back.img"] in forward.py's order and arithmetic.
@@ -194,7 +230,8 @@ enum SubjectStage {
 
 /// The model bundle's encode / embed / block programs through the Objective-C++ bridge over ExecuTorch's C++ Module
 /// (DSModule), one loaded at a time (loaded for its call, released after it: forward.py's default; a tiled encode's
-/// tile program stays loaded for the tiles of its shape, until the next shape's or `release`). DSModule takes no
+/// tile program, or a staged encoder's stage program, stays loaded for the tiles of its shape, until the next one or
+/// `release`). DSModule takes no
 /// data file, so a program whose weights are in a .ptd (compile --weights mapped) is refused with one line.
 final class EtForwardRunner: ForwardRunner {
     private let root: URL
@@ -214,11 +251,15 @@ final class EtForwardRunner: ForwardRunner {
             }
             entries[key] = p
         }
-        // the encode programs encode_tiling lists (absent: the one `encode`), refused in one line naming the missing
-        let tiles = (manifest[BundleContract.encodeTilingField] as? [String: Any])?[BundleContract.encodeTilingProgramsField] as? [String: String]
+        // the encode programs encode_tiling lists (absent: the one `encode`; staged: each one's stage programs),
+        // refused in one line naming the missing (forward.py subject_programs: at most 4)
+        let rec = manifest[BundleContract.encodeTilingField] as? [String: Any]
+        let tiles = rec?[BundleContract.encodeTilingProgramsField] as? [String: String]
+        let stages = rec?[BundleContract.encodeTilingStagesField] as? Int ?? 1
         let encoders = tiles.map { Array($0.values).sorted() } ?? [BundleContract.etEncode]
         var missing: [String] = []
-        for name in encoders + [BundleContract.etEmbed] where entries[ProgramKey(name: name)] == nil && !missing.contains(name) {
+        for name in encoders.flatMap({ EncodeTiling.stageNames($0, stages) }) + [BundleContract.etEmbed]
+            where entries[ProgramKey(name: name)] == nil && !missing.contains(name) {
             missing.append(name)
         }
         guard missing.isEmpty else { throw TrainError.bundle(SubjectStage.noProgramsMessage("\(root.path)/manifest.json", missing)) }

@@ -6,7 +6,8 @@ import Foundation
 /// its first `keep` rows and columns go to the output (`runTiled`). Decoding: latent tiles, blend (tile - stride) *
 /// scale pixels, keep stride * scale. Encoding (the subject stage's encode_tiling): pixel tiles, blend (tile_px -
 /// stride_px) / scale latent cells, keep stride_px / scale, every tile of one shape run before the next shape (one tile
-/// program loaded at a time). With tile >= the side there is one tile: the plain decode (encode).
+/// program loaded at a time; encodeTiledShapes: all of one shape's tiles in one call, for a staged encoder). With
+/// tile >= the side there is one tile: the plain decode (encode).
 enum Tiling {
     /// A decoded tile: [c, h, w] row-major.
     struct Tile { let c: Int; let h: Int; let w: Int; var data: [Float] }
@@ -59,16 +60,30 @@ enum Tiling {
     /// after another in tileShapes' order, and blended after (diffusers' order); otherwise tile by tile.
     static func runTiled(_ x: [Float], c: Int, h: Int, w: Int, tile: Int, stride: Int, blend: Int, keep: Int, outH: Int,
                          outW: Int, byShape: Bool, _ runTile: ([Float], Int, Int) throws -> Tile) rethrows -> Tile {
+        try runTiledShapes(x, c: c, h: h, w: w, tile: tile, stride: stride, blend: blend, keep: keep, outH: outH,
+                           outW: outW, byShape: byShape) { parts, th, tw in try parts.map { try runTile($0, th, tw) } }
+    }
+
+    /// tiling.py run_tiled with run_shape (Tiling.kt runTiledShapes): as runTiled, but all tiles of one shape in one
+    /// call, runShape(the tiles' values [c, th, tw] in row-major order, th, tw) -> their results in that order, one
+    /// call per shape in tileShapes' order, blended after (a staged encoder runs each stage's program on every tile of
+    /// the shape before loading the next stage's). byShape false: tile by tile, each tile a call of its own.
+    static func runTiledShapes(_ x: [Float], c: Int, h: Int, w: Int, tile: Int, stride: Int, blend: Int, keep: Int,
+                               outH: Int, outW: Int, byShape: Bool = true,
+                               _ runShape: ([[Float]], Int, Int) throws -> [Tile]) rethrows -> Tile {
         let rows = starts(h, stride), cols = starts(w, stride)
         var done: [[Int]: Tile] = [:]
         if byShape {
             for shape in tileShapes(h, w, tile: tile, stride: stride) {
+                var at: [[Int]] = [], parts: [[Float]] = []
                 for (r, i) in rows.enumerated() { for (k, j) in cols.enumerated() {
                     if [min(tile, h - i), min(tile, w - j)] == shape {
-                        let (part, th, tw) = cut(x, c: c, h: h, w: w, i, j, tile)
-                        done[[r, k]] = try runTile(part, th, tw)
+                        at.append([r, k]); parts.append(cut(x, c: c, h: h, w: w, i, j, tile).0)
                     }
                 } }
+                let results = try runShape(parts, shape[0], shape[1])
+                precondition(results.count == parts.count, "\(results.count) results for the \(parts.count) \(shapeKey(shape[0], shape[1])) tiles")
+                for (n, rk) in at.enumerated() { done[rk] = results[n] }
             }
         }
         var out: Tile? = nil
@@ -79,7 +94,7 @@ enum Tiling {
                 var t: Tile
                 if byShape { t = done.removeValue(forKey: [r, k])! } else {
                     let (part, th, tw) = cut(x, c: c, h: h, w: w, i, j, tile)
-                    t = try runTile(part, th, tw)
+                    t = try runShape([part], th, tw)[0]
                 }
                 if !above.isEmpty { blendRows(above[k], &t, blend) }
                 if let left = row.last { blendCols(left, &t, blend) }
@@ -121,5 +136,14 @@ enum Tiling {
                             _ encodeTile: ([Float], Int, Int) throws -> Tile) rethrows -> Tile {
         try runTiled(patch, c: 3, h: h, w: w, tile: tilePx, stride: stridePx, blend: (tilePx - stridePx) / scale,
                      keep: stridePx / scale, outH: h / scale, outW: w / scale, byShape: byShape, encodeTile)
+    }
+
+    /// tiling.py encode_tiled with encode_shape (Tiling.kt encodeTiledShapes): as encodeTiled, but encodeShape(the
+    /// pixels of every tile of one shape [3, th, tw], row-major, th, tw) -> their latents, one call per tile shape in
+    /// tileShapes' order (SubjectStage.encodeShape: a staged encoder's stages each run on all the shape's tiles).
+    static func encodeTiledShapes(_ patch: [Float], h: Int, w: Int, tilePx: Int, stridePx: Int, scale: Int,
+                                  _ encodeShape: ([[Float]], Int, Int) throws -> [Tile]) rethrows -> Tile {
+        try runTiledShapes(patch, c: 3, h: h, w: w, tile: tilePx, stride: stridePx, blend: (tilePx - stridePx) / scale,
+                           keep: stridePx / scale, outH: h / scale, outW: w / scale, byShape: true, encodeShape)
     }
 }

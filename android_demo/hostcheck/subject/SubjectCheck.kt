@@ -10,7 +10,8 @@
 //                                          shapes, cond: {name: [shape, file]}, shard_bytes, run}
 //   model SPEC.json WORK_DIR [STOP_AFTER]  ModelBundle.writeCache on a model bundle folder with the stand-in programs:
 //                                          spec {bundle, photos: [[name, sha256, h, w, file]], events?: file the
-//                                          stand-in's encode tile program loads / releases are written to, a line each}
+//                                          stand-in's encode tile (stage) program loads / releases are written to, a
+//                                          line each}
 //   subject SPEC.json OUT_DIR [STOP_AFTER] SubjectBundle.write: the subject bundle at OUT_DIR (stand-in programs, photo
 //                                          PNGs by javax.imageio): spec {bundle, photos: [[name, sha256, h, w, file]],
 //                                          fail_at_png?: true to fail while writing the photos}
@@ -21,9 +22,11 @@
 //   lanczos SPEC.json                      PhotoNormalise: spec [[h, w, data_px, rgb_file (uint8 [h, w, 3]), out_file]]:
 //                                          writes each normalised photo's uint8 [h', w', 3] (short side -> data_px)
 //   tiles SPEC.json                        Tiling.encodeTiled / decodeTiled with stand-in tile functions (PoolMix,
-//                                          ChannelUp below): spec [{kind: encode|decode, c, h, w, tile, stride, scale,
-//                                          by_shape, in, out}] (float32 files); prints "order <case> HxW HxW .." (the
-//                                          tile shapes in the order the tile function ran)
+//                                          ChannelUp below): spec [{kind: encode|decode|encode_shape, c, h, w, tile,
+//                                          stride, scale, by_shape, in, out}] (float32 files); prints "order <case>
+//                                          HxW HxW .." (the tile shapes in the order the tile function ran;
+//                                          encode_shape: Tiling.encodeTiledShapes, "HxW:<tiles>" a call, each tile's
+//                                          result poolMix + 0.001 x its place in the call)
 // Prints "resumed R computed C" (entries taken from the journal, entries computed by this run).
 import org.ditskip.demo.CacheCodec
 import org.ditskip.demo.CacheFreeEntries
@@ -141,6 +144,7 @@ fun model(spec: Map<String, Any?>, work: String, stopAfter: Int?) {
     var computed = 0
     var resumed = -1
     StandIn.events.clear()
+    StandIn.stages = bundle.encodeTiling.stages
     try {
         bundle.writeCache(photos, 0, File(work), stopAfter, StandIn) { done, _ -> if (resumed < 0) resumed = done - 1; computed += 1 }
     } finally {
@@ -152,6 +156,7 @@ fun model(spec: Map<String, Any?>, work: String, stopAfter: Int?) {
 fun entries(root: File, out: File) {
     val bundle = TrainingBundle(root)
     val source = CacheFreeEntries(bundle, StandIn)
+    StandIn.stages = source.tiling.stages
     bundle.useEntries(source)                                        // the entry inputs checked against its layout
     for (s in bundle.samples) {
         val dir = File(out, s.index.toString())
@@ -241,7 +246,12 @@ fun tiles(spec: List<*>) {
         val x = readF32(m["in"] as String)
         val order = ArrayList<String>()
         val f = i("scale")
-        val out = if (m["kind"] == "encode")
+        val out = if (m["kind"] == "encode_shape")
+            Tiling.encodeTiledShapes(x, i("h"), i("w"), i("tile"), i("stride"), f) { parts, th, tw ->
+                order.add(Tiling.shapeKey(th, tw) + ":" + parts.size)
+                parts.mapIndexed { n, t -> val y = poolMix(t, th, tw, f)
+                    Tiling.Tile(y.c, y.h, y.w, FloatArray(y.data.size) { y.data[it] + 0.001f * n.toFloat() }) } }
+        else if (m["kind"] == "encode")
             Tiling.encodeTiled(x, i("h"), i("w"), i("tile"), i("stride"), f, m["by_shape"] as Boolean) { t, th, tw ->
                 order.add(Tiling.shapeKey(th, tw)); poolMix(t, th, tw, f) }
         else Tiling.decodeTiled(x, i("c"), i("h"), i("w"), i("tile"), i("stride"), f) { t, th, tw ->
@@ -254,14 +264,21 @@ fun tiles(spec: List<*>) {
 /** Stand-in programs, deterministic float32 elementwise functions of their inputs (the Python test has their twins):
  *  encode: x0[c, i, j] = patch[c % 3, 2i, 2j] * 0.5 (c + 1), C = 4; a tiled encode's encode.<h>x<w> (any tile
  *  shape): the same + patch[c % 3, 0, 0] * 0.25 + 0.0625 i / (h / 2) (depends on the tile's position and size), kept
- *  loaded from its first tile to the next shape's or release() (`events`; any other program run while one is held
- *  fails: one program loaded at a time); embed: stream.img [1, h w, C] = (x0 (1 - t) +
+ *  loaded from its first tile to release() (`events`: "load", "release"; "drop" when another encode program runs
+ *  first; any other program run while one is held fails: one program loaded at a time); embed: stream.img [1, h w, C] = (x0 (1 - t) +
  *  noise t) transposed, stream.txt = cond.txt * 2, ctx.temb [1, C] = t (c + 1); block i (a = 0.75 + 0.0625 i):
- *  img' = img a + temb + txt[token 0], txt' = txt a - temb 0.5. */
+ *  img' = img a + temb + txt[token 0], txt' = txt a - temb 0.5. A staged encoder's "<encode program>.s<k>" of
+ *  `stages` (held like a tile program): stage 0 patch [1, 3, th, tw] -> features [1, 12, th / 2, tw / 2],
+ *  f[4c + 2a + b, i, j] = patch[c, 2i + a, 2j + b] 0.5 + patch[c, 0, 0] 0.25 (space to depth); a middle stage k
+ *  f'[q] = f[q] (0.75 + 0.125 k) + f[(q + 1) % 12] 0.25; the last x0[c, i, j] = f[c] 0.5 + f[c + 4] 0.25 -
+ *  f[c + 8] 0.125 + 0.0625 i / h (test_app_subject_stage.py standin_stage). */
 object StandIn : ForwardRunner {
     const val C = 4
+    const val F = 12                                                   // a staged encoder's feature channels
     val events = ArrayList<String>()
+    var stages = 1
     private var held: String? = null
+    private val stageName = Regex("^encode(\\.\\d+x\\d+)?\\.s(\\d+)$")
 
     override fun release() {
         if (held != null) events.add("release $held")
@@ -270,9 +287,14 @@ object StandIn : ForwardRunner {
 
     override fun run(program: ProgramKey, inputs: Map<String, FloatTensor>): Map<String, FloatTensor> {
         if (program.name.startsWith("encode.")) {
-            if (held != program.name) { release(); events.add("load ${program.name}"); held = program.name }
+            if (held != program.name) {
+                if (held != null) events.add("drop $held")           // another encode program without release() first
+                events.add("load ${program.name}"); held = program.name
+            }
         } else check(held == null) { "${program.name} run while the tile program $held is still loaded" }
+        val stage = stageName.find(program.name)?.groupValues?.get(2)?.toInt()
         return when {
+            stage != null -> stageRun(stage, inputs)
             program.name.startsWith("encode.") -> {
                 val p = inputs.getValue("patch"); val ph = p.shape[2]; val pw = p.shape[3]; val h = ph / 2; val w = pw / 2
                 mapOf("x0" to FloatTensor(intArrayOf(1, C, h, w), FloatArray(C * h * w) { q ->
@@ -308,5 +330,26 @@ object StandIn : ForwardRunner {
                         txt.data[q] * a - temb[q % C] * 0.5f }))
             }
         }
+    }
+
+    private fun stageRun(k: Int, inputs: Map<String, FloatTensor>): Map<String, FloatTensor> {
+        if (k == 0) {
+            val p = inputs.getValue("patch"); val th = p.shape[2]; val tw = p.shape[3]; val h = th / 2; val w = tw / 2
+            val f = FloatTensor(intArrayOf(1, F, h, w), FloatArray(F * h * w) { q ->
+                val ch = q / (h * w); val i = q / w % h; val j = q % w; val c = ch / 4; val a = ch / 2 % 2; val b = ch % 2
+                p.data[(c * th + 2 * i + a) * tw + 2 * j + b] * 0.5f + p.data[c * th * tw] * 0.25f })
+            return mapOf((if (stages == 1) "x0" else "features") to f)
+        }
+        val x = inputs.getValue("features"); val h = x.shape[2]; val w = x.shape[3]; val n = h * w
+        if (k < stages - 1) {
+            val a = (0.75 + 0.125 * k).toFloat()
+            return mapOf("features" to FloatTensor(x.shape, FloatArray(x.data.size) { q ->
+                val ch = q / n; val at = q % n
+                x.data[q] * a + x.data[((ch + 1) % F) * n + at] * 0.25f }))
+        }
+        return mapOf("x0" to FloatTensor(intArrayOf(1, C, h, w), FloatArray(C * n) { q ->
+            val ch = q / n; val at = q % n; val i = at / w
+            x.data[ch * n + at] * 0.5f + x.data[(ch + 4) * n + at] * 0.25f - x.data[(ch + 8) * n + at] * 0.125f +
+                0.0625f * (i.toFloat() / h.toFloat()) }))
     }
 }

@@ -54,8 +54,8 @@ class CacheFreeEntries(private val bundle: TrainingBundle, private val runner: F
         parts = codec.parts(shapes).mapValues { (_, v) -> Pair(v.first, LongArray(v.second.size) { v.second[it].toLong() }) }
     }
 
-    /** forward.py subject_programs: the encode programs encode_tiling lists (the one `encode` untiled), embed, and the
-     *  blocks the residuals need, refused in one line naming what is missing. */
+    /** forward.py subject_programs: the encode programs encode_tiling lists (the one `encode` untiled; staged: each
+     *  one's stage programs), embed, and the blocks the residuals need, refused in one line naming what is missing. */
     private fun checkPrograms(where: String) {
         val names = HashSet<String>()
         val blocks = HashSet<Int>()
@@ -66,7 +66,7 @@ class CacheFreeEntries(private val bundle: TrainingBundle, private val runner: F
             names.add(p.optString("name"))
             if (p.optString("name") == BundleContract.ET_BLOCK && !p.isNull(BundleContract.ET_BLOCK)) blocks.add(p.getInt(BundleContract.ET_BLOCK))
         }
-        val missing = (tiling.programs.values + BundleContract.ET_EMBED).filter { it !in names }.distinct()
+        val missing = (tiling.allPrograms() + BundleContract.ET_EMBED).filter { it !in names }.distinct()
         require(missing.isEmpty()) { SubjectStage.noProgramsMessage(where, missing) }
         val need = if (spans.nBack > 0) 0 until spans.numBlocks else 0 until spans.nFront
         val absent = need.filter { it !in blocks }
@@ -102,14 +102,17 @@ class CacheFreeEntries(private val bundle: TrainingBundle, private val runner: F
     }
 
     companion object {
-        /** forward.py encode_tiling_of on a manifest: its record, or (a bundle written before it) untiled. */
+        /** forward.py encode_tiling_of on a manifest: its record (`stages` absent: 1, an unsplit encoder), or (a bundle
+         *  written before it) untiled. */
         fun encodeTilingOf(m: JSONObject, sMin: Int): EncodeTiling {
             val rec = m.optJSONObject(BundleContract.ENCODE_TILING_FIELD) ?: return EncodeTiling.untiled(sMin)
             val progs = rec.getJSONObject(BundleContract.ENCODE_TILING_PROGRAMS_FIELD)
             val programs = LinkedHashMap<String, String>()
             for (k in progs.keys()) programs[k] = progs.getString(k)
             val tiled = rec.optBoolean("tiled", false)
-            return EncodeTiling(rec.getInt("tile_px"), rec.getInt("stride_px"), if (tiled) rec.getInt("scale") else 0, tiled, programs)
+            val stages = rec.optInt(BundleContract.ENCODE_TILING_STAGES_FIELD, 1)
+            return EncodeTiling(rec.getInt("tile_px"), rec.getInt("stride_px"), if (tiled) rec.getInt("scale") else 0, tiled,
+                                programs, stages)
         }
     }
 }

@@ -74,7 +74,7 @@ class ModelBundle(val root: File) {
     }
 
     /** The manifest's encode_tiling (forward.py encode_tiling_of): absent (a bundle written before it) = untiled,
-     *  the one `encode` program on the whole s_min crop. */
+     *  the one `encode` program on the whole s_min crop; its `stages` absent = 1 (an unsplit encoder). */
     val encodeTiling: EncodeTiling get() {
         val f = BundleContract.ENCODE_TILING_FIELD
         val rec = manifest[f] ?: return EncodeTiling.untiled(scheduleConfig.sMinPx)
@@ -84,7 +84,8 @@ class ModelBundle(val root: File) {
             programs[k] = v as? String ?: throw IllegalArgumentException("$root/manifest.json: field $f.programs.$k is not a program name")
         }
         val tiled = m["tiled"] == true
-        return EncodeTiling(int(m, "tile_px"), int(m, "stride_px"), if (tiled) int(m, "scale") else 0, tiled, programs)
+        val stages = if (m.containsKey(BundleContract.ENCODE_TILING_STAGES_FIELD)) int(m, BundleContract.ENCODE_TILING_STAGES_FIELD) else 1
+        return EncodeTiling(int(m, "tile_px"), int(m, "stride_px"), if (tiled) int(m, "scale") else 0, tiled, programs, stages)
     }
 
     val entryShapes: LinkedHashMap<String, IntArray> get() {
@@ -108,10 +109,12 @@ class ModelBundle(val root: File) {
     }
 
     /**
-     * subject.py check_programs, before any work: the bundle has the encode (every tile program encode_tiling lists),
-     * embed and needed block programs, refused in one line naming the missing, and they are this manifest's model's:
-     * encode takes an s_min patch and gives entry_shapes' x0 (tiled: the tiles are those of tile_px every stride_px on
-     * the crop, each tile program takes its pixel tile and gives its part of x0), embed gives the streams
+     * subject.py check_programs, before any work: the bundle has the encode (every tile program encode_tiling lists;
+     * staged: every stage program of each), embed and needed block programs, refused in one line naming the missing
+     * (at most 4), and they are this manifest's model's: encode takes an s_min patch and gives entry_shapes' x0
+     * (tiled: the tiles are those of tile_px every stride_px on the crop, each tile program takes its pixel tile and
+     * gives its part of x0; staged: the first stage takes the patch, the last gives x0, each stage takes what the one
+     * before gives), embed gives the streams
      * whose residuals the cache holds and takes the prompts' conditioning, every block takes what embed gives, a
      * train_step program takes this codec's entry.
      */
@@ -122,7 +125,7 @@ class ModelBundle(val root: File) {
         val et = all.filter { it["runtime"] == BundleContract.ET_RUNTIME }
         val tiling = encodeTiling
         val byName = et.groupBy { it["name"] as? String }
-        val missing = (tiling.programs.values + BundleContract.ET_EMBED).filter { it !in byName }.distinct()
+        val missing = (tiling.allPrograms() + BundleContract.ET_EMBED).filter { it !in byName }.distinct()
         require(missing.isEmpty()) { SubjectStage.noProgramsMessage(where, missing) }
         val emb = byName.getValue(BundleContract.ET_EMBED)[0]
         val blocks = et.filter { it["name"] == BundleContract.ET_BLOCK }.associateBy { (it[BundleContract.ET_BLOCK] as Long).toInt() }
@@ -140,15 +143,22 @@ class ModelBundle(val root: File) {
                     "${tiling.tilePx}-px tiles every ${tiling.stridePx} px on the $sMin-px crop"
             }
         }
-        for ((key, name) in tiling.programs) {
-            val enc = byName.getValue(name)[0]
+        for (key in tiling.programs.keys) {
+            val chain = tiling.chainOf(key)!!.map { byName.getValue(it)[0] }
+            val enc = chain.first(); val last = chain.last()
             val (th, tw) = key.split("x").map { it.toLong() }
             val wantX0 = x0Shape.take(2) + listOf(th * x0Shape[2] / sMin, tw * x0Shape[3] / sMin)
             val patch = specs(enc, "inputs")["patch"]
-            require(patch != null && patch.drop(2) == listOf(th, tw) && specs(enc, "outputs")[BundleContract.X0_KEY] == wantX0 &&
+            require(patch != null && patch.drop(2) == listOf(th, tw) && specs(last, "outputs")[BundleContract.X0_KEY] == wantX0 &&
                     (tiling.tiled || th == sMin && tw == sMin)) {
                 "$where: ${enc["path"]} is not this model's encoder (patch/x0 shapes differ from the $key px " +
                     "${if (tiling.tiled) "tile" else "s_min crop"} and entry_shapes x0 $x0Shape)"
+            }
+            for ((before, stage) in chain.zipWithNext()) {        // a staged encoder: each stage takes what the one before gives
+                val gives = specs(before, "outputs").values.firstOrNull(); val takes = specs(stage, "inputs").values.firstOrNull()
+                require(gives == takes) {
+                    "$where: encoder stage ${stage["path"]} takes $takes, ${before["path"]} gives $gives: the stages are not one encoder's"
+                }
             }
         }
         val streams = specs(emb, "outputs")

@@ -7,8 +7,8 @@ import org.pytorch.executorch.Module
 import org.pytorch.executorch.Tensor
 import java.io.File
 
-/** A subject-stage program: `encode` (or a tiled encode's `encode.<h>x<w>`), `embed`, or `block` with its index
- *  (manifest ProgramEntry.block). */
+/** A subject-stage program: `encode` (or a tiled encode's `encode.<h>x<w>`, or a staged encoder's `<that>.s<k>`),
+ *  `embed`, or `block` with its index (manifest ProgramEntry.block). */
 data class ProgramKey(val name: String, val block: Int = -1)
 
 /** Runs one forward-only program on named float32 inputs and gives its named outputs (runtime/forward.py's
@@ -16,21 +16,36 @@ data class ProgramKey(val name: String, val block: Int = -1)
 interface ForwardRunner {
     fun run(program: ProgramKey, inputs: Map<String, FloatTensor>): Map<String, FloatTensor>
 
-    /** Drop the program kept loaded between calls, if any: a tiled encode's tile program stays loaded while the tiles
-     *  of its shape run (forward.py encoder(key)), until another tile shape's program or this. */
+    /** Drop the program kept loaded between calls, if any: a tiled encode's tile program (a staged encoder's stage
+     *  program) stays loaded while the tiles of its shape run (forward.py encoder(key, stage)), until another encode
+     *  program or this (SubjectStage.encodeShape calls it after each stage). */
     fun release() {}
 }
 
 /**
  * The manifest's `encode_tiling` (runtime/forward.py encode_tiling_of): the subject stage's encoder on pixel tiles of
  * the s_min crop (compile --encode-tile-px), `programs` naming each pixel tile shape's program ("HxW" ->
- * "encode.HxW"); a bundle without the record is untiled: the one `encode` program on the whole crop.
+ * "encode.HxW"); a bundle without the record is untiled: the one `encode` program on the whole crop. `stages`
+ * (compile --encode-stages; absent or 1: unsplit): each `programs` value <name> stands for the chain of the encoder's
+ * stage programs "<name>.s0" .. "<name>.s<stages-1>" ([chain]).
  */
 class EncodeTiling(val tilePx: Int, val stridePx: Int, val scale: Int, val tiled: Boolean,
-                   val programs: LinkedHashMap<String, String>) {
+                   val programs: LinkedHashMap<String, String>, val stages: Int = 1) {
+    /** The programs of the encode of pixel tile shape `key` ("HxW"), in the order they run; null: no such tile. */
+    fun chainOf(key: String): List<String>? = programs[key]?.let { stageNames(it, stages) }
+
+    /** Every program the encode needs: each tile shape's chain, in `programs`' order. */
+    fun allPrograms(): List<String> = programs.values.flatMap { stageNames(it, stages) }
+
     companion object {
         fun untiled(sMin: Int): EncodeTiling =
             EncodeTiling(sMin, sMin, 0, false, linkedMapOf(Tiling.shapeKey(sMin, sMin) to BundleContract.ET_ENCODE))
+
+        /** runtime/contract.py encode_stage_names: `name` itself, or with the encoder split into `stages` programs
+         *  "<name>.s0" .. "<name>.s<stages-1>" (stage 0 takes "patch", each later one the previous "features", the
+         *  last gives "x0"). */
+        fun stageNames(name: String, stages: Int): List<String> =
+            if (stages <= 1) listOf(name) else (0 until stages).map { "$name.s$it" }
     }
 }
 
@@ -48,32 +63,49 @@ object SubjectStage {
     const val STREAM_PREFIX = "stream."        // runtime/contract.py STREAM_PREFIX, CTX_PREFIX (not in the contract JSON)
     const val CTX_PREFIX = "ctx."
     const val IMG_STREAM = "img"
+    const val PATCH_INPUT = "patch"            // the encode's input; a staged encoder's between stages (contract.py)
+    const val FEATURES = "features"
 
     /** photo [3, h, w] in [-1, 1] + the sample's crop box -> x0 (the encode program on the crop resized to s_min;
-     *  tiled: forward.py x0, the tile programs on its pixel tiles, all tiles of one shape in a row, each shape's
-     *  program loaded once and released before the next, the latent tiles blended by Tiling.encodeTiled). */
+     *  tiled: forward.py x0, the tile programs on its pixel tiles, all tiles of one shape in one call
+     *  (Tiling.encodeTiledShapes), the latent tiles blended as encode_tiled does; staged: [encodeShape], one stage's
+     *  program loaded at a time). */
     fun x0(runner: ForwardRunner, photo: FloatArray, h: Int, w: Int, s: PlannedSample, sMin: Int,
            tiling: EncodeTiling? = null): FloatTensor {
         val patch = FloatTensor(intArrayOf(1, 3, sMin, sMin), Patches.crop(photo, h, w, s.x0, s.y0, s.side, sMin))
-        if (tiling == null || !tiling.tiled)
-            return runner.run(ProgramKey(BundleContract.ET_ENCODE), mapOf("patch" to patch)).getValue(BundleContract.X0_KEY)
+        val t = tiling ?: EncodeTiling.untiled(sMin)
         try {
-            val x0 = Tiling.encodeTiled(patch.data, sMin, sMin, tiling.tilePx, tiling.stridePx, tiling.scale) { part, th, tw ->
-                val name = tiling.programs[Tiling.shapeKey(th, tw)]
-                    ?: throw IllegalArgumentException("${BundleContract.ENCODE_TILING_FIELD}: no program for a ${th}x$tw-px tile")
-                val t = runner.run(ProgramKey(name), mapOf("patch" to FloatTensor(intArrayOf(1, 3, th, tw), part)))
-                    .getValue(BundleContract.X0_KEY)
-                Tiling.Tile(t.shape[1], t.shape[2], t.shape[3], t.data)
-            }
+            val x0 = if (!t.tiled) encodeShape(runner, t, listOf(patch.data), sMin, sMin)[0]
+                     else Tiling.encodeTiledShapes(patch.data, sMin, sMin, t.tilePx, t.stridePx, t.scale) { parts, th, tw ->
+                         encodeShape(runner, t, parts, th, tw) }
             return FloatTensor(intArrayOf(1, x0.c, x0.h, x0.w), x0.data)
         } finally {
             runner.release()                                              // forward.py: no encode program kept
         }
     }
 
-    /** The one-line refusal of a bundle without the subject programs it lists (forward.py subject_programs). */
+    /** forward.py encode_shape: the pixel tiles [3, th, tw] of one shape -> their latents, each program of the shape's
+     *  chain (the tile program, or the encoder's stage programs) run on every tile, then released before the next
+     *  stage's loads (one encode program loaded at a time, besides every tile's features between stages). */
+    fun encodeShape(runner: ForwardRunner, tiling: EncodeTiling, parts: List<FloatArray>, th: Int, tw: Int): List<Tiling.Tile> {
+        val key = Tiling.shapeKey(th, tw)
+        val chain = tiling.chainOf(key)
+            ?: throw IllegalArgumentException("${BundleContract.ENCODE_TILING_FIELD}: no program for a ${th}x$tw-px tile")
+        var xs = parts.map { FloatTensor(intArrayOf(1, 3, th, tw), it) }
+        for ((k, name) in chain.withIndex()) {
+            val input = if (k == 0) PATCH_INPUT else FEATURES
+            val output = if (k == chain.size - 1) BundleContract.X0_KEY else FEATURES
+            xs = xs.map { x -> runner.run(ProgramKey(name), mapOf(input to x))[output]
+                ?: throw IllegalArgumentException("the $name program gives no $output") }
+            runner.release()                                              // this stage done: its program dropped
+        }
+        return xs.map { Tiling.Tile(it.shape[1], it.shape[2], it.shape[3], it.data) }
+    }
+
+    /** The one-line refusal of a bundle without the subject programs it lists (forward.py subject_programs: the first
+     *  4 missing named). */
     fun noProgramsMessage(where: String, missing: List<String>): String =
-        "$where: no ${missing.joinToString(", ")} program: this bundle cannot run the subject stage (compile it " +
+        "$where: no ${missing.take(4).joinToString(", ")} program: this bundle cannot run the subject stage (compile it " +
             "without --images: a model bundle)"
 
     /** One sample's residuals {"front.<s>" every stream, "back.img"}: forward.py ForwardPrograms.residuals. */
@@ -197,8 +229,9 @@ object SubjectStage {
 
 /**
  * The model bundle's encode / embed / block programs with ExecuTorch's Java `Module`, one loaded at a time (loaded
- * for its call and destroyed after it, forward.py's default `keep_blocks=False`; a tiled encode's tile program stays
- * loaded for the tiles of its shape, until the next shape's or [release]): inputs in the manifest entry's order,
+ * for its call and destroyed after it, forward.py's default `keep_blocks=False`; a tiled encode's tile program, or a
+ * staged encoder's stage program ("encode[.<h>x<w>].s<k>"), stays loaded for the tiles of its shape, until the next
+ * one or [release]): inputs in the manifest entry's order,
  * looked up by name and checked against its shapes; outputs named by its `outputs`. ExecuTorch's Java `Module` takes
  * no data file, so a program whose weights are in a .ptd (`data`, compile --weights mapped) is refused with one line.
  */
@@ -224,10 +257,14 @@ class EtForwardRunner(private val root: File, manifest: JSONObject) : ForwardRun
             }
             entries[key] = p
         }
-        // the encode programs encode_tiling lists (absent: the one `encode`), refused in one line naming the missing
-        val tiles = manifest.optJSONObject(BundleContract.ENCODE_TILING_FIELD)?.optJSONObject(BundleContract.ENCODE_TILING_PROGRAMS_FIELD)
+        // the encode programs encode_tiling lists (absent: the one `encode`; staged: each one's stage programs),
+        // refused in one line naming the missing (forward.py subject_programs: at most 4)
+        val rec = manifest.optJSONObject(BundleContract.ENCODE_TILING_FIELD)
+        val tiles = rec?.optJSONObject(BundleContract.ENCODE_TILING_PROGRAMS_FIELD)
+        val stages = rec?.optInt(BundleContract.ENCODE_TILING_STAGES_FIELD, 1) ?: 1
         val encoders = if (tiles == null) listOf(BundleContract.ET_ENCODE) else tiles.keys().asSequence().map { tiles.getString(it) }.toList()
-        val missing = (encoders + BundleContract.ET_EMBED).filter { ProgramKey(it) !in entries }.distinct()
+        val missing = (encoders.flatMap { EncodeTiling.stageNames(it, stages) } + BundleContract.ET_EMBED)
+            .filter { ProgramKey(it) !in entries }.distinct()
         require(missing.isEmpty()) { SubjectStage.noProgramsMessage("$root/manifest.json", missing) }
     }
 

@@ -7,7 +7,8 @@ package org.ditskip.demo
  * rows and columns go to the output ([runTiled]). Decoding: latent tiles, blend (tile - stride) * scale pixels, keep
  * stride * scale. Encoding (the subject stage's encode_tiling): pixel tiles, blend (tile_px - stride_px) / scale latent
  * cells, keep stride_px / scale, every tile of one shape run before the next shape (one tile program loaded at a
- * time). With tile >= the side there is one tile: the plain decode (encode).
+ * time; [encodeTiledShapes]: all of one shape's tiles in one call, for a staged encoder). With tile >= the side there
+ * is one tile: the plain decode (encode).
  */
 object Tiling {
     /** A decoded tile: [channels, h, w] row-major. */
@@ -62,16 +63,30 @@ object Tiling {
      * [tileShapes]' order, and blended after (diffusers' order); otherwise tile by tile, two rows of results kept.
      */
     fun runTiled(x: FloatArray, c: Int, h: Int, w: Int, tile: Int, stride: Int, blend: Int, keep: Int, outH: Int,
-                 outW: Int, byShape: Boolean, runTile: (FloatArray, Int, Int) -> Tile): Tile {
+                 outW: Int, byShape: Boolean, runTile: (FloatArray, Int, Int) -> Tile): Tile =
+        runTiledShapes(x, c, h, w, tile, stride, blend, keep, outH, outW, byShape) { parts, th, tw ->
+            parts.map { runTile(it, th, tw) } }
+
+    /**
+     * tiling.py run_tiled with run_shape: as [runTiled], but all tiles of one shape in one call, runShape(the tiles'
+     * values [c, th, tw] in row-major order, th, tw) -> their results in that order, one call per shape in
+     * [tileShapes]' order, blended after (a staged encoder runs each stage's program on every tile of the shape before
+     * loading the next stage's). byShape false: tile by tile, each tile a call of its own, two rows of results kept.
+     */
+    fun runTiledShapes(x: FloatArray, c: Int, h: Int, w: Int, tile: Int, stride: Int, blend: Int, keep: Int, outH: Int,
+                       outW: Int, byShape: Boolean = true, runShape: (List<FloatArray>, Int, Int) -> List<Tile>): Tile {
         val rows = starts(h, stride); val cols = starts(w, stride)
         val done = HashMap<Pair<Int, Int>, Tile>()
         if (byShape) for (shape in tileShapes(h, w, tile, stride)) {
+            val at = ArrayList<Pair<Int, Int>>(); val parts = ArrayList<FloatArray>()
             for ((r, i) in rows.withIndex()) for ((k, j) in cols.withIndex()) {
                 if (Pair(minOf(tile, h - i), minOf(tile, w - j)) == shape) {
-                    val (part, th, tw) = cut(x, c, h, w, i, j, tile)
-                    done[Pair(r, k)] = runTile(part, th, tw)
+                    at.add(Pair(r, k)); parts.add(cut(x, c, h, w, i, j, tile).first)
                 }
             }
+            val results = runShape(parts, shape.first, shape.second)
+            require(results.size == parts.size) { "${results.size} results for the ${parts.size} ${shapeKey(shape.first, shape.second)} tiles" }
+            for ((n, rk) in at.withIndex()) done[rk] = results[n]
         }
         var out: Tile? = null
         var above: List<Tile> = emptyList()
@@ -81,7 +96,7 @@ object Tiling {
                 val t: Tile
                 if (byShape) t = done.remove(Pair(r, k))!! else {
                     val (part, th, tw) = cut(x, c, h, w, i, j, tile)
-                    t = runTile(part, th, tw)
+                    t = runShape(listOf(part), th, tw).single()
                 }
                 if (above.isNotEmpty()) blendRows(above[k], t, blend)
                 if (row.isNotEmpty()) blendCols(row.last(), t, blend)
@@ -120,4 +135,12 @@ object Tiling {
                     encodeTile: (FloatArray, Int, Int) -> Tile): Tile =
         runTiled(patch, 3, h, w, tilePx, stridePx, (tilePx - stridePx) / scale, stridePx / scale, h / scale,
                  w / scale, byShape, encodeTile)
+
+    /** tiling.py encode_tiled with encode_shape: as [encodeTiled], but encodeShape(the pixels of every tile of one
+     *  shape [3, th, tw], row-major, th, tw) -> their latents, one call per tile shape in [tileShapes]' order
+     *  (SubjectStage.encodeShape: a staged encoder's stages each run on all the shape's tiles, one loaded at a time). */
+    fun encodeTiledShapes(patch: FloatArray, h: Int, w: Int, tilePx: Int, stridePx: Int, scale: Int,
+                          encodeShape: (List<FloatArray>, Int, Int) -> List<Tile>): Tile =
+        runTiledShapes(patch, 3, h, w, tilePx, stridePx, (tilePx - stridePx) / scale, stridePx / scale, h / scale,
+                       w / scale, true, encodeShape)
 }
