@@ -233,14 +233,17 @@ def planner_rows() -> list[dict]:
                                                    ("sana-1600m", 0.5, "int4", "resident", None),
                                                    ("sana-1600m", 0.5, "int8", "mapped", None),
                                                    ("sana-1600m", 0.5, "int8", "mapped", 256),
+                                                   ("sana-1600m", 0.5, "int8", "mapped", "256-stages"),
                                                    ("sana-1600m", 0.5, "int8", "mapped", "256-portable")]:
         px = int(str(tile).split("-")[0]) if tile else None
         d = estimate_memory(EstimateRequest(model=model, skip_ratio=ratio, precision=precision, weights=weights,
                                             subject_stage=True, encode_tile_px=px,
-                                            encode_backend="portable" if str(tile).endswith("portable") else "xnnpack"))
+                                            encode_backend="portable" if str(tile).endswith("portable") else "xnnpack",
+                                            encode_stages=str(tile).endswith("stages")))
         s, c, x = d["subject_stage"], d["cache_free"], d["x0_only"]
         rows.append({"model": model, "skip_ratio": ratio, "precision": precision, "weights": weights,
                      "encode_tile_px": px, "encode_backend": s["encode_backend"],
+                     "encode_stages": (s.get("encode_stages") or {}).get("stages", 1),
                      "plan": [d["plan"]["n_front"], d["plan"]["n_back"]],
                      "training_footprint_gib": d["memory"]["footprint_gib"],
                      "subject_footprint_gib": s["footprint_gib"], "no_larger_than_training": s["no_larger_than_training"],
@@ -323,16 +326,18 @@ def markdown(res: dict) -> str:
     if not res["planner"]:
         return "\n".join(lines) + "\n"
     lines += ["## Planner at real scale (`ditskip-edge estimate --model M --skip-ratio 0.5 --precision P --weights W "
-              "--subject-stage [--encode-tile-px T] [--encode-backend B] --json`)", "",
+              "--subject-stage [--encode-tile-px T] [--encode-stages] [--encode-backend B] --json`)", "",
               "The encoder's weights count as anonymous with the XNNPACK encoder (it packs them into its own memory, "
-              "mapped or not: `encode_tiles.md`); with the portable encoder mapped weights stay file-backed.", "",
-              "| model | precision | weights | encoder: tiles px, backend | plan | training footprint GiB | subject stage footprint GiB | <= training | "
+              "mapped or not: `encode_tiles.md`); with the portable encoder mapped weights stay file-backed; with the "
+              "encoder one program per stage (`--encode-stages`) one stage's weights at a time.", "",
+              "| model | precision | weights | encoder: tiles px, backend, programs | plan | training footprint GiB | subject stage footprint GiB | <= training | "
               "largest block GiB | subject TFLOP/sample | train TFLOP/sample | stored cache GiB (2000 samples) | "
               "cache-free footprint GiB | extra TFLOP/step (x4 samples) | predicted step time ratio: cache-free | "
               "x0-only cache GiB | predicted step time ratio: x0-only |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in res["planner"]:
-        lines.append(f"| {p['model']} | {p['precision']} | {p['weights']} | {p.get('encode_tile_px') or 'whole crop'}, {p.get('encode_backend', 'xnnpack')} | "
+        lines.append(f"| {p['model']} | {p['precision']} | {p['weights']} | {p.get('encode_tile_px') or 'whole crop'}, {p.get('encode_backend', 'xnnpack')}, "
+                     f"{'%d stages' % p['encode_stages'] if p.get('encode_stages', 1) > 1 else 'one'} | "
                      f"{p['plan']} | {p['training_footprint_gib']} | "
                      f"{p['subject_footprint_gib']} | {p['no_larger_than_training']} | {p['largest_block_weights_gib']} | "
                      f"{p['subject_tflops_per_sample']} | {p['train_tflops_per_sample']} | {p['stored_cache_gib']} | "
