@@ -129,6 +129,11 @@ def _specs(names: list[str], tensors) -> list[dict]:
             for n, v in zip(names, tensors)]
 
 
+def contiguous_inputs(example: tuple) -> tuple:
+    """The example inputs row-major (contiguous dim order), as every runtime passes a program its inputs."""
+    return tuple(t.contiguous() if torch.is_tensor(t) else t for t in example)
+
+
 def export_forward(module: nn.Module, example: tuple, backend: str, external_weights: bool, matmuls: bool = False,
                    delegate_weights: bool = False):
     """Inference export (no backward) with math attention. Returns (.pte bytes, data file bytes or None, memory).
@@ -145,6 +150,11 @@ def export_forward(module: nn.Module, example: tuple, backend: str, external_wei
     ~300M FLUX layout's double block: a 203 MB arena for 38 MB of int8 weights, 189 s per sample)."""
     from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge
     from .graph_passes import remove_unused_constants, tag_delegate_constants
+    # ExecuTorch gives each program input the dim order of its example's strides, and the runtimes hand programs
+    # row-major buffers: a channels_last example (DC-AE's 1024-channel stages' eager outputs are) made a program
+    # that read its contiguous input as channels_last - XNNPACK ~1.2 relative off, portable refusing its first
+    # permute ("different dim orders"). Examples are made contiguous here, for every caller.
+    example = contiguous_inputs(example)
     with sdpa_kernel([SDPBackend.MATH]), torch.no_grad(), contiguous_pixel_shuffles():
         ep = torch.export.export(module.eval(), example, strict=False)
     tag_delegate = delegate_weights and external_weights and backend == "xnnpack" and not matmuls
@@ -198,10 +208,11 @@ STAGE_CHECK_REL = 1e-3
 def check_program_reproduces(writer: BundleWriter, entry: dict, module: nn.Module, like: torch.Tensor,
                              what: str) -> float:
     """Run the just-written program with ExecuTorch's runtime on a random input shaped like `like` and compare with
-    the module's eager output; one line (UserError) when they differ by more than STAGE_CHECK_REL relative. Found
-    needed: the real-config DC-AE's 1024-channel EfficientViT stages lowered alone (XNNPACK, and the portable
-    kernels fail to run them) give outputs ~1.2 relative off eager, while the same blocks inside the whole encoder's
-    program are right (benchmarks/results/encode_tiles.md); a staged bundle is refused rather than shipped wrong."""
+    the module's eager output; one line (UserError) when they differ by more than STAGE_CHECK_REL relative. A stage
+    program is exported from another program's output, which a whole-encoder export never is: the real-config
+    DC-AE's stages 4 and 5, exported from channels_last examples before export_forward made examples contiguous,
+    came out ~1.2 relative off on XNNPACK and refused by the portable kernels; a program that does not reproduce its
+    stage is refused rather than shipped wrong."""
     from ditskip_edge.runtime import bindings
     load = bindings.executorch_inference()._load_for_executorch
     args = [str(writer.path(entry["path"]))] + [str(writer.path(d)) for d in entry.get("data", [])]
@@ -269,7 +280,6 @@ def add_subject_programs(writer: BundleWriter, config: SubjectPrograms, transfor
                 p.requires_grad_(False)
             quantize_frozen_layers(module, quant)
         log.info("exporting %s.pte", rel_stem)
-        example = tuple(t.contiguous() for t in example)      # the program's inputs are contiguous (dim order)
         pte, data, memory = export_forward(module, example, backend, config.external_weights, matmuls=quantize,
                                            delegate_weights=shared_data is not None)
         rel = f"{rel_stem}.pte"

@@ -10,7 +10,8 @@ Properties protected:
   shared by the shapes, and the device's residuals equal the host's (diffusers' tiled encode) <= 1e-4 per stream;
 - on the device the stages run one program at a time: per sample and tile shape each stage's program is loaded
   once, in order, and dropped before the next one loads; a staged untiled encoder (flux-tiny) gives diffusers' x0;
-- a bundle whose stage programs do not chain (another encoder's stage) or lack a stage is refused with one line.
+- a bundle whose stage programs do not chain (another encoder's stage) or lack a stage is refused with one line;
+- a stage exported from a channels_last example (the real DC-AE's eager stage outputs) still takes row-major input.
 """
 
 from __future__ import annotations
@@ -190,7 +191,7 @@ def test_a_stage_program_that_does_not_reproduce_the_encoder_is_refused_at_compi
     """export/executorch_subject.py check_program_reproduces (run on every stage program as it is written): the
     written program against its own stage passes; against a module that computes something else (here the stage
     doubled) it is a one-line refusal naming the program, so a mis-lowered stage is never shipped (the real-config
-    DC-AE's 1024-channel stages lowered alone were, benchmarks/results/encode_tiles.md)."""
+    DC-AE's stages 4 and 5 exported from channels_last examples were, before export_forward made them contiguous)."""
     from types import SimpleNamespace
     from export.executorch_subject import check_program_reproduces
     model, _ = staged_sana
@@ -207,3 +208,33 @@ def test_a_stage_program_that_does_not_reproduce_the_encoder_is_refused_at_compi
     with pytest.raises(UserError) as e:
         check_program_reproduces(writer, entry, Doubled(), like, "--encode-stages: encoder stage 1")
     assert "\n" not in str(e.value) and "encode_64x64_s1.pte does not reproduce the encoder" in str(e.value)
+
+
+@pytest.mark.parametrize("backend", ["xnnpack", "portable"])
+def test_a_channels_last_example_still_makes_a_row_major_program(backend):
+    """export/executorch_subject.py export_forward makes its example inputs contiguous: ExecuTorch gives a program
+    input its example's dim order and the runtimes pass row-major buffers. The real-config DC-AE's stages 3 and 4
+    return channels_last tensors in eager; exported with those as examples, stages 4 and 5 read their input as
+    channels_last (XNNPACK ~1.2 relative off, portable refusing its first permute). Here an EfficientViT stage of a
+    DC-AE built like f32c32 with tiny channels, exported from a channels_last example, equals eager on a row-major
+    input."""
+    from diffusers import AutoencoderDC
+    from export.executorch_subject import export_forward
+    from ditskip_edge.runtime import bindings
+    cfg = dict(in_channels=3, latent_channels=8, attention_head_dim=8,
+               encoder_block_types=["ResBlock"] * 3 + ["EfficientViTBlock"] * 3,
+               decoder_block_types=["ResBlock"] * 3 + ["EfficientViTBlock"] * 3,
+               encoder_block_out_channels=[8, 16, 16, 16, 32, 32], decoder_block_out_channels=[8, 16, 16, 16, 32, 32],
+               encoder_layers_per_block=[1] * 6, decoder_layers_per_block=[1] * 6,
+               encoder_qkv_multiscales=[[], [], [], [5], [5], [5]], decoder_qkv_multiscales=[[], [], [], [5], [5], [5]],
+               scaling_factor=0.41407)
+    torch.manual_seed(0)
+    stage = encoder_stages("sana", AutoencoderDC.from_config(cfg).eval())[4].eval()
+    example = torch.zeros(1, 32, 4, 4).to(memory_format=torch.channels_last)
+    pte, _, _ = export_forward(stage, (example,), backend, external_weights=False)
+    program = bindings.executorch_inference()._load_for_executorch_from_buffer(pte)
+    x = torch.randn(1, 32, 4, 4, generator=torch.Generator().manual_seed(1))
+    got = program.forward((x,))[0]
+    with torch.no_grad():
+        want = stage(x)
+    assert float((got - want).norm() / want.norm()) <= 1e-5

@@ -330,8 +330,7 @@ def subject_stage_estimate(cfg: StepConfig, train_memory: dict, train_flops: int
                          "encode_phase_bytes": phase}
             if "--encode-stages" in flags:
                 suggested["note"] = ("compile runs each stage program once against the encoder and refuses the "
-                                     "bundle when ExecuTorch mis-lowers a stage (SANA's DC-AE 1024-channel stages "
-                                     "today, benchmarks/results/encode_tiles.md); then --encode-backend portable")
+                                     "bundle when one does not reproduce it; then --encode-backend portable")
     shapes = _entry_shapes(cfg)
     _, entry_bytes = entry_layout(CacheCodec.parse(codec), shapes)
     _, x0_bytes = entry_layout(CacheCodec.parse(codec), {"x0": shapes["x0"]})
