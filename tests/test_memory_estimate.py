@@ -276,3 +276,23 @@ def test_encode_tiles_with_stages_or_the_portable_encoder_bring_sana_1600ms_subj
     assert flux["subject_stage"]["encode_tiles_suggested"] is None and flux_tiled["subject_stage"]["encode_tiles"] is None
     assert flux_tiled["subject_stage"]["footprint_bytes"] == flux["subject_stage"]["footprint_bytes"]
     assert flux["subject_stage"]["no_larger_than_training"]
+
+def test_the_estimate_traces_each_encoder_tile_shape_once_suggestion_included(monkeypatch):
+    """memory_estimate/subject.py subject_stage_estimate: SANA-1600M on 256-px tiles is above training, so the
+    estimate also weighs tiles + stages for its suggestion; the tiles' encoder (4 tile shapes) is traced once per
+    shape, not again for each option it weighs (it was three times)."""
+    from collections import Counter
+    from ditskip_edge.memory_estimate import subject
+    from ditskip_edge.memory_estimate.request import EstimateRequest, estimate_memory
+    calls = Counter()
+    real = subject._trace_encoder
+
+    def counted(spec, height_px, width_px=None):
+        calls[(height_px, width_px or height_px)] += 1
+        return real(spec, height_px, width_px)
+    monkeypatch.setattr(subject, "_trace_encoder", counted)
+    est = estimate_memory(EstimateRequest(model="sana-1600m", skip_ratio=0.5, precision="int8", weights="mapped",
+                                          subject_stage=True, encode_tile_px=256))
+    assert est["subject_stage"]["encode_tiles_suggested"]["flag"] == "--encode-tile-px 256 --encode-stages"
+    tile_calls = {hw: n for hw, n in calls.items() if hw != (512, 512)}
+    assert len(tile_calls) == 4 and set(tile_calls.values()) == {1}

@@ -282,12 +282,20 @@ def subject_stage_estimate(cfg: StepConfig, train_memory: dict, train_flops: int
     mapped = weights == "mapped"
     persistent = (0 if mapped else tr["embed_weights_bytes"]) + tr["photo_bytes"] + tr["text_conditioning_bytes"]
     anon_weights = encode_backend == "xnnpack" or not mapped
+    traced: dict[tuple, dict | None] = {}
+
+    def once(phase_fn, *args) -> dict | None:
+        """encode_tiles_phase / encode_stages_phase traced once per estimate (the suggestion loop asks again)"""
+        key = (phase_fn.__name__, *args)
+        if key not in traced:
+            traced[key] = phase_fn(cfg, *args)
+        return traced[key]
 
     def encode_phase(tile_px, staged, anon) -> tuple[int, int, dict | None, dict | None]:
         """(phase bytes, anonymous encoder weight bytes in it, tiles detail, stages detail)"""
-        tiles = encode_tiles_phase(cfg, tile_px) if tile_px is not None else None
+        tiles = once(encode_tiles_phase, tile_px) if tile_px is not None else None
         if staged:
-            st = encode_stages_phase(cfg, tile_px, anon)
+            st = once(encode_stages_phase, tile_px, anon)
             if st is not None:
                 return st["phase_bytes"], st["largest_stage_weights_bytes"] if anon else 0, tiles, st
         w = tr["encoder_weights_bytes"] if anon else 0
@@ -307,7 +315,7 @@ def subject_stage_estimate(cfg: StepConfig, train_memory: dict, train_flops: int
         # the encoder dominates and the stage is above training: tiles, then one stage at a time, then the portable
         # encoder (mapped weights read in place, about 20x slower), the first that fits (else the leanest)
         tile = encode_tile_px or SUGGESTED_TILE_PX
-        tiles_ok = encode_tiles_phase(cfg, tile) is not None
+        tiles_ok = once(encode_tiles_phase, tile) is not None
         options = [(tile if tiles_ok else None, encode_stages, anon_weights),
                    (tile if tiles_ok else None, True, anon_weights)]
         if mapped and anon_weights:
