@@ -13,6 +13,22 @@ sys.path.insert(0, str(ROOT))
 PHOTOS = ROOT / "examples" / "photos"
 
 
+def tiny_dc_ae():
+    """An AutoencoderDC built like SANA's published f32c32 (ResBlock x 3, EfficientViT x 3 with multiscale attention,
+    pixel-unshuffle down blocks with shortcuts) with tiny channels, random weights (seed 0), in eval mode."""
+    import torch
+    from diffusers import AutoencoderDC
+    cfg = dict(in_channels=3, latent_channels=8, attention_head_dim=8,
+               encoder_block_types=["ResBlock"] * 3 + ["EfficientViTBlock"] * 3,
+               decoder_block_types=["ResBlock"] * 3 + ["EfficientViTBlock"] * 3,
+               encoder_block_out_channels=[8, 16, 16, 16, 32, 32], decoder_block_out_channels=[8, 16, 16, 16, 32, 32],
+               encoder_layers_per_block=[1] * 6, decoder_layers_per_block=[1] * 6,
+               encoder_qkv_multiscales=[[], [], [], [5], [5], [5]], decoder_qkv_multiscales=[[], [], [], [5], [5], [5]],
+               scaling_factor=0.41407)
+    torch.manual_seed(0)
+    return AutoencoderDC.from_config(cfg).eval()
+
+
 def compile_tiny(out: Path, model: str = "flux-tiny", n_front: int = 1, n_back: int = 2, steps: int = 6,
                  grad_accum: int = 1, **kw) -> Path:
     """A tiny bundle through the compiler's API. kw: CompileRequest fields (programs=[ExecutorchPrograms(...)],

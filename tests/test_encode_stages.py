@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import PHOTOS, compile_tiny
+from conftest import PHOTOS, compile_tiny, tiny_dc_ae
 from ditskip_edge.models.latents import LatentEncoder, encoder_stages
 from ditskip_edge.models.loading import build_vae
 from ditskip_edge.models.specs import builtin_spec
@@ -218,18 +218,9 @@ def test_a_channels_last_example_still_makes_a_row_major_program(backend):
     channels_last (XNNPACK ~1.2 relative off, portable refusing its first permute). Here an EfficientViT stage of a
     DC-AE built like f32c32 with tiny channels, exported from a channels_last example, equals eager on a row-major
     input."""
-    from diffusers import AutoencoderDC
     from export.executorch_subject import export_forward
     from ditskip_edge.runtime import bindings
-    cfg = dict(in_channels=3, latent_channels=8, attention_head_dim=8,
-               encoder_block_types=["ResBlock"] * 3 + ["EfficientViTBlock"] * 3,
-               decoder_block_types=["ResBlock"] * 3 + ["EfficientViTBlock"] * 3,
-               encoder_block_out_channels=[8, 16, 16, 16, 32, 32], decoder_block_out_channels=[8, 16, 16, 16, 32, 32],
-               encoder_layers_per_block=[1] * 6, decoder_layers_per_block=[1] * 6,
-               encoder_qkv_multiscales=[[], [], [], [5], [5], [5]], decoder_qkv_multiscales=[[], [], [], [5], [5], [5]],
-               scaling_factor=0.41407)
-    torch.manual_seed(0)
-    stage = encoder_stages("sana", AutoencoderDC.from_config(cfg).eval())[4].eval()
+    stage = encoder_stages("sana", tiny_dc_ae())[4].eval()
     example = torch.zeros(1, 32, 4, 4).to(memory_format=torch.channels_last)
     pte, _, _ = export_forward(stage, (example,), backend, external_weights=False)
     program = bindings.executorch_inference()._load_for_executorch_from_buffer(pte)

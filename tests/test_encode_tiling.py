@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import tiny_dc_ae
 from ditskip_edge.models.latents import LatentEncoder, encode_tiling
 from ditskip_edge.models.loading import build_vae
 from ditskip_edge.models.specs import builtin_spec
@@ -86,18 +87,9 @@ def test_dc_ae_encoder_with_efficientvit_stages_runs_on_the_portable_kernels():
     program on the portable backend, runs and gives the eager x0. Without models/layout.py's row-major shuffles
     torch's pixel_unshuffle decomposition left a channels_last copy that the portable `add` refused at run time
     ("3 input tensors have different dim orders"): what `--encode-backend portable` hit on the real config."""
-    from diffusers import AutoencoderDC
     from export.executorch_subject import EncodeModule, export_forward
     from ditskip_edge.runtime import bindings
-    cfg = dict(in_channels=3, latent_channels=8, attention_head_dim=8,
-               encoder_block_types=["ResBlock"] * 3 + ["EfficientViTBlock"] * 3,
-               decoder_block_types=["ResBlock"] * 3 + ["EfficientViTBlock"] * 3,
-               encoder_block_out_channels=[8, 16, 16, 16, 32, 32], decoder_block_out_channels=[8, 16, 16, 16, 32, 32],
-               encoder_layers_per_block=[1] * 6, decoder_layers_per_block=[1] * 6,
-               encoder_qkv_multiscales=[[], [], [], [5], [5], [5]], decoder_qkv_multiscales=[[], [], [], [5], [5], [5]],
-               scaling_factor=0.41407)
-    torch.manual_seed(0)
-    module = EncodeModule(LatentEncoder("sana", AutoencoderDC.from_config(cfg).eval())).eval()
+    module = EncodeModule(LatentEncoder("sana", tiny_dc_ae())).eval()
     pte, _, _ = export_forward(module, (torch.zeros(1, 3, 64, 64),), "portable", external_weights=False)
     program = bindings.executorch_inference()._load_for_executorch_from_buffer(pte)
     x = torch.rand(1, 3, 64, 64, generator=torch.Generator().manual_seed(1)) * 2 - 1
