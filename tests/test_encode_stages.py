@@ -172,8 +172,10 @@ def test_a_broken_stage_chain_is_refused_with_one_line(staged_sana, tmp_path, ca
 
     def edit(m):
         progs = m["programs"]
-        if case == "stage_missing":
+        if case == "stage_missing":       # and a second tile shape pointed at the same chain: named once
             m["programs"] = [p for p in progs if p["name"] != "encode.64x64.s1"]
+            shapes = m["encode_tiling"]["programs"]
+            shapes[next(k for k, v in shapes.items() if v != "encode.64x64")] = "encode.64x64"
         else:                         # stage 2 of one shape swapped for another shape's: its input is not s1's output
             a = next(p for p in progs if p["name"] == "encode.128x128.s2")
             b = next(p for p in progs if p["name"] == "encode.64x64.s2")
@@ -183,7 +185,8 @@ def test_a_broken_stage_chain_is_refused_with_one_line(staged_sana, tmp_path, ca
     with pytest.raises((BundleError, UserError)) as e:
         personalize(bad, PHOTOS, tmp_path / "out", SubjectConfig(progress=False))
     msg = str(e.value)
-    assert "\n" not in msg and ("encode.64x64.s1" in msg if case == "stage_missing" else "not one encoder's" in msg)
+    assert "\n" not in msg and (msg.count("encode.64x64.s1") == 1 if case == "stage_missing"
+                                 else "not one encoder's" in msg)
     assert not (tmp_path / "out").exists()
 
 

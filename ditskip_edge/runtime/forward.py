@@ -60,7 +60,7 @@ def subject_programs(bundle: Bundle) -> tuple[dict[str, list[dict]], dict, dict[
         by_name.setdefault(str(p.get("name")), []).append(p)
     rec = encode_tiling_of(bundle)
     chains = {key: encode_stage_names(name, int(rec.get("stages", 1))) for key, name in rec["programs"].items()}
-    missing = [n for n in (*(n for c in chains.values() for n in c), EMBED) if not by_name.get(n)]
+    missing = list(dict.fromkeys(n for n in (*(n for c in chains.values() for n in c), EMBED) if not by_name.get(n)))
     if missing:
         raise BundleError(f"{where}: no {', '.join(missing[:4])} program: this bundle cannot run the subject stage "
                           f"(compile it without --images: a model bundle)")
