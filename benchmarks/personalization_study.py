@@ -27,7 +27,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from _meta import provenance                                                   # noqa: E402
 
 from benchmarks.testbed.instrument import TeacherConfig                               # noqa: E402
-from benchmarks.testbed.study import StudyConfig, check_names, run_study, summarize, to_markdown   # noqa: E402
+from benchmarks.testbed.study import (StudyConfig, add_units, check_names, run_study, summarize,  # noqa: E402
+                                      to_markdown)
 
 
 def main() -> int:
@@ -62,10 +63,23 @@ def main() -> int:
     ap.add_argument("--from-json", default=None, metavar="JSON",
                     help="no training: recompute the table and verdicts of a saved personalization_study.json (its "
                          "units) with this code's analysis, and rewrite it and its .md beside it")
+    ap.add_argument("--add-units", nargs="*", default=[], metavar="JSON",
+                    help="with --from-json: first add the units of these saved results (the same config key: "
+                         "methods, training and teacher settings, model weights; no unit twice), e.g. a run of more "
+                         "training seeds into another folder")
     args = ap.parse_args()
+    if args.add_units and not args.from_json:
+        print("personalization_study: --add-units needs --from-json (the result they are added to)", file=sys.stderr)
+        return 2
     if args.from_json:
         path = Path(args.from_json)
         result = json.loads(path.read_text())
+        try:
+            for other in args.add_units:
+                add_units(result, json.loads(Path(other).read_text()), other)
+        except ValueError as e:
+            print(f"personalization_study: {e}", file=sys.stderr)
+            return 2
         result.update(summarize(result["units"]))
         path.write_text(json.dumps(result, indent=1))
         path.with_suffix(".md").write_text(to_markdown(result))

@@ -139,6 +139,20 @@ def test_a_reduced_study_reports_table_ratio_orderings_and_grid(tmp_path):
     md = to_markdown(result)
     assert "| full_lora |" in md and "Partial" not in md
     json.dumps(result)
+    # --add-units: the first unit's partial result plus a result holding the second = the whole study's analysis;
+    # a unit twice, or one of another config, is refused
+    from benchmarks.testbed.study import add_units, summarize
+    first, second = json.loads(json.dumps(partial[0])), json.loads(json.dumps(result))
+    second["units"], second["config"]["train_seeds"], second["units_planned"] = result["units"][1:], [1], 1
+    add_units(first, second, "second.json")
+    first.update(summarize(first["units"]))
+    assert first["table"] == json.loads(json.dumps(result["table"])) and first["config"]["train_seeds"] == [0, 1]
+    assert first["units_planned"] == 2 and "Added (1 units" in to_markdown(first) and "Partial" not in to_markdown(first)
+    with pytest.raises(ValueError, match="already in the result"):
+        add_units(first, second, "second.json")
+    second["units"] = [{**result["units"][1], "train_seed": 7, "config_key": "another"}]
+    with pytest.raises(ValueError, match="another config"):
+        add_units(first, second, "third.json")
 
 
 def test_the_study_runs_every_runtime_row_end_to_end(tmp_path):

@@ -617,6 +617,29 @@ def _teacher_words(teacher: dict) -> str:
     return "full fine-tune"
 
 
+def add_units(result: dict, other: dict, name: str) -> None:
+    """Add the units of a saved result `other` to `result` (in place): every unit must carry `result`'s config key
+    (the same methods, training, teacher and model weights) and no (subject, training seed) may come twice.
+    config.subjects / train_seeds become the union (units planned: their product); `merged` records each added
+    result's command, machine and date."""
+    key = result["units"][0]["config_key"]
+    have = {(u["subject"], u["train_seed"]) for u in result["units"]}
+    for u in other["units"]:
+        if u["config_key"] != key:
+            raise ValueError(f"{name}: unit {u['subject']} seed {u['train_seed']} was run with another config "
+                             "(methods, training, teacher or model weights); not added")
+        if (u["subject"], u["train_seed"]) in have:
+            raise ValueError(f"{name}: unit {u['subject']} seed {u['train_seed']} is already in the result")
+        have.add((u["subject"], u["train_seed"]))
+    result["units"] += other["units"]
+    cfg = result["config"]
+    cfg["subjects"] = list(dict.fromkeys(cfg["subjects"] + other["config"]["subjects"]))
+    cfg["train_seeds"] = sorted(set(cfg["train_seeds"]) | set(other["config"]["train_seeds"]))
+    result["units_planned"] = len(cfg["subjects"]) * len(cfg["train_seeds"])
+    result.setdefault("merged", []).append({k: other.get(k) for k in ("command", "machine", "date_utc", "seconds")}
+                                           | {"units": len(other["units"]), "from": name})
+
+
 def to_markdown(result: dict) -> str:
     cfg = result["config"]
     t = result["table"]
@@ -626,6 +649,8 @@ def to_markdown(result: dict) -> str:
              *([f"**Partial: {len(units)} of {result['units_planned']} units done.**", ""] if partial else []),
              f"Command: `{result['command']}`  ", f"Machine: {result['machine']}  ",
              f"Date (UTC): {result['date_utc']}; wall time {result['seconds']} s  ",
+             *[f"Added ({m['units']} units, personalization_study.py --add-units {m['from']}): `{m['command']}` on "
+               f"{m['machine']}, {m['date_utc']}, wall time {m['seconds']} s  " for m in result.get("merged", [])],
              f"Units: {len(units)} = subjects {', '.join(cfg['subjects'])} x training seeds {cfg['train_seeds']}; "
              f"per unit {len(units[0]['prompts']['eval'])} eval prompts x sample seeds {cfg['seeds']} (paired "
              f"samples) and {cfg['photos_per_prompt']} fresh photos x {len(ins.PROBE_TIMES)} times per prompt "
