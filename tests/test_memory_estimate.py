@@ -277,6 +277,7 @@ def test_encode_tiles_with_stages_or_the_portable_encoder_bring_sana_1600ms_subj
     assert flux_tiled["subject_stage"]["footprint_bytes"] == flux["subject_stage"]["footprint_bytes"]
     assert flux["subject_stage"]["no_larger_than_training"]
 
+
 def test_the_estimate_traces_each_encoder_tile_shape_once_suggestion_included(monkeypatch):
     """memory_estimate/subject.py subject_stage_estimate: SANA-1600M on 256-px tiles is above training, so the
     estimate also weighs tiles + stages for its suggestion; the tiles' encoder (4 tile shapes) is traced once per
