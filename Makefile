@@ -2,6 +2,9 @@
 # must come from the local CPU wheel) and reuse it otherwise.
 VENV ?= .venv
 PY := $(VENV)/bin/python
+# Test processes: one per core of CI's 2-core machine (each pinned to 1 torch thread by tests/conftest.py); whole
+# files go to one process (--dist loadfile), so a file's module fixtures (compiled bundles) are built once.
+TEST_WORKERS ?= 2
 STAMP := $(VENV)/.ditskip-installed
 
 .PHONY: demo test venv clean
@@ -19,7 +22,7 @@ demo: $(STAMP)
 	$(PY) -m examples.demo
 
 test: $(STAMP)
-	$(PY) -m pytest tests
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile tests
 
 clean:
 	rm -rf demo_out .pytest_cache

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -9,6 +10,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # `make test` runs one worker process per core: each gets one torch / OpenMP thread (set before torch is first
+    # imported, and inherited by the tests' subprocesses); two threads per worker on 2 cores spin in OpenMP barriers.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 PHOTOS = ROOT / "examples" / "photos"
 
