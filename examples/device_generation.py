@@ -38,7 +38,8 @@ def runtime_generate(bundle: Path, lora: Path | None, prompt: str, seed: int, st
 
 
 def device_vs_diffusers(bundle: Path, lora: Path | None, prompts: list[str], seed: int = 0, steps: int | None = None,
-                        out_dir: Path = OUT) -> dict:
+                        out_dir: Path = OUT, labels: list[str] | None = None) -> dict:
+    """`labels`: the picture's column labels (default "prompt 1", "prompt 2", ..)."""
     import torch
     from PIL import Image
 
@@ -67,7 +68,7 @@ def device_vs_diffusers(bundle: Path, lora: Path | None, prompts: list[str], see
     path = out_dir / "device_generation.png"
     labelled(picture.resize((picture.width * 4, picture.height * 4), 0), images.shape[-1] * 4 + 4,
              ["diffusers (host, LoRA loaded)", f"device runtime ({rows[0]['precision']}, LoRA merged)"],
-             [f"prompt {i + 1}" for i in range(len(prompts))]).save(path)
+             labels or [f"prompt {i + 1}" for i in range(len(prompts))]).save(path)
     return {"picture": str(path), "rows": "diffusers (host), device runtime", "images": rows}
 
 
