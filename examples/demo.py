@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -43,7 +44,12 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)   # 2 threads on a busy 2-core machine spin in OpenMP barriers
     argv = sys.argv[1:] if argv is None else argv
     name = argv[0] if argv else SUBJECT          # `python -m examples.demo pink_heart`: another held-out subject
+    if name not in SUBJECTS:
+        print(f"examples.demo: unknown subject {name!r}; one of {', '.join(SUBJECTS)}", file=sys.stderr)
+        return 2
     subject = SUBJECTS[name]
+    phase_s = {}                                 # wall seconds per phase, printed at the end
+    t0 = time.perf_counter()
     shutil.rmtree(OUT, ignore_errors=True)       # replaced each run: no picture of an earlier run stays behind
     photos = OUT / "photos"
     photos.mkdir(parents=True, exist_ok=True)
@@ -55,10 +61,13 @@ def main(argv: list[str] | None = None) -> int:
             "--skip-ratio", "0.5", *TRAIN, "--generation", "--out", str(bundle), "--force"]
     if cli_main(args) != 0:
         return 1
+    phase_s["compile"] = time.perf_counter() - t0
     if cli_main(["train", str(bundle), "--no-resume"]) != 0:
         return 1
+    phase_s["train"] = time.perf_counter() - t0 - sum(phase_s.values())
     summary = json.loads((bundle / "runs" / "eager" / "summary.json").read_text())
-    plan = json.loads((bundle / "manifest.json").read_text())["plan"]
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    plan = manifest["plan"]
 
     spec = resolve_spec("flux-testbed")
     prompts = eval_prompts(subject)
@@ -85,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
           f"background as prompted: before {s0['background_ok']['mean']:.2f} -> after "
           f"{s1['background_ok']['mean']:.2f}\n"
           f"picture: {png}\n        columns: {', '.join(texts)}")
+    phase_s["diffusers pictures and scores"] = time.perf_counter() - t0 - sum(phase_s.values())
     from examples.device_generation import device_vs_diffusers
     # one prompt drawn by the device stand-in (issue 17: one picture beside diffusers'); each costs an int8
     # portable-kernel generation (~9 s here), `python -m examples.device_generation --bundle ...` draws them all
@@ -94,6 +104,11 @@ def main(argv: list[str] | None = None) -> int:
     seconds = sum(r["seconds"] for r in device["images"]) / len(device["images"])
     print(f"device: {device['picture']} (rows: {device['rows']}; {device['images'][0]['precision']} weights with the "
           f"LoRA merged on the device, {seconds:.1f} s per picture; mean |device - diffusers|: {errors})")
+    phase_s["device picture and its diffusers twin"] = time.perf_counter() - t0 - sum(phase_s.values())
+    cache_s = manifest["subject_stage"]["seconds"]
+    print(f"time:   {time.perf_counter() - t0:.0f} s = " + ", ".join(
+        f"{k} {v:.0f} s" + (f" (of which the residual cache {cache_s:.0f} s)" if k == "compile" else "")
+        for k, v in phase_s.items()))
     return 0
 
 
