@@ -55,6 +55,7 @@ from .runtime.errors import UserError
 from .runtime.schedule import ScheduleConfig, check_photo_sizes, make_schedule
 from .sample_inputs import clean_latents, sample_noise
 from .skip_model import compute_residuals
+from .stage_worker import StageWorker, subject_independent
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,8 @@ class CompileRequest:
     min_photos: int = 1                   # model bundle: the fewest photos its subject stage accepts
     encode_tile_px: int | None = None     # the encoder on pixel tiles of this side (diffusers' tiled_encode), on the
                                           # host and in the model bundle's encode programs; None: whole crops
+    jobs: int = 1                         # 2: the program stages that need no subject (generation) are exported by
+                                          # a second process beside the subject stage (stage_worker.py)
 
 
 def check_request(req: CompileRequest, spec: ModelSpec) -> ScheduleConfig:
@@ -128,6 +131,9 @@ def check_request(req: CompileRequest, spec: ModelSpec) -> ScheduleConfig:
         if req.subject_programs.encode_stages and (spec.vae_config or {}).get("kind") == "pixel":
             raise UserError(f"--encode-stages: {spec.name} encodes by a pixel (un)shuffle, there is no encoder to "
                             f"split")
+    if req.jobs not in (1, 2):
+        raise UserError(f"--jobs {req.jobs}: expected 1 (one process) or 2 (the generation programs exported by a "
+                        f"second process)")
     if req.encode_tile_px is not None and req.encode_tile_px <= 0:
         raise UserError(f"--encode-tile-px {req.encode_tile_px}: expected a positive number of pixels")
     encode_tiling(spec, sched.s_min_px, req.encode_tile_px)           # tiles this autoencoder can take
@@ -219,6 +225,42 @@ def resolve_plan(req: CompileRequest, spec: ModelSpec, num_blocks: int, transfor
     return select_plan(spec, transformer, vae, photos, req.prompt, req.skip_ratio, seed=req.schedule.seed)
 
 
+class ProgramStages:
+    """The program stages of one compile, in `stages` order. With jobs 2 the ones that need no subject
+    (`stage_worker.subject_independent`) start in a second process on entry, beside the subject stage; torch's
+    threads are split between the two processes until `finish`. On an error the worker is stopped."""
+
+    def __init__(self, writer: BundleWriter, stages: list, jobs: int = 1):
+        self.writer, self.stages, self.jobs = writer, list(stages), jobs
+        self.worker, self._threads = None, torch.get_num_threads()
+
+    def __enter__(self) -> "ProgramStages":
+        detached = [st for st in self.stages if subject_independent(st)] if self.jobs > 1 else []
+        if detached:
+            share = max(1, self._threads // 2)
+            self.worker = StageWorker.start(self.writer, detached, threads=share)
+            torch.set_num_threads(share)
+        return self
+
+    def finish(self) -> list[list[str]]:
+        """The stages left to this process, then the worker's: each stage's program paths, in `stages` order."""
+        detached = self.worker.stages if self.worker else []
+        paths = {id(st): PROGRAM_STAGES[type(st)](self.writer, st) for st in self.stages
+                 if all(st is not d for d in detached)}
+        if self.worker is not None:
+            worker, self.worker = self.worker, None
+            try:
+                paths.update(zip(map(id, detached), worker.join(self.writer)))
+            finally:
+                torch.set_num_threads(self._threads)
+        return [paths[id(st)] for st in self.stages]
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self.worker is not None:
+            self.worker.cancel()
+            torch.set_num_threads(self._threads)
+
+
 def compile_model_bundle_stage(writer: BundleWriter, spec: ModelSpec, transformer: nn.Module, vae: nn.Module,
                                prompts: list[str], schedule_cfg: ScheduleConfig, plan: SkipPlan, cache_codec: str,
                                min_photos: int) -> dict:
@@ -255,16 +297,18 @@ def compile_model_bundle(req: CompileRequest, spec: ModelSpec, sched: ScheduleCo
     transformer, vae = build_transformer(spec), build_vae(spec)
     plan = resolve_plan(req, spec, len(block_names_of(transformer)), transformer, vae, None)
     prompts = [req.prompt, *req.more_prompts]
+    stages = [dataclasses.replace(st, preprocess=False) if isinstance(st, ExecutorchPrograms) else st
+              for st in req.programs]
     with writer:
         writer.manifest["created_by"] = f"ditskip-edge {__version__}"
         model_stage = compile_model_stage(writer, spec, transformer, plan, req.lora, req.optimizer)
-        stage = compile_model_bundle_stage(writer, spec, transformer, vae, prompts, sched, plan, req.cache_codec,
-                                           req.min_photos)
-        subject = add_subject_programs(writer, subject_programs, transformer, vae, encode_prompt(spec, prompts[0]),
-                                       req.encode_tile_px)
-        del transformer, vae
-        programs = [PROGRAM_STAGES[type(st)](writer, dataclasses.replace(st, preprocess=False)
-                                             if isinstance(st, ExecutorchPrograms) else st) for st in req.programs]
+        with ProgramStages(writer, stages, req.jobs) as program_stages:
+            stage = compile_model_bundle_stage(writer, spec, transformer, vae, prompts, sched, plan, req.cache_codec,
+                                               req.min_photos)
+            subject = add_subject_programs(writer, subject_programs, transformer, vae,
+                                           encode_prompt(spec, prompts[0]), req.encode_tile_px)
+            del transformer, vae
+            programs = program_stages.finish()
     return {"bundle": str(Path(req.out).resolve()), "bundle_kind": MODEL_BUNDLE, "model": spec.name,
             "plan": plan.to_json(), "kept_blocks": len(plan.kept), "prompts": prompts,
             "num_samples": stage["num_samples"], "kept_weight_bytes": model_stage["kept_weight_bytes"],
@@ -293,10 +337,11 @@ def compile_bundle(req: CompileRequest) -> dict:
     with writer:
         writer.manifest["created_by"] = f"ditskip-edge {__version__}"
         model_stage = compile_model_stage(writer, spec, transformer, plan, req.lora, req.optimizer)
-        subject_stage = compile_subject_stage(writer, spec, transformer, vae, photos, req.prompt, sched, plan,
-                                              req.cache_codec, req.encode_tile_px)
-        del transformer, vae
-        programs = [PROGRAM_STAGES[type(stage)](writer, stage) for stage in req.programs]
+        with ProgramStages(writer, req.programs, req.jobs) as program_stages:
+            subject_stage = compile_subject_stage(writer, spec, transformer, vae, photos, req.prompt, sched, plan,
+                                                  req.cache_codec, req.encode_tile_px)
+            del transformer, vae
+            programs = program_stages.finish()
     return {"bundle": str(Path(req.out).resolve()), "model": spec.name, "plan": plan.to_json(),
             "kept_blocks": len(plan.kept), "num_samples": subject_stage["num_samples"],
             "clamped_crops": subject_stage["clamped_crops"], "kept_weight_bytes": model_stage["kept_weight_bytes"],

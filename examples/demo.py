@@ -2,7 +2,9 @@
 with BlockSkip 50%, and show the subject being learned.
 
     reference photos of the held-out "teal star" (on 5 backgrounds) -> demo_out/photos/
-    ditskip-edge compile --model flux-testbed ... --skip-ratio 0.5   (6 of 12 blocks; split chosen by selection)
+    ditskip-edge compile --model flux-testbed ... --skip-ratio 0.5 --generation --jobs 2
+                                     (6 of 12 blocks, split chosen by selection; the generation programs exported by a
+                                      second process while the residual cache is computed)
     ditskip-edge train demo_out/bundle                                           (eager runtime)
     LoRA -> full diffusers model (load_lora_adapter) -> "a large sks star in the center, on a <colour> background"
     -> demo_out/before_after.png (rows: references, before, after, fresh photos on those backgrounds) and the
@@ -58,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         to_uint8_image(r).save(photos / f"{i:02d}.png")
     bundle = OUT / "bundle"
     args = ["compile", "--model", "flux-testbed", "--images", str(photos), "--prompt", subject_prompt(subject),
-            "--skip-ratio", "0.5", *TRAIN, "--generation", "--out", str(bundle), "--force"]
+            "--skip-ratio", "0.5", *TRAIN, "--generation", "--jobs", "2", "--out", str(bundle), "--force"]
     if cli_main(args) != 0:
         return 1
     phase_s["compile"] = time.perf_counter() - t0

@@ -97,6 +97,9 @@ def register(sub, add_json_flag) -> None:
                         "memory: SANA's DC-AE encoder is 532 MiB of them, its largest stage 216 MiB; see `estimate "
                         "--subject-stage --encode-stages`)")
     p.add_argument("--min-photos", type=int, default=1, help="model bundle: the fewest photos the device accepts")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="2: export the generation programs in a second process while the residual cache is computed "
+                        "(a second copy of the model in memory meanwhile); 1: one process (default)")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
     add_json_flag(p)
     p.set_defaults(func=run)
@@ -159,7 +162,7 @@ def run(args) -> dict:
                          more_prompts=args.prompts[1:], subject_programs=subject, min_photos=args.min_photos,
                          n_front=args.skip_front, n_back=args.skip_back, skip_ratio=args.skip_ratio,
                          schedule=sched, lora=lora, optimizer=OptimizerSpec(lr=args.lr), overwrite=args.force,
-                         cache_codec=args.cache_codec, encode_tile_px=args.encode_tile_px,
+                         cache_codec=args.cache_codec, encode_tile_px=args.encode_tile_px, jobs=args.jobs,
                          programs=program_stages(args.runtimes, args.precision, args.xnnpack,
                                                  GenerationPrograms(steps=args.generation_steps, guidance=args.guidance,
                                                                     px=args.generation_px,

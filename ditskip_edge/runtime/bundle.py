@@ -174,6 +174,14 @@ class BundleWriter:
         self.manifest: dict[str, Any] = {"format": BUNDLE_FORMAT, "format_version": BUNDLE_FORMAT_VERSION}
         self._known: dict[str, dict] = {}
 
+    @classmethod
+    def attach(cls, root: Path, manifest: dict[str, Any]) -> "BundleWriter":
+        """A writer onto another writer's staging folder (a second process's program stages: ditskip_edge/
+        stage_worker.py); it commits nothing, the owner of the folder does."""
+        w = cls.__new__(cls)
+        w.out_dir, w.work_dir, w.root, w.manifest, w._known = None, None, Path(root), manifest, {}
+        return w
+
     def __enter__(self) -> "BundleWriter":
         if self.work_dir is not None:
             self.work_dir.mkdir(parents=True, exist_ok=True)
