@@ -22,6 +22,7 @@ import json
 import shutil
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -75,6 +76,13 @@ def main(argv: list[str] | None = None) -> int:
     prompts = eval_prompts(subject)
     texts, bgs = [p for p, _ in prompts], [bg for _, bg in prompts]
     seeds = [0] * len(texts)
+    from examples.device_generation import device_vs_diffusers
+    # one prompt drawn by the device stand-in (issue 17: one picture beside diffusers'; each costs an int8
+    # portable-kernel generation, ~9 s here; `python -m examples.device_generation --bundle ...` draws them all), in
+    # a thread (its own process and the diffusers twin) while the before / after pictures are drawn here
+    pool = ThreadPoolExecutor(1)
+    device_job = pool.submit(device_vs_diffusers, bundle, Path(summary["lora"]), texts[:DEVICE_PROMPTS], out_dir=OUT,
+                             labels=[f"{bg} background" for bg in bgs[:DEVICE_PROMPTS]])
     before = generate(spec, load_model(spec), texts, seeds)
     after = generate(spec, load_model(spec, summary["lora"]), texts, seeds)
     fresh = torch.cat([fresh_photos(subject, bg, 1, spec.train_px) for bg in bgs])
@@ -96,17 +104,14 @@ def main(argv: list[str] | None = None) -> int:
           f"background as prompted: before {s0['background_ok']['mean']:.2f} -> after "
           f"{s1['background_ok']['mean']:.2f}\n"
           f"picture: {png}\n        columns: {', '.join(texts)}")
-    phase_s["diffusers pictures and scores"] = time.perf_counter() - t0 - sum(phase_s.values())
-    from examples.device_generation import device_vs_diffusers
-    # one prompt drawn by the device stand-in (issue 17: one picture beside diffusers'); each costs an int8
-    # portable-kernel generation (~9 s here), `python -m examples.device_generation --bundle ...` draws them all
-    device = device_vs_diffusers(bundle, Path(summary["lora"]), texts[:DEVICE_PROMPTS], out_dir=OUT,
-                                 labels=[f"{bg} background" for bg in bgs[:DEVICE_PROMPTS]])
+    phase_s["diffusers pictures and scores (the device picture alongside)"] = time.perf_counter() - t0 - sum(phase_s.values())
+    device = device_job.result()
+    pool.shutdown()
     errors = ", ".join(f"{r['mean_abs_pixel_error']:.1e}" for r in device["images"])
     seconds = sum(r["seconds"] for r in device["images"]) / len(device["images"])
     print(f"device: {device['picture']} (rows: {device['rows']}; {device['images'][0]['precision']} weights with the "
           f"LoRA merged on the device, {seconds:.1f} s per picture; mean |device - diffusers|: {errors})")
-    phase_s["device picture and its diffusers twin"] = time.perf_counter() - t0 - sum(phase_s.values())
+    phase_s["waiting for the device picture"] = time.perf_counter() - t0 - sum(phase_s.values())
     cache_s = manifest["subject_stage"]["seconds"]
     print(f"time:   {time.perf_counter() - t0:.0f} s = " + ", ".join(
         f"{k} {v:.0f} s" + (f" (of which the residual cache {cache_s:.0f} s)" if k == "compile" else "")

@@ -27,14 +27,20 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "demo_out"
 
 
-def runtime_generate(bundle: Path, lora: Path | None, prompt: str, seed: int, steps: int, out: Path) -> dict:
-    """The device stand-in in its own process (it imports the runtime package only)."""
+def start_runtime_generate(bundle: Path, lora: Path | None, prompt: str, seed: int, steps: int,
+                           out: Path) -> subprocess.Popen:
+    """The device stand-in in its own process (it imports the runtime package only); `finish_runtime_generate`
+    waits for it, so the caller can draw the host's picture meanwhile."""
     cmd = [sys.executable, "-m", "ditskip_edge.runtime", "generate", str(bundle), "--prompt", prompt, "--seed", str(seed),
            "--steps", str(steps), "--out", str(out), "--json"] + (["--lora", str(lora)] if lora else [])
-    run = subprocess.run(cmd, capture_output=True, text=True, cwd=str(ROOT))
-    if run.returncode != 0:
-        raise SystemExit(run.stderr.strip().splitlines()[-1])
-    return json.loads(run.stdout)
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(ROOT))
+
+
+def finish_runtime_generate(proc: subprocess.Popen) -> dict:
+    stdout, stderr = proc.communicate()
+    if proc.returncode != 0:
+        raise SystemExit((stderr.strip().splitlines() or [f"runtime generate exited with {proc.returncode}"])[-1])
+    return json.loads(stdout)
 
 
 def device_vs_diffusers(bundle: Path, lora: Path | None, prompts: list[str], seed: int = 0, steps: int | None = None,
@@ -56,10 +62,11 @@ def device_vs_diffusers(bundle: Path, lora: Path | None, prompts: list[str], see
     device, host, rows = [], [], []
     for i, prompt in enumerate(prompts):
         png = out_dir / f"device_{i}.png"
-        summary = runtime_generate(bundle, lora, prompt, seed, steps, png)
-        device.append(np.asarray(Image.open(png), np.float32) / 255)
-        noise = torch.from_numpy(rng.normal(seed, tuple(gen["latent_shape"])))
+        proc = start_runtime_generate(bundle, lora, prompt, seed, steps, png)
+        noise = torch.from_numpy(rng.normal(seed, tuple(gen["latent_shape"])))       # the host's twin meanwhile
         host.append(diffusers_reference(spec, lora_file, prompt, noise, steps, gen["sampler"]["guidance_scale"]).numpy())
+        summary = finish_runtime_generate(proc)
+        device.append(np.asarray(Image.open(png), np.float32) / 255)
         rows.append({"prompt": prompt, "device_png": str(png), "seconds": summary["seconds"],
                      "precision": summary["precision"],
                      "mean_abs_pixel_error": float(np.abs(device[-1] - host[-1]).mean())})
