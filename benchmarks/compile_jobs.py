@@ -3,10 +3,10 @@ exported by a second process while the residual cache is computed).
 
     python benchmarks/compile_jobs.py --repeats 3     -> benchmarks/results/compile_jobs.{json,md}
 
-The request is `make demo`'s (flux-testbed, 5 reference photos of the teal star, BlockSkip 50% by selection,
-200 steps x 4 samples, --generation). Runs alternate (jobs 1, jobs 2, jobs 1, ...) so that a drift of the machine
-falls on both. Each run is a fresh `ditskip-edge compile` process; jobs 1 runs with one torch thread (as the demo
-does), jobs 2 with two (split one per process). Wall seconds, and the process tree's CPU seconds (user + system).
+The request is `make demo`'s (`examples/demo.py compile_args`: flux-testbed, 5 reference photos of the teal star,
+BlockSkip 50% by selection, 200 steps x 4 samples, --generation). Runs alternate (jobs 1, jobs 2, jobs 1, ...) so
+that a drift of the machine falls on both. Each run is a fresh `ditskip-edge compile` process; jobs 1 runs with one
+torch thread (as the demo does), jobs 2 with two (split one per process). Wall seconds, and the process tree's CPU seconds (user + system).
 """
 
 from __future__ import annotations
@@ -29,10 +29,9 @@ from benchmarks._meta import provenance, provenance_md, write_result   # noqa: E
 
 def compile_once(photos: Path, out: Path, jobs: int) -> dict:
     from benchmarks.testbed.scenes import SUBJECTS, subject_prompt
-    cmd = [sys.executable, "-m", "ditskip_edge.cli", "compile", "--model", "flux-testbed", "--images", str(photos),
-           "--prompt", subject_prompt(SUBJECTS["teal_star"]), "--skip-ratio", "0.5", "--steps", "200",
-           "--grad-accum", "4", "--rank", "8", "--lr", "5e-3", "--generation", "--jobs", str(jobs),
-           "--out", str(out), "--force", "--json"]
+    from examples.demo import SUBJECT, compile_args
+    cmd = [sys.executable, "-m", "ditskip_edge.cli",
+           *compile_args(subject_prompt(SUBJECTS[SUBJECT]), photos, out, jobs), "--json"]
     env = {**os.environ, "OMP_NUM_THREADS": str(jobs)}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
@@ -58,14 +57,12 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "compile_jobs"))
     args = ap.parse_args()
-    from benchmarks.testbed.scenes import SUBJECTS, reference_images
-    from ditskip_edge.images import to_uint8_image
+    from benchmarks.testbed.scenes import SUBJECTS, write_reference_photos
+    from examples.demo import SUBJECT
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
         photos = Path(tmp) / "photos"
-        photos.mkdir()
-        for i, r in enumerate(reference_images(SUBJECTS["teal_star"], 5)):
-            to_uint8_image(r).save(photos / f"{i:02d}.png")
+        write_reference_photos(SUBJECTS[SUBJECT], photos, 5)
         for rep in range(args.repeats):
             for jobs in (1, 2):
                 runs.append(compile_once(photos, Path(tmp) / "bundle", jobs))

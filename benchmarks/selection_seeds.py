@@ -34,13 +34,13 @@ def main() -> int:
     import torch
     torch.set_num_threads(1)
     from _meta import provenance, write_result
-    from benchmarks.testbed.study import SUBJECTS, reference_images, selected_plans, subject_prompt, to_uint8_image
+    from benchmarks.testbed.scenes import write_reference_photos
+    from benchmarks.testbed.study import SUBJECTS, selected_plans, subject_prompt
     rows = []
     for name in args.subjects:
         subject = SUBJECTS[name]
         with tempfile.TemporaryDirectory() as tmp:
-            for i, r in enumerate(reference_images(subject, 5)):           # the study's 5 references
-                to_uint8_image(r).save(Path(tmp) / f"{i:02d}.png")
+            write_reference_photos(subject, tmp, 5)                        # the study's 5 references
             for seed in args.seeds:
                 out = selected_plans(Path(tmp), subject_prompt(subject), seed, args.probe, num_seeds=args.num_seeds)
                 rows.append({"subject": name, "seed": seed,

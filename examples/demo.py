@@ -36,13 +36,18 @@ DEVICE_PROMPTS = 1                 # prompts the device runtime also draws (demo
 TRAIN = ["--steps", "200", "--grad-accum", "4", "--rank", "8", "--lr", "5e-3"]
 
 
+def compile_args(prompt: str, photos: Path, bundle: Path, jobs: int = 2) -> list[str]:
+    """The demo's `ditskip-edge compile` request (benchmarks/compile_jobs.py times the same one)."""
+    return ["compile", "--model", "flux-testbed", "--images", str(photos), "--prompt", prompt, "--skip-ratio", "0.5",
+            *TRAIN, "--generation", "--jobs", str(jobs), "--out", str(bundle), "--force"]
+
+
 def main(argv: list[str] | None = None) -> int:
-    from ditskip_edge.images import to_uint8_image
     from ditskip_edge.models.loading import resolve_spec
     from benchmarks.testbed.instrument import fresh_photos
     from benchmarks.testbed.metrics import SubjectEmbedder, score_images, subject_similarity
     from ditskip_edge.generate import generate, grid, load_model
-    from benchmarks.testbed.scenes import SUBJECTS, eval_prompts, reference_images, subject_prompt
+    from benchmarks.testbed.scenes import SUBJECTS, eval_prompts, subject_prompt, write_reference_photos
 
     torch.set_num_threads(1)   # 2 threads on a busy 2-core machine spin in OpenMP barriers
     argv = sys.argv[1:] if argv is None else argv
@@ -51,23 +56,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"examples.demo: unknown subject {name!r}; one of {', '.join(SUBJECTS)}", file=sys.stderr)
         return 2
     subject = SUBJECTS[name]
-    phase_s = {}                                 # wall seconds per phase, printed at the end
-    t0 = time.perf_counter()
+    phase_s, t0 = {}, time.perf_counter()        # wall seconds per phase, printed at the end
+
+    def lap(phase: str) -> None:
+        phase_s[phase] = time.perf_counter() - t0 - sum(phase_s.values())
+
     shutil.rmtree(OUT, ignore_errors=True)       # replaced each run: no picture of an earlier run stays behind
     photos = OUT / "photos"
-    photos.mkdir(parents=True, exist_ok=True)
-    refs = reference_images(subject, 5)
-    for i, r in enumerate(refs):
-        to_uint8_image(r).save(photos / f"{i:02d}.png")
+    refs = write_reference_photos(subject, photos, 5)
     bundle = OUT / "bundle"
-    args = ["compile", "--model", "flux-testbed", "--images", str(photos), "--prompt", subject_prompt(subject),
-            "--skip-ratio", "0.5", *TRAIN, "--generation", "--jobs", "2", "--out", str(bundle), "--force"]
-    if cli_main(args) != 0:
+    if cli_main(compile_args(subject_prompt(subject), photos, bundle)) != 0:
         return 1
-    phase_s["compile"] = time.perf_counter() - t0
+    lap("compile")
     if cli_main(["train", str(bundle), "--no-resume"]) != 0:
         return 1
-    phase_s["train"] = time.perf_counter() - t0 - sum(phase_s.values())
+    lap("train")
     summary = json.loads((bundle / "runs" / "eager" / "summary.json").read_text())
     manifest = json.loads((bundle / "manifest.json").read_text())
     plan = manifest["plan"]
@@ -80,38 +83,38 @@ def main(argv: list[str] | None = None) -> int:
     # one prompt drawn by the device stand-in (issue 17: one picture beside diffusers'; each costs an int8
     # portable-kernel generation, ~9 s here; `python -m examples.device_generation --bundle ...` draws them all), in
     # a thread (its own process and the diffusers twin) while the before / after pictures are drawn here
-    pool = ThreadPoolExecutor(1)
-    device_job = pool.submit(device_vs_diffusers, bundle, Path(summary["lora"]), texts[:DEVICE_PROMPTS], out_dir=OUT,
-                             labels=[f"{bg} background" for bg in bgs[:DEVICE_PROMPTS]])
-    before = generate(spec, load_model(spec), texts, seeds)
-    after = generate(spec, load_model(spec, summary["lora"]), texts, seeds)
-    fresh = torch.cat([fresh_photos(subject, bg, 1, spec.train_px) for bg in bgs])
-    ref_row = torch.nn.functional.interpolate(torch.stack(refs[: len(texts)]), size=before.shape[-2:], mode="area")
-    png = OUT / "before_after.png"
-    labelled(grid(torch.cat([ref_row, before, after, fresh]), len(texts)), before.shape[-1],
-             ["references (training photos)", "before: base model", "after: BlockSkip 50% LoRA",
-              "a fresh photo on that background"], bgs).save(png)
-    s0, s1, s2 = (score_images(list(x), bgs, refs, subject.colour) for x in (before, after, fresh))
-    sim = [s["subject_sim"]["mean"] for s in (s0, s1, s2)]
-    others = max(subject_similarity(fresh_photos(o, bg, 1, spec.train_px)[0], refs, SubjectEmbedder())
-                 for o in SUBJECTS.values() if o.name != name for bg in bgs)
-    print(f"\nbundle: {bundle} (skipped: {plan['n_front']} front / {plan['n_back']} back of {plan['num_blocks']} "
-          f"blocks, chosen by {plan['chosen_by']})\nLoRA:   {summary['lora']}\n"
-          f"loss:   first step {summary['losses'][0]:.4f} -> last step {summary['losses'][-1]:.4f}\n"
-          f"subject similarity to the references (1 = identical; a fresh photo of the subject on these backgrounds "
-          f"scores {sim[2]:.2f}, another subject at most {others:.2f}):\n"
-          f"        before {sim[0]:.2f} -> after {sim[1]:.2f} ({sim[1] / sim[2]:.0%} of a fresh photo's score)\n"
-          f"background as prompted: before {s0['background_ok']['mean']:.2f} -> after "
-          f"{s1['background_ok']['mean']:.2f}\n"
-          f"picture: {png}\n        columns: {', '.join(texts)}")
-    phase_s["diffusers pictures and scores (the device picture alongside)"] = time.perf_counter() - t0 - sum(phase_s.values())
-    device = device_job.result()
-    pool.shutdown()
+    with ThreadPoolExecutor(1) as pool:
+        device_job = pool.submit(device_vs_diffusers, bundle, Path(summary["lora"]), texts[:DEVICE_PROMPTS],
+                                 out_dir=OUT, labels=[f"{bg} background" for bg in bgs[:DEVICE_PROMPTS]])
+        before = generate(spec, load_model(spec), texts, seeds)
+        after = generate(spec, load_model(spec, summary["lora"]), texts, seeds)
+        fresh = torch.cat([fresh_photos(subject, bg, 1, spec.train_px) for bg in bgs])
+        ref_row = torch.nn.functional.interpolate(torch.stack(refs[: len(texts)]), size=before.shape[-2:],
+                                                  mode="area")
+        png = OUT / "before_after.png"
+        labelled(grid(torch.cat([ref_row, before, after, fresh]), len(texts)), before.shape[-1],
+                 ["references (training photos)", "before: base model", "after: BlockSkip 50% LoRA",
+                  "a fresh photo on that background"], bgs).save(png)
+        s0, s1, s2 = (score_images(list(x), bgs, refs, subject.colour) for x in (before, after, fresh))
+        sim = [s["subject_sim"]["mean"] for s in (s0, s1, s2)]
+        others = max(subject_similarity(fresh_photos(o, bg, 1, spec.train_px)[0], refs, SubjectEmbedder())
+                     for o in SUBJECTS.values() if o.name != name for bg in bgs)
+        print(f"\nbundle: {bundle} (skipped: {plan['n_front']} front / {plan['n_back']} back of "
+              f"{plan['num_blocks']} blocks, chosen by {plan['chosen_by']})\nLoRA:   {summary['lora']}\n"
+              f"loss:   first step {summary['losses'][0]:.4f} -> last step {summary['losses'][-1]:.4f}\n"
+              f"subject similarity to the references (1 = identical; a fresh photo of the subject on these "
+              f"backgrounds scores {sim[2]:.2f}, another subject at most {others:.2f}):\n"
+              f"        before {sim[0]:.2f} -> after {sim[1]:.2f} ({sim[1] / sim[2]:.0%} of a fresh photo's score)\n"
+              f"background as prompted: before {s0['background_ok']['mean']:.2f} -> after "
+              f"{s1['background_ok']['mean']:.2f}\n"
+              f"picture: {png}\n        columns: {', '.join(texts)}")
+        lap("diffusers pictures and scores (the device picture alongside)")
+        device = device_job.result()
     errors = ", ".join(f"{r['mean_abs_pixel_error']:.1e}" for r in device["images"])
     seconds = sum(r["seconds"] for r in device["images"]) / len(device["images"])
     print(f"device: {device['picture']} (rows: {device['rows']}; {device['images'][0]['precision']} weights with the "
           f"LoRA merged on the device, {seconds:.1f} s per picture; mean |device - diffusers|: {errors})")
-    phase_s["waiting for the device picture"] = time.perf_counter() - t0 - sum(phase_s.values())
+    lap("waiting for the device picture")
     cache_s = manifest["subject_stage"]["seconds"]
     print(f"time:   {time.perf_counter() - t0:.0f} s = " + ", ".join(
         f"{k} {v:.0f} s" + (f" (of which the residual cache {cache_s:.0f} s)" if k == "compile" else "")

@@ -96,13 +96,10 @@ def labelled(picture, step_px: int, row_labels: list[str], col_labels: list[str]
 def build_demo_bundle(out: Path) -> tuple[Path, Path]:
     """The demo's bundle (flux-testbed, teal star, BlockSkip 50%) with the generation part, trained as the demo does."""
     from ditskip_edge.cli import main as cli_main
-    from ditskip_edge.images import to_uint8_image
-    from benchmarks.testbed.scenes import SUBJECTS, reference_images, subject_prompt
+    from benchmarks.testbed.scenes import SUBJECTS, subject_prompt, write_reference_photos
     subject = SUBJECTS["teal_star"]
     photos = out / "photos"
-    photos.mkdir(parents=True, exist_ok=True)
-    for i, r in enumerate(reference_images(subject, 5)):
-        to_uint8_image(r).save(photos / f"{i:02d}.png")
+    write_reference_photos(subject, photos, 5)
     bundle = out / "bundle_gen"
     args = ["compile", "--model", "flux-testbed", "--images", str(photos), "--prompt", subject_prompt(subject),
             "--skip-ratio", "0.5", "--steps", "200", "--grad-accum", "4", "--rank", "8", "--lr", "5e-3",

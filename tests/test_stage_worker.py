@@ -9,6 +9,7 @@ import pytest
 
 from conftest import compile_tiny
 
+
 def _manifest(bundle) -> dict:
     """The manifest less the subject stage's wall seconds (and the manifest's own hash, which covers them): the only
     fields two compiles of one request may differ in."""

@@ -225,6 +225,19 @@ def reference_images(subject: Subject, n: int = 5, px: int = SCENE_PX, seed: int
     return out
 
 
+def write_reference_photos(subject: Subject, folder, n: int = 5) -> list[torch.Tensor]:
+    """`reference_images(subject, n)` as PNGs `folder/00.png ...` (what `compile --images` reads); returns them."""
+    from pathlib import Path
+
+    from ditskip_edge.images import to_uint8_image
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    refs = reference_images(subject, n)
+    for i, r in enumerate(refs):
+        to_uint8_image(r).save(folder / f"{i:02d}.png")
+    return refs
+
+
 def unrelated_image(px: int = SCENE_PX) -> torch.Tensor:
     """An object that shares nothing with any subject: a plain green square on white."""
     return render(Scene("square", PALETTE["green"], "plain", PALETTE["green"], PALETTE["white"], (0.5, 0.5), 16.0),

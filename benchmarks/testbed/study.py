@@ -50,7 +50,7 @@ from export.ort_stage import OrtPrograms
 
 from . import instrument as ins
 from .metrics import SubjectEmbedder, background_match, mean_ci, subject_similarity
-from .scenes import SUBJECTS, reference_images, subject_prompt
+from .scenes import SUBJECTS, subject_prompt, write_reference_photos
 
 MODEL = "flux-testbed"
 PRIMARY = "velocity_progress"         # the instrument's main measure (instrument_pilot.md); the others beside it
@@ -268,11 +268,8 @@ def study_unit(sname: str, train_seed: int, cfg: StudyConfig) -> dict:
     if saved.is_file() and json.loads(saved.read_text()).get("config_key") == key:
         return json.loads(saved.read_text())
     subject = SUBJECTS[sname]
-    refs = reference_images(subject, cfg.n_references)
     sdir = work / "photos"
-    sdir.mkdir(parents=True, exist_ok=True)
-    for i, r in enumerate(refs):
-        to_uint8_image(r).save(sdir / f"{i:02d}.png")
+    refs = write_reference_photos(subject, sdir, cfg.n_references)
     prompt = subject_prompt(subject)
 
     # the two ends of the scale
