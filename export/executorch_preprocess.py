@@ -36,11 +36,14 @@ def export_module(module: nn.Module, example: tuple, backend: str = "portable", 
     addmm kernel is naive)."""
     from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge
     from executorch.exir.passes import MemoryPlanningPass
-    from .graph_passes import remove_unused_constants
+    from .graph_passes import addmm_to_mm_add, remove_unused_constants
     with torch.no_grad(), contiguous_pixel_shuffles():
         ep = torch.export.export(module.eval(), example, strict=False)
-    if mm_rewrite:
-        from .graph_passes import addmm_to_mm_add
+    # decomposed here only where something before to_edge must see the linears' addmm / transposed weights: a
+    # delegate (partitioning) or constant folding (a transposed frozen weight becomes a constant); otherwise the
+    # rewrite runs on the edge program, and the graph is decomposed once (to_edge) instead of twice
+    decompose_first = mm_rewrite and (backend != "portable" or fold_constants)
+    if decompose_first:
         ep = ep.run_decompositions()
         addmm_to_mm_add(ep)
     if fold_constants:
@@ -54,6 +57,8 @@ def export_module(module: nn.Module, example: tuple, backend: str = "portable", 
         edge, _ = to_edge_lowered(ep, [rounding_only_partitioner()], compile_config=cc)
     else:
         edge = to_edge(ep, compile_config=cc)
+        if mm_rewrite and not decompose_first:
+            addmm_to_mm_add(edge.exported_program(), "edge")
     if planned_inputs:
         return edge.to_executorch()
     return edge.to_executorch(ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False)))

@@ -117,14 +117,23 @@ def negative_pad_to_slice(ep: ExportedProgram) -> int:
     return _rewrite_nodes(ep, (aten.constant_pad_nd.default,), rewrite)
 
 
-def addmm_to_mm_add(ep: ExportedProgram) -> int:
+def addmm_to_mm_add(ep: ExportedProgram, dialect: str = "aten") -> int:
+    """dialect "aten": a core-ATen program (joint graphs, decomposed programs); "edge": an edge program (after
+    `to_edge`, whose own decomposition turns linears into addmm: no separate `run_decompositions` needed)."""
+    ops = aten
+    if dialect == "edge":
+        from executorch.exir.dialects._ops import ops as exir_ops
+        ops = exir_ops.edge.aten
+    elif dialect != "aten":
+        raise ValueError(f"addmm_to_mm_add: dialect {dialect!r}, expected 'aten' or 'edge'")
+
     def rewrite(g, n):
         if n.kwargs.get("beta", 1) != 1 or n.kwargs.get("alpha", 1) != 1:
             return None
         bias, a, b = n.args[:3]
-        return _insert(g, aten.add.Tensor, (_insert(g, aten.mm.default, (a, b), like=n), bias), like=n)
+        return _insert(g, ops.add.Tensor, (_insert(g, ops.mm.default, (a, b), like=n), bias), like=n)
 
-    return _rewrite_nodes(ep, (aten.addmm.default,), rewrite)
+    return _rewrite_nodes(ep, (ops.addmm.default,), rewrite)
 
 
 def _is_pointwise(stride, padding, dilation, transposed, groups, weight) -> bool:

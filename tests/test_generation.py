@@ -384,6 +384,33 @@ def test_a_bundle_without_the_generation_part_is_refused(flux_bundle, tmp_path, 
     _refused(*_cli(capsys, flux_bundle, out), out, "no generation part (compile with --generation)")
 
 
+def test_portable_export_decomposes_once_and_leaves_no_addmm(monkeypatch):
+    """export_module(mm_rewrite=True) on the portable backend rewrites addmm -> mm + add on the edge program: the
+    graph is decomposed once (by to_edge; a second `run_decompositions` cost ~7 s per generation program here), no
+    addmm kernel (a naive loop in the portable library) is left, and the program computes the module's outputs."""
+    from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
+    from torch.export import ExportedProgram
+    from export.executorch_preprocess import export_module
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4)).eval()
+    x = torch.randn(3, 8)
+    calls = []
+    original = ExportedProgram.run_decompositions
+
+    def counted(self, *args, **kwargs):
+        calls.append(1)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(ExportedProgram, "run_decompositions", counted)
+    et = export_module(module, (x,), planned_inputs=False, mm_rewrite=True)
+    ops = [op.name for op in et.executorch_program.execution_plan[0].operators]
+    assert len(calls) == 1, calls
+    assert "aten::mm" in ops and "aten::addmm" not in ops, ops
+    with torch.no_grad():
+        want = module(x)
+    assert torch.allclose(_load_for_executorch_from_buffer(et.buffer).forward([x])[0], want, atol=1e-6)
+
+
 def test_folded_text_encoder_stores_its_weight_transposes_and_computes_the_same():
     """fp32 text encoder programs are exported with fold_constants: the frozen weights' transposes (and T5's position
     bias) become constants instead of arena tensors written at every call; the outputs stay the encoder's."""
