@@ -330,14 +330,17 @@ def compile_bundle(req: CompileRequest) -> dict:
     if req.n_front is not None or req.n_back is not None:
         SkipPlan(num_blocks, req.n_front or 0, req.n_back or 0)          # a bad split fails before the model loads
     writer = BundleWriter(req.out, overwrite=req.overwrite)
-    log.info("loading %s", spec.name)
-    transformer = build_transformer(spec)
-    vae = build_vae(spec)
-    plan = resolve_plan(req, spec, len(block_names_of(transformer)), transformer, vae, photos)
     with writer:
-        writer.manifest["created_by"] = f"ditskip-edge {__version__}"
-        model_stage = compile_model_stage(writer, spec, transformer, plan, req.lora, req.optimizer)
+        # what a subject-independent program stage reads (the model and the LoRA's rank and alpha) is known before
+        # the model loads: with --jobs 2 the worker starts now, its start-up beside the model load and selection
+        writer.manifest.update(model=spec.to_json(), lora=req.lora.to_json())
         with ProgramStages(writer, req.programs, req.jobs) as program_stages:
+            log.info("loading %s", spec.name)
+            transformer = build_transformer(spec)
+            vae = build_vae(spec)
+            plan = resolve_plan(req, spec, len(block_names_of(transformer)), transformer, vae, photos)
+            writer.manifest["created_by"] = f"ditskip-edge {__version__}"
+            model_stage = compile_model_stage(writer, spec, transformer, plan, req.lora, req.optimizer)
             subject_stage = compile_subject_stage(writer, spec, transformer, vae, photos, req.prompt, sched, plan,
                                                   req.cache_codec, req.encode_tile_px)
             del transformer, vae

@@ -1,6 +1,6 @@
 """Program stages that need no subject, exported by a second process while the subject stage runs (`--jobs 2`).
 
-    worker = StageWorker.start(writer, [GenerationPrograms(...)], threads=1)   # after the model stage
+    worker = StageWorker.start(writer, [GenerationPrograms(...)], threads=1)   # before the model loads
     ... compile_subject_stage(writer, ...) ...                                  # meanwhile, in this process
     paths = worker.join(writer)          # its files are already under writer.root; its manifest fields merged here
 

@@ -214,7 +214,7 @@ def _pipeline_text_part(writer: BundleWriter, spec: ModelSpec, precision: str, g
         preprocess = "lower_strip" if role == "gemma" else "none"
         tok_rel = f"{GEN_DIR}/text/{tok_attr}.json"
         writer.path(tok_rel).parent.mkdir(parents=True, exist_ok=True)
-        writer.path(tok_rel).write_text(tok.backend_tokenizer.to_str())
+        writer.path(tok_rel).write_text(_tokenizer_json(tok))
         text = "a photo of sks toy".lower().strip() if preprocess == "lower_strip" else "a photo of sks toy"
         b = tok(text, padding="max_length", max_length=max_len, truncation=True, return_tensors="pt")
         model = model.float().eval().requires_grad_(False)
@@ -238,6 +238,17 @@ def _pipeline_text_part(writer: BundleWriter, spec: ModelSpec, precision: str, g
                       "[1, max_len]; the program's outputs are cond.* (FLUX: pooled from CLIP, txt from T5; SANA: "
                       "txt and txt_mask from Gemma-2)"}
     return record, entries
+
+
+def _tokenizer_json(tok) -> str:
+    """The fast tokenizer's serialization without the padding / truncation state an earlier call left on it (the
+    host's own encode_prompt calls it with padding and truncation): the same bytes whichever process exports it
+    and whatever it tokenized before. The device pads and truncates by the manifest's max_len and pad_id."""
+    from tokenizers import Tokenizer
+    clean = Tokenizer.from_str(tok.backend_tokenizer.to_str())
+    clean.no_padding()
+    clean.no_truncation()
+    return clean.to_str()
 
 
 def _example_cond(spec: ModelSpec) -> dict[str, torch.Tensor]:

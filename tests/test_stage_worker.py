@@ -19,13 +19,35 @@ def _manifest(bundle) -> dict:
     return m
 
 
-def test_two_processes_write_the_same_bundle_as_one(tmp_path):
+@pytest.fixture
+def one_torch_thread():
+    """jobs 2 computes the residual cache at half the threads, and a pipeline folder's residuals round differently
+    at 1 and 2 threads (measured: the cache shard's SHA-256 differs with jobs 1 alone): compare at one thread."""
+    import torch
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_two_processes_write_the_same_bundle_as_one(tmp_path, monkeypatch, one_torch_thread):
+    """A local FLUX pipeline folder (its own CLIP + T5 programs, every generation program in the worker, which starts
+    before the model loads, so its start-up overlaps the load and the selection): the one-process bundle."""
+    import ditskip_edge.compile as compile_mod
     from export.generation_stage import GenerationPrograms
-    one = compile_tiny(tmp_path / "one", "flux-tiny", steps=2, programs=[GenerationPrograms(("fp32",), steps=3)])
-    two = compile_tiny(tmp_path / "two", "flux-tiny", steps=2, programs=[GenerationPrograms(("fp32",), steps=3)],
+    from tiny_pipeline import save_tiny_flux_pipeline
+    folder = str(save_tiny_flux_pipeline(tmp_path / "pipe"))
+    one = compile_tiny(tmp_path / "one", folder, steps=2, programs=[GenerationPrograms(("fp32",), steps=3)])
+    worker_alive_at_load = []
+    build = compile_mod.build_transformer
+    monkeypatch.setattr(compile_mod, "build_transformer",
+                        lambda *a, **k: worker_alive_at_load.append(bool(mp.active_children())) or build(*a, **k))
+    two = compile_tiny(tmp_path / "two", folder, steps=2, programs=[GenerationPrograms(("fp32",), steps=3)],
                        jobs=2)
+    assert worker_alive_at_load == [True]
     m1, m2 = _manifest(one), _manifest(two)
-    assert any(p["path"].endswith(".pte") for p in m2["programs"])
+    assert {"text_encoder", "text_encoder_2"} <= {p["name"] for p in m2["programs"]}
+    assert any(p["path"].endswith("block_double.pte") for p in m2["programs"])
     assert m2["files"] == m1["files"]            # every file, programs included, byte for byte (SHA-256)
     assert m2 == m1
     assert not mp.active_children()
