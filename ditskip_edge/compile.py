@@ -261,6 +261,15 @@ class ProgramStages:
             torch.set_num_threads(self._threads)
 
 
+def program_stages_before_the_model(writer: BundleWriter, spec: ModelSpec, req: CompileRequest,
+                                    stages: list) -> ProgramStages:
+    """What a subject-independent program stage reads (the manifest's model and LoRA records: the LoRA's rank and
+    alpha, not the skip plan) is known before the model loads: written now, so that with --jobs 2 the worker starts
+    now and its start-up runs beside the model load and the selection."""
+    writer.manifest.update(model=spec.to_json(), lora=req.lora.to_json())
+    return ProgramStages(writer, stages, req.jobs)
+
+
 def compile_model_bundle_stage(writer: BundleWriter, spec: ModelSpec, transformer: nn.Module, vae: nn.Module,
                                prompts: list[str], schedule_cfg: ScheduleConfig, plan: SkipPlan, cache_codec: str,
                                min_photos: int) -> dict:
@@ -294,15 +303,15 @@ def compile_model_bundle(req: CompileRequest, spec: ModelSpec, sched: ScheduleCo
     subject_programs = req.subject_programs or SubjectPrograms(
         precision=next(st for st in req.programs if isinstance(st, ExecutorchPrograms)).precisions[0])
     writer = BundleWriter(req.out, overwrite=req.overwrite)
-    transformer, vae = build_transformer(spec), build_vae(spec)
-    plan = resolve_plan(req, spec, len(block_names_of(transformer)), transformer, vae, None)
     prompts = [req.prompt, *req.more_prompts]
     stages = [dataclasses.replace(st, preprocess=False) if isinstance(st, ExecutorchPrograms) else st
               for st in req.programs]
     with writer:
-        writer.manifest["created_by"] = f"ditskip-edge {__version__}"
-        model_stage = compile_model_stage(writer, spec, transformer, plan, req.lora, req.optimizer)
-        with ProgramStages(writer, stages, req.jobs) as program_stages:
+        with program_stages_before_the_model(writer, spec, req, stages) as program_stages:
+            transformer, vae = build_transformer(spec), build_vae(spec)
+            plan = resolve_plan(req, spec, len(block_names_of(transformer)), transformer, vae, None)
+            writer.manifest["created_by"] = f"ditskip-edge {__version__}"
+            model_stage = compile_model_stage(writer, spec, transformer, plan, req.lora, req.optimizer)
             stage = compile_model_bundle_stage(writer, spec, transformer, vae, prompts, sched, plan, req.cache_codec,
                                                req.min_photos)
             subject = add_subject_programs(writer, subject_programs, transformer, vae,
@@ -331,10 +340,7 @@ def compile_bundle(req: CompileRequest) -> dict:
         SkipPlan(num_blocks, req.n_front or 0, req.n_back or 0)          # a bad split fails before the model loads
     writer = BundleWriter(req.out, overwrite=req.overwrite)
     with writer:
-        # what a subject-independent program stage reads (the model and the LoRA's rank and alpha) is known before
-        # the model loads: with --jobs 2 the worker starts now, its start-up beside the model load and selection
-        writer.manifest.update(model=spec.to_json(), lora=req.lora.to_json())
-        with ProgramStages(writer, req.programs, req.jobs) as program_stages:
+        with program_stages_before_the_model(writer, spec, req, req.programs) as program_stages:
             log.info("loading %s", spec.name)
             transformer = build_transformer(spec)
             vae = build_vae(spec)
