@@ -6,7 +6,8 @@ exported by a second process while the residual cache is computed).
 The request is `make demo`'s (`examples/demo.py compile_args`: flux-testbed, 5 reference photos of the teal star,
 BlockSkip 50% by selection, 200 steps x 4 samples, --generation). Runs alternate (jobs 1, jobs 2, jobs 1, ...) so
 that a drift of the machine falls on both. Each run is a fresh `ditskip-edge compile` process; jobs 1 runs with one
-torch thread (as the demo does), jobs 2 with two (split one per process). Wall seconds, and the process tree's CPU seconds (user + system).
+torch thread (as the demo does), jobs 2 with two (split one per process). Wall seconds, and the process tree's CPU
+seconds (user + system).
 """
 
 from __future__ import annotations

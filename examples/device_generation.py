@@ -101,9 +101,8 @@ def build_demo_bundle(out: Path) -> tuple[Path, Path]:
     photos = out / "photos"
     write_reference_photos(subject, photos, 5)
     bundle = out / "bundle_gen"
-    args = ["compile", "--model", "flux-testbed", "--images", str(photos), "--prompt", subject_prompt(subject),
-            "--skip-ratio", "0.5", "--steps", "200", "--grad-accum", "4", "--rank", "8", "--lr", "5e-3",
-            "--generation", "--precision", "fp32", "--out", str(bundle), "--force"]
+    from examples.demo import compile_args
+    args = [*compile_args(subject_prompt(subject), photos, bundle, jobs=1), "--precision", "fp32"]
     if cli_main(args) != 0 or cli_main(["train", str(bundle), "--no-resume"]) != 0:
         raise SystemExit(1)
     return bundle, bundle / "runs" / "eager" / "lora"
