@@ -107,7 +107,7 @@ def main() -> int:
     init_sha = None
     if args.init:
         from safetensors.torch import load_file
-        from ditskip_edge.bundle import sha256_file
+        from ditskip_edge.runtime.bundle import sha256_file
         model.load_state_dict(load_file(args.init), strict=True)
         init_sha = sha256_file(Path(args.init))
     model = model.to(device).train()

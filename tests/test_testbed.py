@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks.testbed.metrics import (SubjectEmbedder, background_match, colour_agreement, reference_mask,
-                                          shape_iou, subject_similarity)
-from benchmarks.testbed.scenes import PALETTE, SUBJECTS, reference_images, unrelated_image
+from benchmarks.testbed.metrics import (SubjectEmbedder, background_match, colour_agreement, nearest_shape,
+                                          reference_mask, shape_iou, subject_similarity)
+from benchmarks.testbed.scenes import PALETTE, SHAPES, SUBJECTS, random_scene, reference_images, render, unrelated_image
 
 
 @pytest.fixture(autouse=True)
@@ -44,6 +44,43 @@ def test_an_empty_image_has_no_subject():
     refs = reference_images(SUBJECTS["teal_star"])
     assert subject_similarity(blank, refs, SubjectEmbedder()) == 0.0
     assert background_match(blank, "black") == 1.0 and background_match(blank, "white") == 0.0
+
+
+def test_nearest_shape_names_the_drawn_shape_of_rendered_scenes_at_the_generation_size():
+    import random
+    import torch.nn.functional as F
+    rnd = random.Random(3)
+    right = {s: 0 for s in SHAPES}
+    total = {s: 0 for s in SHAPES}
+    for _ in range(200):                 # every texture, size, placement and colour pretraining draws
+        scene, _ = random_scene(rnd)
+        image_32px = F.interpolate(render(scene)[None], size=32, mode="area")[0]
+        total[scene.shape] += 1
+        right[scene.shape] += nearest_shape(image_32px) == scene.shape
+    assert min(total.values()) >= 10
+    assert all(right[s] >= 0.8 * total[s] for s in SHAPES), right     # a bar is not a square, a ring not a circle
+    assert sum(right.values()) >= 0.95 * sum(total.values()), right
+    assert nearest_shape(torch.full((3, 32, 32), -1.0)) is None
+
+
+def test_pretrain_testbed_warm_starts_from_a_weights_file_and_writes_a_loadable_model(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+    from safetensors.torch import load_file
+    from ditskip_edge.models.loading import builtin_weights_path, resolve_spec
+    root = Path(__file__).resolve().parent.parent
+    init = builtin_weights_path(resolve_spec("flux-testbed"))
+    out = tmp_path / "transformer.safetensors"
+    subprocess.run([sys.executable, str(root / "benchmarks" / "pretrain_testbed.py"), "--minutes", "0.05",
+                    "--captions", "16", "--batch", "2", "--init", str(init), "--out", str(out)],
+                   check=True, capture_output=True, text=True, timeout=600)
+    log = json.loads((tmp_path / "pretrain_log.json").read_text())
+    assert log["final"] and log["steps"] >= 1 and len(log["losses"]) == log["steps"]
+    assert len(log["init_sha256"]) == 64 and log["device"] == "cpu"
+    before, after = load_file(str(init)), load_file(str(out))
+    assert before.keys() == after.keys()
+    assert any(not torch.equal(before[k], after[k]) for k in before)         # it trained from the init, and saved
 
 
 @pytest.fixture(scope="module")

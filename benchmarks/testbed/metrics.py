@@ -11,6 +11,9 @@ Subject fidelity
   embeds as zeros (similarity 0).
 - Attribute checks: `colour_agreement` (at least COLOUR_SHARE of the foreground lies within COLOUR_TOLERANCE of the
   subject's main colour) and `shape_iou` (IoU of the bounding-box-normalised mask with the references' mean mask).
+- `nearest_shape`: which of the scenes' SHAPES the foreground is (highest IoU of its mask, cropped to the square
+  around its bounding box so that the aspect ratio stays (a bar is not a square), with each shape's, drawn plain and
+  large; None for an empty foreground): whether a model draws the prompted shape at all.
 Prompt fidelity
 - `background_match`: the estimated background's nearest palette colour is the one the prompt asked for.
 
@@ -27,7 +30,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .scenes import PALETTE, RGB
+from .scenes import PALETTE, RGB, SHAPES, _grid, shape_mask
 
 FG_DISTANCE = 60.0
 COLOUR_TOLERANCE = 70.0
@@ -112,8 +115,43 @@ def shape_iou(image: torch.Tensor, ref_mask: np.ndarray) -> float:
     m = _bbox_mask(foreground_mask(to_rgb255(image)))
     if m is None:
         return 0.0
-    a, b = m > 0.5, ref_mask > 0.5
+    return _iou(m, ref_mask)
+
+
+def _square_bbox_mask(mask: np.ndarray) -> np.ndarray | None:
+    """The foreground mask cropped to the square around its bounding box (centred), resized to MASK_PX x MASK_PX."""
+    if mask.mean() < MIN_FG_FRACTION:
+        return None
+    ys, xs = np.nonzero(mask)
+    h, w = ys.max() + 1 - ys.min(), xs.max() + 1 - xs.min()
+    side = max(h, w)
+    square = np.zeros((side, side), np.float32)
+    top, left = (side - h) // 2, (side - w) // 2
+    square[top:top + h, left:left + w] = mask[ys.min():ys.max() + 1, xs.min():xs.max() + 1]
+    return F.interpolate(torch.from_numpy(square)[None, None], size=(MASK_PX, MASK_PX), mode="area")[0, 0].numpy()
+
+
+def _iou(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a > 0.5, b > 0.5
     return float((a & b).sum() / max((a | b).sum(), 1))
+
+
+_SHAPE_MASKS: dict[str, np.ndarray] = {}
+
+
+def shape_template(shape: str) -> np.ndarray:
+    """The shape drawn plain and large at the centre of a 64 px scene, normalised as `_square_bbox_mask`."""
+    if shape not in _SHAPE_MASKS:
+        x, y = _grid(64, 1)
+        _SHAPE_MASKS[shape] = _square_bbox_mask(shape_mask(shape, x, y, 32.0, 32.0, 17.0))
+    return _SHAPE_MASKS[shape]
+
+
+def nearest_shape(image: torch.Tensor) -> str | None:
+    m = _square_bbox_mask(foreground_mask(to_rgb255(image)))
+    if m is None:
+        return None
+    return max(SHAPES, key=lambda s: _iou(m, shape_template(s)))
 
 
 def background_match(image: torch.Tensor, colour_name: str) -> float:
