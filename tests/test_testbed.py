@@ -312,3 +312,17 @@ def test_unknown_subjects_or_methods_are_refused_before_any_work(tmp_path):
     with pytest.raises(ValueError, match="unknown subject.*pink_elephant"):
         run_study(StudyConfig(out=tmp_path, subjects=["pink_elephant"]))
     assert not (tmp_path / "work").exists()
+
+
+def test_caption_use_swaps_change_exactly_one_attribute_and_keep_the_caption_drawable():
+    import random
+    from benchmarks.testbed_caption_use import SWAPS, caption, held_out_scenes, swapped
+    rnd = random.Random(0)
+    for scene, words in held_out_scenes(40, seed=5):
+        assert scene.texture == "plain" and scene.inner is None
+        assert words["colour"] != words["background"]
+        for attr in SWAPS:
+            new = swapped(words, attr, rnd)
+            assert [k for k in words if new[k] != words[k]] == [attr]
+            assert new["colour"] != new["background"]            # a swap never asks for an invisible object
+            assert caption(new) != caption(words)
