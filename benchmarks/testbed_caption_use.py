@@ -1,7 +1,7 @@
 """Which caption words `flux-testbed` uses: the velocity loss on held-out scenes with one attribute of the caption
 swapped, against the true caption and the empty one.
 
-    held-out scenes (their own seed; full captions "a {size} {colour} {shape} {place}, on a {bg} background", plain
+    held-out scenes (their own seed; resized to 32 px by the compiler's PatchSampler, as pretraining does; full captions "a {size} {colour} {shape} {place}, on a {bg} background", plain
     texture) x noise levels t -> flow-matching MSE with: the true caption, the shape word swapped for another shape,
     the colour word swapped, the background word swapped, the place swapped, the empty caption (same noise for all)
 
@@ -30,11 +30,12 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _meta import provenance, provenance_md                                     # noqa: E402
 from benchmarks.testbed.metrics import mean_ci                                  # noqa: E402
-from benchmarks.testbed.scenes import PALETTE, PLACES, SHAPES, SIZES, random_scene, render   # noqa: E402
+from benchmarks.testbed.scenes import PALETTE, PLACES, SCENE_PX, SHAPES, SIZES, random_scene, render   # noqa: E402
 from ditskip_edge.models.latents import LatentEncoder                           # noqa: E402
 from ditskip_edge.models.loading import build_transformer, build_vae, resolve_spec   # noqa: E402
 from ditskip_edge.models.text import encode_prompt                              # noqa: E402
 from ditskip_edge.models.views import make_view                                 # noqa: E402
+from ditskip_edge.patch_sampling import PatchSampler                            # noqa: E402
 
 SWAPS = ("shape", "colour", "background", "place")
 NOISE_LEVELS = (0.3, 0.5, 0.7, 0.9)
@@ -87,19 +88,19 @@ def main() -> int:
         variants[attr] = [swapped(w, attr, rnd) for _, w in scenes]
     prompts = {caption(w) for ws in variants.values() for w in ws} | {""}
     enc = {p: encode_prompt(spec, p) for p in prompts}
-    images = torch.stack([torch.nn.functional.interpolate(render(s)[None], size=spec.train_px, mode="area")[0]
-                          for s, _ in scenes])
+    whole_scene = torch.tensor([0.0, 0.0, float(SCENE_PX)])
+    images = torch.cat([PatchSampler(spec.train_px)(render(s)[None], whole_scene) for s, _ in scenes])
     gen = torch.Generator().manual_seed(args.seed + 2)
     with torch.no_grad():
         x0 = view.pack(encoder(images))
         losses = {k: torch.zeros(len(scenes)) for k in [*variants, "empty"]}
+        captions = {k: [""] * len(scenes) if k == "empty" else [caption(w) for w in variants[k]] for k in losses}
+        conds = {key: {k: torch.cat([enc[c][k] for c in caps]) for k in enc[""]} for key, caps in captions.items()}
         for t_value in NOISE_LEVELS:
             noise = torch.randn(x0.shape, generator=gen)
             t = torch.full((len(scenes),), t_value)
             x_t = (1 - t_value) * x0 + t_value * noise
-            for key in losses:
-                caps = [""] * len(scenes) if key == "empty" else [caption(w) for w in variants[key]]
-                cond = {k: torch.cat([enc[c][k] for c in caps]) for k in enc[""]}
+            for key, cond in conds.items():
                 v = torch.cat([view(x_t[i:i + 64], t[i:i + 64], {k: c[i:i + 64] for k, c in cond.items()})
                                for i in range(0, len(scenes), 64)])
                 losses[key] += ((v - (noise - x0)) ** 2).mean((1, 2)) / len(NOISE_LEVELS)

@@ -60,13 +60,18 @@ def nearest_palette_name(rgb: np.ndarray) -> str:
     return names[int(np.argmin(d))]
 
 
-def _bbox_mask(mask: np.ndarray) -> np.ndarray | None:
-    """The foreground mask cropped to its bounding box, resized to MASK_PX x MASK_PX (float in [0, 1])."""
+def _bbox_mask(mask: np.ndarray, square: bool = False) -> np.ndarray | None:
+    """The foreground mask cropped to its bounding box (square: to the square around it, centred, so that the aspect
+    ratio stays), resized to MASK_PX x MASK_PX (float in [0, 1]); None for an empty foreground."""
     if mask.mean() < MIN_FG_FRACTION:
         return None
     ys, xs = np.nonzero(mask)
-    crop = torch.from_numpy(mask[ys.min():ys.max() + 1, xs.min():xs.max() + 1].astype(np.float32))
-    return F.interpolate(crop[None, None], size=(MASK_PX, MASK_PX), mode="area")[0, 0].numpy()
+    crop = mask[ys.min():ys.max() + 1, xs.min():xs.max() + 1].astype(np.float32)
+    if square:
+        h, w = crop.shape
+        side = max(h, w)
+        crop = np.pad(crop, (((side - h) // 2, side - h - (side - h) // 2), ((side - w) // 2, side - w - (side - w) // 2)))
+    return F.interpolate(torch.from_numpy(crop)[None, None], size=(MASK_PX, MASK_PX), mode="area")[0, 0].numpy()
 
 
 @dataclass
@@ -118,19 +123,6 @@ def shape_iou(image: torch.Tensor, ref_mask: np.ndarray) -> float:
     return _iou(m, ref_mask)
 
 
-def _square_bbox_mask(mask: np.ndarray) -> np.ndarray | None:
-    """The foreground mask cropped to the square around its bounding box (centred), resized to MASK_PX x MASK_PX."""
-    if mask.mean() < MIN_FG_FRACTION:
-        return None
-    ys, xs = np.nonzero(mask)
-    h, w = ys.max() + 1 - ys.min(), xs.max() + 1 - xs.min()
-    side = max(h, w)
-    square = np.zeros((side, side), np.float32)
-    top, left = (side - h) // 2, (side - w) // 2
-    square[top:top + h, left:left + w] = mask[ys.min():ys.max() + 1, xs.min():xs.max() + 1]
-    return F.interpolate(torch.from_numpy(square)[None, None], size=(MASK_PX, MASK_PX), mode="area")[0, 0].numpy()
-
-
 def _iou(a: np.ndarray, b: np.ndarray) -> float:
     a, b = a > 0.5, b > 0.5
     return float((a & b).sum() / max((a | b).sum(), 1))
@@ -140,15 +132,15 @@ _SHAPE_MASKS: dict[str, np.ndarray] = {}
 
 
 def shape_template(shape: str) -> np.ndarray:
-    """The shape drawn plain and large at the centre of a 64 px scene, normalised as `_square_bbox_mask`."""
+    """The shape drawn plain and large at the centre of a 64 px scene, normalised as `_bbox_mask(square=True)`."""
     if shape not in _SHAPE_MASKS:
         x, y = _grid(64, 1)
-        _SHAPE_MASKS[shape] = _square_bbox_mask(shape_mask(shape, x, y, 32.0, 32.0, 17.0))
+        _SHAPE_MASKS[shape] = _bbox_mask(shape_mask(shape, x, y, 32.0, 32.0, 17.0), square=True)
     return _SHAPE_MASKS[shape]
 
 
 def nearest_shape(image: torch.Tensor) -> str | None:
-    m = _square_bbox_mask(foreground_mask(to_rgb255(image)))
+    m = _bbox_mask(foreground_mask(to_rgb255(image)), square=True)
     if m is None:
         return None
     return max(SHAPES, key=lambda s: _iou(m, shape_template(s)))
