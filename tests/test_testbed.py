@@ -326,3 +326,47 @@ def test_caption_use_swaps_change_exactly_one_attribute_and_keep_the_caption_dra
             assert [k for k in words if new[k] != words[k]] == [attr]
             assert new["colour"] != new["background"]            # a swap never asks for an invisible object
             assert caption(new) != caption(words)
+
+
+def test_finetune_trains_on_whole_photos_when_dynamic_patches_are_off(monkeypatch):
+    """`FinetuneConfig.dynamic_patches=False` (the fixed-resize ablation, testbed_ceiling's "whole photos" rows) must
+    reach the crops: every training sample is the whole photo resized, never a timestep-sized crop."""
+    import benchmarks.testbed.finetune as ft
+    from ditskip_edge.models.loading import build_transformer, resolve_spec
+    seen = []
+    real = ft.crop_batch
+
+    def spy(photos, t, spec, sampler, rnd, dynamic=True):
+        seen.append(dynamic)
+        return real(photos, t, spec, sampler, rnd, dynamic)
+
+    monkeypatch.setattr(ft, "crop_batch", spy)
+    spec = resolve_spec("flux-testbed")
+    photos = reference_images(SUBJECTS["teal_star"], 2)
+    for flag in (False, True):
+        ft.finetune(spec, build_transformer(spec), photos, "a large sks star in the center",
+                    ft.FinetuneConfig(mode="lora", steps=2, batch=2, blocks=(0,), dynamic_patches=flag))
+    assert seen == [False, False, True, True]
+    whole = real(photos[:1], torch.tensor([0.0]), spec, ft.PatchSampler(spec.train_px), __import__("random").Random(0),
+                 dynamic=False)
+    expected = torch.nn.functional.interpolate(photos[0][None], size=(spec.train_px,) * 2, mode="area")
+    assert torch.allclose(whole, expected, atol=1e-5)
+
+
+def test_ceiling_configurations_vary_one_thing_at_a_time_from_full_fine_tuning_on_whole_photos():
+    """testbed_ceiling's rows are read as one-factor comparisons: dynamic patches and the prior each differ from the
+    whole-photo full fine-tune in that factor alone, and the LoRA row trains exactly the blocks asked for."""
+    from dataclasses import asdict
+
+    from benchmarks.testbed_ceiling import configurations
+    rows = configurations((1, 2, 3), steps_scale=0.5)
+    assert rows["base"] is None
+    full = asdict(rows["full, whole photos"])
+    assert full["mode"] == "full" and full["dynamic_patches"] is False and full["steps"] == 300
+
+    def diff(name):
+        return {k for k, v in asdict(rows[name]).items() if v != full[k]}
+    assert diff("full, dynamic patches") == {"dynamic_patches"}
+    assert diff("full, whole photos, prior 1") == {"prior_weight"}
+    lora = rows["LoRA blocks 1-3, dynamic patches"]
+    assert lora.mode == "lora" and lora.blocks == (1, 2, 3) and lora.dynamic_patches

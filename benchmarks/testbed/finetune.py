@@ -46,6 +46,7 @@ class FinetuneConfig:
     prior_weight: float = 0.0              # weight of the pretraining-scene loss
     prior_batch: int = 4
     seed: int = 0
+    dynamic_patches: bool = True           # False: the whole photo resized (the fixed-resize ablation)
 
 
 def crop_batch(photos: Sequence[torch.Tensor], t: torch.Tensor, spec: ModelSpec, sampler: PatchSampler,
@@ -109,7 +110,7 @@ def finetune(spec: ModelSpec, transformer: nn.Module, photos: Sequence[torch.Ten
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     for step in range(cfg.steps):
         t = torch.rand(cfg.batch)
-        x0 = view.pack(encoder(crop_batch(photos, t, spec, sampler, rnd)))
+        x0 = view.pack(encoder(crop_batch(photos, t, spec, sampler, rnd, cfg.dynamic_patches)))
         cond = {k: v.expand(cfg.batch, *v.shape[1:]) for k, v in cond1.items()}
         loss = _fm_loss(view, x0, t, cond)
         if prior is not None:

@@ -1,0 +1,148 @@
+"""What fine-tuning can make flux-testbed draw of a held-out subject: the ceiling behind `make demo`'s after row.
+
+For one subject (default the demo's teal star) each configuration fine-tunes the committed base on the 5 reference
+photos with `benchmarks/testbed/finetune.py` and draws, with the same noise for every configuration,
+  - the training prompt ("a large sks star in the center"), 8 seeds: can the model reproduce the subject at all?
+  - the 4 eval prompts (", on a <colour> background", backgrounds no reference shows), 2 seeds: can it compose the
+    subject with a prompted background (what the demo's after row asks for)?
+each at classifier-free guidance 1 and 3 (the demo's). Scores per cell: the share of images whose foreground is
+nearest the subject's shape among the 10 scene shapes (`metrics.nearest_shape`; chance 0.10), subject similarity
+to the references and, on the eval prompts, the background as prompted; 95% CIs over images.
+
+Configurations: the base; every weight fine-tuned (lr 1e-3, 600 steps x 4 photos) on whole photos, on dynamic
+patches, and on whole photos with the prior-preservation loss on pretraining scenes (weight 1); and a LoRA on the
+demo's kept blocks (`--lora-blocks`, the split `make demo` selects: blocks 1-6) at the demo's lr 5e-3 for 400 steps.
+
+    python benchmarks/testbed_ceiling.py                     # ~10 min on 2 cores
+    python benchmarks/testbed_ceiling.py --steps-scale 0.01 --out /tmp/c   # a smoke run (tests)
+
+Writes <out>/testbed_ceiling.{json,md,png} (png: per configuration, the training prompt's first 4 seeds and the 4
+eval prompts' first seed at guidance 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from _meta import provenance, provenance_md                                              # noqa: E402
+from ditskip_edge.generate import generate, grid                                        # noqa: E402
+from ditskip_edge.images import to_uint8_image                                          # noqa: E402
+from ditskip_edge.models.loading import build_transformer, resolve_spec                 # noqa: E402
+from benchmarks.testbed.finetune import FinetuneConfig, finetune                        # noqa: E402
+from benchmarks.testbed.metrics import mean_ci, nearest_shape, score_images             # noqa: E402
+from benchmarks.testbed.scenes import SUBJECTS, eval_prompts, reference_images, subject_prompt  # noqa: E402
+
+TRAIN_SEEDS = 8        # images of the training prompt per cell
+EVAL_SEEDS = 2         # images per eval prompt per cell
+GUIDANCES = (1.0, 3.0)
+
+
+def configurations(lora_blocks: tuple[int, ...], steps_scale: float) -> dict[str, FinetuneConfig | None]:
+    full = FinetuneConfig(mode="full", steps=600, lr=1e-3, dynamic_patches=False)
+    lora = FinetuneConfig(mode="lora", steps=400, lr=5e-3, rank=8, blocks=lora_blocks)
+    configs = {"base": None,
+               "full, whole photos": full,
+               "full, dynamic patches": replace(full, dynamic_patches=True),
+               "full, whole photos, prior 1": replace(full, prior_weight=1.0),
+               f"LoRA blocks {lora_blocks[0]}-{lora_blocks[-1]}, dynamic patches": lora}
+    return {k: (None if c is None else replace(c, steps=max(1, round(c.steps * steps_scale))))
+            for k, c in configs.items()}
+
+
+def score_cell(images: torch.Tensor, subject, refs, backgrounds: list[str] | None) -> dict:
+    drawn = [nearest_shape(im) for im in images]
+    scores = score_images(list(images), backgrounds or ["white"] * len(images), refs, subject.colour)
+    cell = {"subject_shape": mean_ci([float(d == subject.shape) for d in drawn]), "drawn_shapes": drawn,
+            "subject_sim": scores["subject_sim"]}
+    if backgrounds is not None:
+        cell["background_ok"] = scores["background_ok"]
+    return cell
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--subject", default="teal_star", choices=sorted(SUBJECTS))
+    ap.add_argument("--lora-blocks", default="1,2,3,4,5,6", help="blocks the LoRA row trains (the demo's kept ones)")
+    ap.add_argument("--steps-scale", type=float, default=1.0, help="scale every configuration's steps (smoke runs)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    spec = resolve_spec("flux-testbed")
+    subject = SUBJECTS[args.subject]
+    refs = reference_images(subject, 5)
+    train_prompt = subject_prompt(subject)
+    evals = eval_prompts(subject)
+    eval_texts = [p for p, _ in evals for _ in range(EVAL_SEEDS)]
+    eval_bgs = [bg for _, bg in evals for _ in range(EVAL_SEEDS)]
+    eval_seeds = [s for _ in evals for s in range(EVAL_SEEDS)]
+    blocks = tuple(int(b) for b in args.lora_blocks.split(","))
+    rows, tiles = [], []
+    for name, cfg in configurations(blocks, args.steps_scale).items():
+        model = build_transformer(spec)
+        t0 = time.perf_counter()
+        if cfg is not None:
+            finetune(spec, model, refs, train_prompt, cfg)
+        train_s = time.perf_counter() - t0
+        row = {"config": name, "finetune": None if cfg is None else asdict(cfg), "train_seconds": round(train_s, 1)}
+        for g in GUIDANCES:
+            train_ims = generate(spec, model, [train_prompt] * TRAIN_SEEDS, list(range(TRAIN_SEEDS)), guidance=g)
+            eval_ims = generate(spec, model, eval_texts, eval_seeds, guidance=g)
+            row[f"g{g:g}"] = {"training_prompt": score_cell(train_ims, subject, refs, None),
+                              "eval_prompts": score_cell(eval_ims, subject, refs, eval_bgs)}
+            if g == GUIDANCES[0]:
+                tiles.append(torch.cat([train_ims[:4], eval_ims[::EVAL_SEEDS]]))
+        rows.append(row)
+        print(f"{name}: {train_s:.0f} s, " + ", ".join(
+            f"g{g:g} star {row[f'g{g:g}']['training_prompt']['subject_shape']['mean']:.2f} / "
+            f"{row[f'g{g:g}']['eval_prompts']['subject_shape']['mean']:.2f}" for g in GUIDANCES),
+              file=sys.stderr, flush=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    picture = to_uint8_image(grid(torch.cat(tiles), 8))
+    picture.resize((picture.width * 4, picture.height * 4), 0).save(out / "testbed_ceiling.png")
+    meta = provenance()
+    doc = {"meta": meta, "subject": args.subject, "training_prompt": train_prompt,
+           "eval_prompts": [p for p, _ in evals], "train_seeds": TRAIN_SEEDS, "eval_seeds": EVAL_SEEDS,
+           "rows": rows}
+    (out / "testbed_ceiling.json").write_text(json.dumps(doc, indent=1))
+    (out / "testbed_ceiling.md").write_text(markdown(doc))
+    print(markdown(doc))
+    return 0
+
+
+def markdown(doc: dict) -> str:
+    def f(c: dict) -> str:
+        return f"{c['mean']:.2f} +- {c['ci95']:.2f}"
+    lines = ["# What fine-tuning makes flux-testbed draw of a held-out subject", "", provenance_md(doc["meta"]),
+             f"Subject `{doc['subject']}`; training prompt `{doc['training_prompt']}` ({doc['train_seeds']} seeds); "
+             f"eval prompts: the 4 backgrounds no reference shows ({doc['eval_seeds']} seeds each). "
+             "Subject shape = share of images whose foreground is nearest the subject's shape of the 10 scene "
+             "shapes (chance 0.10). 95% CIs over images; the same noise in every row.", "",
+             "| configuration | train s | guidance | shape, training prompt | shape, eval prompts | "
+             "similarity, eval prompts | background as prompted |", "|---|---|---|---|---|---|---|"]
+    for r in doc["rows"]:
+        for g in GUIDANCES:
+            c = r[f"g{g:g}"]
+            lines.append(f"| {r['config']} | {r['train_seconds']:.0f} | {g:g} | {f(c['training_prompt']['subject_shape'])}"
+                         f" | {f(c['eval_prompts']['subject_shape'])} | {f(c['eval_prompts']['subject_sim'])} | "
+                         f"{f(c['eval_prompts']['background_ok'])} |")
+    lines += ["", "Picture `testbed_ceiling.png`: a row per configuration (in the table's order), guidance 1; "
+              "columns 1-4 the training prompt (seeds 0-3), 5-8 the eval prompts (green, black, yellow, purple "
+              "background; seed 0)."]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
