@@ -13,7 +13,7 @@ Configurations: the base; every weight fine-tuned (lr 1e-3, 600 steps x 4 photos
 patches, and on whole photos with the prior-preservation loss on pretraining scenes (weight 1); and a LoRA on the
 demo's kept blocks (`--lora-blocks`, the split `make demo` selects: blocks 1-6) at the demo's lr 5e-3 for 400 steps.
 
-    python benchmarks/testbed_ceiling.py                     # ~10 min on 2 cores
+    python benchmarks/testbed_ceiling.py                     # ~8 min on 2 cores (AMD EPYC)
     python benchmarks/testbed_ceiling.py --steps-scale 0.01 --out /tmp/c   # a smoke run (tests)
 
 Writes <out>/testbed_ceiling.{json,md,png} (png: per configuration, the training prompt's first 4 seeds and the 4
