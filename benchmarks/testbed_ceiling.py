@@ -10,10 +10,11 @@ nearest the subject's shape among the 10 scene shapes (`metrics.nearest_shape`; 
 to the references and, on the eval prompts, the background as prompted; 95% CIs over images.
 
 Configurations: the base; every weight fine-tuned (lr 1e-3, 600 steps x 4 photos) on whole photos, on dynamic
-patches, and on whole photos with the prior-preservation loss on pretraining scenes (weight 1); and a LoRA on the
-demo's kept blocks (`--lora-blocks`, the split `make demo` selects: blocks 1-6) at the demo's lr 5e-3 for 400 steps.
+patches, on whole photos with the prior-preservation loss on pretraining scenes (weight 1), and on whole photos with
+per-photo captions (each photo's prompt also names its background); and a LoRA on the demo's kept blocks
+(`--lora-blocks`, the split `make demo` selects: blocks 1-6) at the demo's lr 5e-3 for 400 steps.
 
-    python benchmarks/testbed_ceiling.py                     # ~8 min on 2 cores (AMD EPYC)
+    python benchmarks/testbed_ceiling.py                     # ~11 min on 2 cores (AMD EPYC)
     python benchmarks/testbed_ceiling.py --steps-scale 0.01 --out /tmp/c   # a smoke run (tests)
 
 Writes <out>/testbed_ceiling.{json,md,png} (png: per configuration, the training prompt's first 4 seeds and the 4
@@ -48,16 +49,19 @@ EVAL_SEEDS = 2         # images per eval prompt per cell
 GUIDANCES = (1.0, 3.0)
 
 
-def configurations(lora_blocks: tuple[int, ...], steps_scale: float) -> dict[str, FinetuneConfig | None]:
+def configurations(lora_blocks: tuple[int, ...], steps_scale: float) -> dict[str, tuple[FinetuneConfig | None, bool]]:
+    """name -> (fine-tune config or None for the base, per-photo captions: each photo trained with the training
+    prompt plus its own background, ", on a red background", instead of one caption for all)."""
     full = FinetuneConfig(mode="full", steps=600, lr=1e-3, dynamic_patches=False)
     lora = FinetuneConfig(mode="lora", steps=400, lr=5e-3, rank=8, blocks=lora_blocks)
-    configs = {"base": None,
-               "full, whole photos": full,
-               "full, dynamic patches": replace(full, dynamic_patches=True),
-               "full, whole photos, prior 1": replace(full, prior_weight=1.0),
-               f"LoRA blocks {lora_blocks[0]}-{lora_blocks[-1]}, dynamic patches": lora}
-    return {k: (None if c is None else replace(c, steps=max(1, round(c.steps * steps_scale))))
-            for k, c in configs.items()}
+    configs = {"base": (None, False),
+               "full, whole photos": (full, False),
+               "full, dynamic patches": (replace(full, dynamic_patches=True), False),
+               "full, whole photos, prior 1": (replace(full, prior_weight=1.0), False),
+               "full, whole photos, per-photo captions": (full, True),
+               f"LoRA blocks {lora_blocks[0]}-{lora_blocks[-1]}, dynamic patches": (lora, False)}
+    return {k: (None if c is None else replace(c, steps=max(1, round(c.steps * steps_scale))), per_photo)
+            for k, (c, per_photo) in configs.items()}
 
 
 def score_cell(images: torch.Tensor, subject, refs, backgrounds: list[str] | None) -> dict:
@@ -89,13 +93,16 @@ def main() -> int:
     eval_seeds = [s for _ in evals for s in range(EVAL_SEEDS)]
     blocks = tuple(int(b) for b in args.lora_blocks.split(","))
     rows, tiles = [], []
-    for name, cfg in configurations(blocks, args.steps_scale).items():
+    per_photo_captions = [subject_prompt(subject, subject.reference_backgrounds[i % len(subject.reference_backgrounds)])
+                          for i in range(len(refs))]      # reference_images puts photo i on background i mod len
+    for name, (cfg, per_photo) in configurations(blocks, args.steps_scale).items():
         model = build_transformer(spec)
         t0 = time.perf_counter()
         if cfg is not None:
-            finetune(spec, model, refs, train_prompt, cfg)
+            finetune(spec, model, refs, per_photo_captions if per_photo else train_prompt, cfg)
         train_s = time.perf_counter() - t0
-        row = {"config": name, "finetune": None if cfg is None else asdict(cfg), "train_seconds": round(train_s, 1)}
+        row = {"config": name, "finetune": None if cfg is None else asdict(cfg), "per_photo_captions": per_photo,
+               "train_seconds": round(train_s, 1)}
         for g in GUIDANCES:
             train_ims = generate(spec, model, [train_prompt] * TRAIN_SEEDS, list(range(TRAIN_SEEDS)), guidance=g)
             eval_ims = generate(spec, model, eval_texts, eval_seeds, guidance=g)
@@ -135,7 +142,8 @@ def markdown(doc: dict) -> str:
     for r in doc["rows"]:
         for g in GUIDANCES:
             c = r[f"g{g:g}"]
-            lines.append(f"| {r['config']} | {r['train_seconds']:.0f} | {g:g} | {f(c['training_prompt']['subject_shape'])}"
+            lines.append(f"| {r['config']} | {r['train_seconds']:.0f} | {g:g} | "
+                         f"{f(c['training_prompt']['subject_shape'])}"
                          f" | {f(c['eval_prompts']['subject_shape'])} | {f(c['eval_prompts']['subject_sim'])} | "
                          f"{f(c['eval_prompts']['background_ok'])} |")
     lines += ["", "Picture `testbed_ceiling.png`: a row per configuration (in the table's order), guidance 1; "

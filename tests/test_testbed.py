@@ -360,13 +360,48 @@ def test_ceiling_configurations_vary_one_thing_at_a_time_from_full_fine_tuning_o
 
     from benchmarks.testbed_ceiling import configurations
     rows = configurations((1, 2, 3), steps_scale=0.5)
-    assert rows["base"] is None
-    full = asdict(rows["full, whole photos"])
+    assert rows["base"] == (None, False)
+    full = asdict(rows["full, whole photos"][0])
     assert full["mode"] == "full" and full["dynamic_patches"] is False and full["steps"] == 300
 
     def diff(name):
-        return {k for k, v in asdict(rows[name]).items() if v != full[k]}
+        cfg, per_photo = rows[name]
+        return {k for k, v in asdict(cfg).items() if v != full[k]} | ({"per_photo_captions"} if per_photo else set())
     assert diff("full, dynamic patches") == {"dynamic_patches"}
     assert diff("full, whole photos, prior 1") == {"prior_weight"}
-    lora = rows["LoRA blocks 1-3, dynamic patches"]
-    assert lora.mode == "lora" and lora.blocks == (1, 2, 3) and lora.dynamic_patches
+    assert diff("full, whole photos, per-photo captions") == {"per_photo_captions"}
+    lora, per_photo = rows["LoRA blocks 1-3, dynamic patches"]
+    assert lora.mode == "lora" and lora.blocks == (1, 2, 3) and lora.dynamic_patches and not per_photo
+
+
+def test_per_photo_captions_pair_each_training_sample_with_its_own_photos_caption(monkeypatch):
+    """finetune(prompt=[...]) conditions every sample on the caption of the photo it was cut from: with two photos
+    and two captions, the conditioning rows must follow the photos drawn, and a caption count that does not match
+    the photos is refused."""
+    import benchmarks.testbed.finetune as ft
+    from ditskip_edge.models.loading import build_transformer, resolve_spec
+    spec = resolve_spec("flux-testbed")
+    photos = reference_images(SUBJECTS["teal_star"], 2)
+    captions = [f"a large sks star in the center, on a {bg} background" for bg in ("white", "red")]
+    enc = [ft.encode_prompt(spec, c)["pooled"] for c in captions]
+    drawn, pairs = [], []
+    real_crop, real_loss = ft.crop_batch, ft._fm_loss
+
+    def crop_spy(photos_, t, spec_, sampler, rnd, dynamic=True, indices=None):
+        drawn.append(list(indices))
+        return real_crop(photos_, t, spec_, sampler, rnd, dynamic, indices)
+
+    def loss_spy(view, x0, t, cond):
+        pairs.append((drawn[-1], cond["pooled"]))
+        return real_loss(view, x0, t, cond)
+
+    monkeypatch.setattr(ft, "crop_batch", crop_spy)
+    monkeypatch.setattr(ft, "_fm_loss", loss_spy)
+    ft.finetune(spec, build_transformer(spec), photos, captions,
+                ft.FinetuneConfig(mode="lora", steps=3, batch=4, blocks=(0,)))
+    assert {i for idx, _ in pairs for i in idx} == {0, 1}      # both photos drawn over 12 samples (seed 0)
+    for idx, pooled in pairs:
+        for row, i in zip(pooled, idx):
+            assert torch.equal(row, enc[i][0])
+    with pytest.raises(ValueError, match="3 captions for 2 photos"):
+        ft.finetune(spec, build_transformer(spec), photos, captions + ["x"], ft.FinetuneConfig(steps=1))

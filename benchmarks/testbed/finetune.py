@@ -50,11 +50,12 @@ class FinetuneConfig:
 
 
 def crop_batch(photos: Sequence[torch.Tensor], t: torch.Tensor, spec: ModelSpec, sampler: PatchSampler,
-               rnd: random.Random, dynamic: bool = True) -> torch.Tensor:
-    """One dynamic-patch crop per t (random photo, uniform placement), each resized to the train size."""
+               rnd: random.Random, dynamic: bool = True, indices: Sequence[int] | None = None) -> torch.Tensor:
+    """One dynamic-patch crop per t (random photo, or photos[indices[i]]; uniform placement), each resized to the
+    train size."""
     out = []
-    for ti in t.tolist():
-        photo = photos[rnd.randrange(len(photos))][None]
+    for i, ti in enumerate(t.tolist()):
+        photo = photos[rnd.randrange(len(photos)) if indices is None else indices[i]][None]
         h, w = photo.shape[-2:]
         if dynamic:
             side, _ = crop_side_px(ti, spec.train_px, spec.data_px, spec.pixel_multiple, min(h, w))
@@ -86,10 +87,13 @@ class PriorScenes:
         return imgs, {"txt": self.txt[idx], "pooled": self.pooled[idx]}
 
 
-def finetune(spec: ModelSpec, transformer: nn.Module, photos: Sequence[torch.Tensor], prompt: str,
+def finetune(spec: ModelSpec, transformer: nn.Module, photos: Sequence[torch.Tensor], prompt: str | Sequence[str],
              cfg: FinetuneConfig, log_every: int = 0,
              on_step: Callable[[int, nn.Module], None] | None = None) -> nn.Module:
-    """`on_step(k, model)` after optimizer step k (1-based), e.g. to score intermediate lengths of one run."""
+    """`on_step(k, model)` after optimizer step k (1-based), e.g. to score intermediate lengths of one run.
+    `prompt`: one caption for every photo, or one per photo (photos[i] trained with prompt[i])."""
+    if not isinstance(prompt, str) and len(prompt) != len(photos):
+        raise ValueError(f"finetune: {len(prompt)} captions for {len(photos)} photos")
     torch.manual_seed(cfg.seed)
     rnd, np_rng = random.Random(cfg.seed), np.random.default_rng(cfg.seed)
     if cfg.mode == "lora":
@@ -104,14 +108,19 @@ def finetune(spec: ModelSpec, transformer: nn.Module, photos: Sequence[torch.Ten
     view = make_view(spec.arch, transformer)
     encoder = LatentEncoder(spec.arch, build_vae(spec))
     sampler = PatchSampler(spec.train_px)
-    cond1 = encode_prompt(spec, prompt)
+    captions = [encode_prompt(spec, p) for p in ([prompt] if isinstance(prompt, str) else prompt)]
     prior = PriorScenes(spec) if cfg.prior_weight > 0 else None
     params = [p for p in transformer.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     for step in range(cfg.steps):
         t = torch.rand(cfg.batch)
-        x0 = view.pack(encoder(crop_batch(photos, t, spec, sampler, rnd, cfg.dynamic_patches)))
-        cond = {k: v.expand(cfg.batch, *v.shape[1:]) for k, v in cond1.items()}
+        if len(captions) == 1:      # (the random draws of the single-caption runs, teachers included, unchanged)
+            x0 = view.pack(encoder(crop_batch(photos, t, spec, sampler, rnd, cfg.dynamic_patches)))
+            cond = {k: v.expand(cfg.batch, *v.shape[1:]) for k, v in captions[0].items()}
+        else:
+            idx = [rnd.randrange(len(photos)) for _ in range(cfg.batch)]
+            x0 = view.pack(encoder(crop_batch(photos, t, spec, sampler, rnd, cfg.dynamic_patches, idx)))
+            cond = {k: torch.cat([captions[i][k] for i in idx]) for k in captions[0]}
         loss = _fm_loss(view, x0, t, cond)
         if prior is not None:
             imgs, pc = prior.batch(cfg.prior_batch, rnd, np_rng, spec.train_px)
