@@ -41,8 +41,10 @@ from ditskip_edge.generate import generate, grid                                
 from ditskip_edge.images import to_uint8_image                                          # noqa: E402
 from ditskip_edge.models.loading import build_transformer, resolve_spec                 # noqa: E402
 from benchmarks.testbed.finetune import FinetuneConfig, finetune                        # noqa: E402
-from benchmarks.testbed.metrics import mean_ci, nearest_shape, score_images             # noqa: E402
-from benchmarks.testbed.scenes import SUBJECTS, eval_prompts, reference_images, subject_prompt  # noqa: E402
+from benchmarks.testbed.metrics import (SubjectEmbedder, background_match, mean_ci, nearest_shape,  # noqa: E402
+                                       subject_similarity)
+from benchmarks.testbed.scenes import (SUBJECTS, eval_prompts, reference_background, reference_images,  # noqa: E402
+                                      subject_prompt)
 
 TRAIN_SEEDS = 8        # images of the training prompt per cell
 EVAL_SEEDS = 2         # images per eval prompt per cell
@@ -64,20 +66,30 @@ def configurations(lora_blocks: tuple[int, ...], steps_scale: float) -> dict[str
             for k, (c, per_photo) in configs.items()}
 
 
-def score_cell(images: torch.Tensor, subject, refs, backgrounds: list[str] | None) -> dict:
+def score_cell(images: torch.Tensor, subject, refs, backgrounds: list[str] | None = None) -> dict:
+    """Subject shape and similarity per image; the background as prompted where the prompts named one."""
     drawn = [nearest_shape(im) for im in images]
-    scores = score_images(list(images), backgrounds or ["white"] * len(images), refs, subject.colour)
+    emb = SubjectEmbedder()
     cell = {"subject_shape": mean_ci([float(d == subject.shape) for d in drawn]), "drawn_shapes": drawn,
-            "subject_sim": scores["subject_sim"]}
+            "subject_sim": mean_ci([subject_similarity(im, refs, emb) for im in images])}
     if backgrounds is not None:
-        cell["background_ok"] = scores["background_ok"]
+        cell["background_ok"] = mean_ci([background_match(im, bg) for im, bg in zip(images, backgrounds)])
     return cell
+
+
+def block_list(text: str) -> tuple[int, ...]:
+    """--lora-blocks "1,2,3" -> (1, 2, 3); argparse turns the ValueError into a one-line usage error."""
+    blocks = tuple(int(b) for b in text.split(","))
+    if not blocks or min(blocks) < 0:
+        raise ValueError(text)
+    return blocks
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--subject", default="teal_star", choices=sorted(SUBJECTS))
-    ap.add_argument("--lora-blocks", default="1,2,3,4,5,6", help="blocks the LoRA row trains (the demo's kept ones)")
+    ap.add_argument("--lora-blocks", type=block_list, default=(1, 2, 3, 4, 5, 6),
+                    help="comma-separated blocks the LoRA row trains (default: the demo's kept ones)")
     ap.add_argument("--steps-scale", type=float, default=1.0, help="scale every configuration's steps (smoke runs)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
@@ -91,10 +103,12 @@ def main() -> int:
     eval_texts = [p for p, _ in evals for _ in range(EVAL_SEEDS)]
     eval_bgs = [bg for _, bg in evals for _ in range(EVAL_SEEDS)]
     eval_seeds = [s for _ in evals for s in range(EVAL_SEEDS)]
-    blocks = tuple(int(b) for b in args.lora_blocks.split(","))
+    num_blocks = spec.transformer_config["num_layers"] + spec.transformer_config["num_single_layers"]
+    if max(args.lora_blocks) >= num_blocks:
+        ap.error(f"--lora-blocks: flux-testbed has blocks 0-{num_blocks - 1}")
+    blocks = args.lora_blocks
     rows, tiles = [], []
-    per_photo_captions = [subject_prompt(subject, subject.reference_backgrounds[i % len(subject.reference_backgrounds)])
-                          for i in range(len(refs))]      # reference_images puts photo i on background i mod len
+    per_photo_captions = [subject_prompt(subject, reference_background(subject, i)) for i in range(len(refs))]
     for name, (cfg, per_photo) in configurations(blocks, args.steps_scale).items():
         model = build_transformer(spec)
         t0 = time.perf_counter()
@@ -106,7 +120,7 @@ def main() -> int:
         for g in GUIDANCES:
             train_ims = generate(spec, model, [train_prompt] * TRAIN_SEEDS, list(range(TRAIN_SEEDS)), guidance=g)
             eval_ims = generate(spec, model, eval_texts, eval_seeds, guidance=g)
-            row[f"g{g:g}"] = {"training_prompt": score_cell(train_ims, subject, refs, None),
+            row[f"g{g:g}"] = {"training_prompt": score_cell(train_ims, subject, refs),
                               "eval_prompts": score_cell(eval_ims, subject, refs, eval_bgs)}
             if g == GUIDANCES[0]:
                 tiles.append(torch.cat([train_ims[:4], eval_ims[::EVAL_SEEDS]]))

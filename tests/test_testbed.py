@@ -347,8 +347,8 @@ def test_finetune_trains_on_whole_photos_when_dynamic_patches_are_off(monkeypatc
         ft.finetune(spec, build_transformer(spec), photos, "a large sks star in the center",
                     ft.FinetuneConfig(mode="lora", steps=2, batch=2, blocks=(0,), dynamic_patches=flag))
     assert seen == [False, False, True, True]
-    whole = real(photos[:1], torch.tensor([0.0]), spec, ft.PatchSampler(spec.train_px), __import__("random").Random(0),
-                 dynamic=False)
+    whole, _ = real(photos[:1], torch.tensor([0.0]), spec, ft.PatchSampler(spec.train_px),
+                    __import__("random").Random(0), dynamic=False)
     expected = torch.nn.functional.interpolate(photos[0][None], size=(spec.train_px,) * 2, mode="area")
     assert torch.allclose(whole, expected, atol=1e-5)
 
@@ -387,9 +387,10 @@ def test_per_photo_captions_pair_each_training_sample_with_its_own_photos_captio
     drawn, pairs = [], []
     real_crop, real_loss = ft.crop_batch, ft._fm_loss
 
-    def crop_spy(photos_, t, spec_, sampler, rnd, dynamic=True, indices=None):
+    def crop_spy(photos_, t, spec_, sampler, rnd, dynamic=True):
+        crops, indices = real_crop(photos_, t, spec_, sampler, rnd, dynamic)
         drawn.append(list(indices))
-        return real_crop(photos_, t, spec_, sampler, rnd, dynamic, indices)
+        return crops, indices
 
     def loss_spy(view, x0, t, cond):
         pairs.append((drawn[-1], cond["pooled"]))

@@ -50,12 +50,13 @@ class FinetuneConfig:
 
 
 def crop_batch(photos: Sequence[torch.Tensor], t: torch.Tensor, spec: ModelSpec, sampler: PatchSampler,
-               rnd: random.Random, dynamic: bool = True, indices: Sequence[int] | None = None) -> torch.Tensor:
-    """One dynamic-patch crop per t (random photo, or photos[indices[i]]; uniform placement), each resized to the
-    train size."""
-    out = []
-    for i, ti in enumerate(t.tolist()):
-        photo = photos[rnd.randrange(len(photos)) if indices is None else indices[i]][None]
+               rnd: random.Random, dynamic: bool = True) -> tuple[torch.Tensor, list[int]]:
+    """One dynamic-patch crop per t (random photo, uniform placement), each resized to the train size; and which
+    photo each crop was cut from."""
+    out, drawn = [], []
+    for ti in t.tolist():
+        drawn.append(rnd.randrange(len(photos)))
+        photo = photos[drawn[-1]][None]
         h, w = photo.shape[-2:]
         if dynamic:
             side, _ = crop_side_px(ti, spec.train_px, spec.data_px, spec.pixel_multiple, min(h, w))
@@ -63,7 +64,7 @@ def crop_batch(photos: Sequence[torch.Tensor], t: torch.Tensor, spec: ModelSpec,
         else:
             side, x0, y0 = min(h, w), 0, 0
         out.append(sampler(photo, torch.tensor([x0, y0, side], dtype=torch.float32)))
-    return torch.cat(out)
+    return torch.cat(out), drawn
 
 
 class PriorScenes:
@@ -108,19 +109,17 @@ def finetune(spec: ModelSpec, transformer: nn.Module, photos: Sequence[torch.Ten
     view = make_view(spec.arch, transformer)
     encoder = LatentEncoder(spec.arch, build_vae(spec))
     sampler = PatchSampler(spec.train_px)
-    captions = [encode_prompt(spec, p) for p in ([prompt] if isinstance(prompt, str) else prompt)]
+    shared = encode_prompt(spec, prompt) if isinstance(prompt, str) else None     # one caption for every photo
+    per_photo = None if shared is not None else [encode_prompt(spec, p) for p in prompt]   # [i]: photo i's
     prior = PriorScenes(spec) if cfg.prior_weight > 0 else None
     params = [p for p in transformer.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     for step in range(cfg.steps):
         t = torch.rand(cfg.batch)
-        if len(captions) == 1:      # (the random draws of the single-caption runs, teachers included, unchanged)
-            x0 = view.pack(encoder(crop_batch(photos, t, spec, sampler, rnd, cfg.dynamic_patches)))
-            cond = {k: v.expand(cfg.batch, *v.shape[1:]) for k, v in captions[0].items()}
-        else:
-            idx = [rnd.randrange(len(photos)) for _ in range(cfg.batch)]
-            x0 = view.pack(encoder(crop_batch(photos, t, spec, sampler, rnd, cfg.dynamic_patches, idx)))
-            cond = {k: torch.cat([captions[i][k] for i in idx]) for k in captions[0]}
+        crops, drawn = crop_batch(photos, t, spec, sampler, rnd, cfg.dynamic_patches)
+        x0 = view.pack(encoder(crops))
+        cond = ({k: v.expand(cfg.batch, *v.shape[1:]) for k, v in shared.items()} if per_photo is None
+                else {k: torch.cat([per_photo[i][k] for i in drawn]) for k in per_photo[0]})
         loss = _fm_loss(view, x0, t, cond)
         if prior is not None:
             imgs, pc = prior.batch(cfg.prior_batch, rnd, np_rng, spec.train_px)

@@ -213,13 +213,18 @@ def eval_prompts(subject: Subject) -> list[tuple[str, str]]:
     return [(subject_prompt(subject, bg), bg) for bg in EVAL_BACKGROUNDS]
 
 
+def reference_background(subject: Subject, i: int) -> str:
+    """The background colour name of reference photo i (`reference_images`)."""
+    return subject.reference_backgrounds[i % len(subject.reference_backgrounds)]
+
+
 def reference_images(subject: Subject, n: int = 5, px: int = SCENE_PX, seed: int = 0) -> list[torch.Tensor]:
     """n reference photos of a held-out subject: varied placement and size, the subject's reference backgrounds."""
     rnd = random.Random(f"{subject.name}:{seed}")
     rng = np.random.default_rng(seed)
     out = []
     for i in range(n):
-        bg = PALETTE[subject.reference_backgrounds[i % len(subject.reference_backgrounds)]]
+        bg = PALETTE[reference_background(subject, i)]
         centre = (0.5 + rnd.uniform(-0.12, 0.12), 0.5 + rnd.uniform(-0.12, 0.12))
         out.append(render(subject.scene(bg, centre, rnd.uniform(14.0, 19.0)), px, rng))
     return out
