@@ -44,7 +44,7 @@ from ditskip_edge.models.specs import builtin_spec                        # noqa
 from ditskip_edge.models.text import MiniLMTextEncoder                    # noqa: E402
 from ditskip_edge.models.views import make_view                           # noqa: E402
 from ditskip_edge.patch_sampling import PatchSampler                      # noqa: E402
-from benchmarks.testbed.scenes import SCENE_PX, random_scene, render    # noqa: E402
+from benchmarks.testbed.scenes import SCENE_PX, object_region, random_scene, render    # noqa: E402
 
 
 def caption_pool(n: int, seed: int, spec, batch: int = 256):
@@ -72,6 +72,14 @@ def jittered(scene, rnd: random.Random):
                    half_extent_px=scene.half_extent_px * rnd.uniform(0.95, 1.05))
 
 
+def object_weighted_mse(pred: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
+    """Velocity MSE with per-element weights (normalised by their mean, so the loss keeps its scale); `None`:
+    the plain MSE of earlier stages."""
+    if weight is None:
+        return F.mse_loss(pred, target)
+    return ((pred - target) ** 2 * weight).sum() / weight.sum()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--minutes", type=float, default=65.0, help="wall-clock budget for the training loop")
@@ -86,6 +94,9 @@ def main() -> int:
                     help="override the spec's attention heads (width = heads x 32), to try a size before the spec")
     ap.add_argument("--init", default=None,
                     help="start from these weights (a safetensors file of the same config), e.g. the committed ones")
+    ap.add_argument("--object-weight", type=float, default=0.0,
+                    help="extra loss weight on the object region (scenes.object_region: where shapes differ); "
+                    "0 (default): the plain MSE. Per element, weight = 1 + this x the region's coverage")
     ap.add_argument("--device", default="cpu", help="cpu (default) or cuda: the model, its inputs and the optimizer "
                     "on that device; scenes are still rendered on the CPU")
     args = ap.parse_args()
@@ -126,7 +137,7 @@ def main() -> int:
            "processor": platform.processor() or platform.machine(), "threads": args.threads,
            "started_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"), "batch": args.batch,
            "lr": args.lr, "captions": len(captions), "params": sum(p.numel() for p in params), "ema": args.ema,
-           "config": config, "device": str(device), "init": args.init, "init_sha256": init_sha, "losses": []}
+           "config": config, "device": str(device), "init": args.init, "init_sha256": init_sha, "object_weight": args.object_weight, "losses": []}
     t0 = time.time()
     step, last_save, ema = 0, t0, None
 
@@ -145,9 +156,10 @@ def main() -> int:
         for g in opt.param_groups:
             g["lr"] = lr
         idx = [rnd.randrange(len(scenes)) for _ in range(args.batch)]
-        imgs = []
+        imgs, regions = [], []
         for i in idx:
-            big = render(jittered(scenes[i], rnd), SCENE_PX, np_rng)[None]
+            scene = jittered(scenes[i], rnd)
+            big = render(scene, SCENE_PX, np_rng)[None]
             if rnd.random() < 0.25:
                 side = rnd.randint(spec.train_px, SCENE_PX)
                 box = torch.tensor([rnd.randint(0, SCENE_PX - side), rnd.randint(0, SCENE_PX - side), side],
@@ -155,8 +167,12 @@ def main() -> int:
             else:
                 box = torch.tensor([0.0, 0.0, float(SCENE_PX)])
             imgs.append(sampler(big, box))
+            if args.object_weight:
+                regions.append(sampler(object_region(scene, SCENE_PX).expand(3, -1, -1)[None], box))
         with torch.no_grad():
             x0 = view.pack(encoder(torch.cat(imgs).to(device)))               # [B, 64, 48]
+            weight = (1 + args.object_weight * view.pack(encoder(torch.cat(regions).to(device)))
+                      if args.object_weight else None)                         # same layout as x0
         drop = torch.tensor([rnd.random() < 0.1 for _ in idx])
         rows = torch.tensor(idx).masked_fill(drop, len(scenes)).to(device)   # dropped -> the empty prompt
         cond = {"txt": txt_pool[rows], "pooled": pooled_pool[rows]}
@@ -165,7 +181,7 @@ def main() -> int:
         noise = torch.randn_like(x0)
         x_t = (1 - t[:, None, None]) * x0 + t[:, None, None] * noise
         with device:                     # tensors the view makes itself (position ids) on the model's device
-            loss = F.mse_loss(view(x_t, t, cond), noise - x0)
+            loss = object_weighted_mse(view(x_t, t, cond), noise - x0, weight)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)

@@ -73,14 +73,38 @@ def test_pretrain_testbed_warm_starts_from_a_weights_file_and_writes_a_loadable_
     init = builtin_weights_path(resolve_spec("flux-testbed"))
     out = tmp_path / "transformer.safetensors"
     subprocess.run([sys.executable, str(root / "benchmarks" / "pretrain_testbed.py"), "--minutes", "0.05",
-                    "--captions", "16", "--batch", "2", "--init", str(init), "--out", str(out)],
+                    "--captions", "16", "--batch", "2", "--init", str(init), "--out", str(out), "--object-weight", "2"],
                    check=True, capture_output=True, text=True, timeout=600)
     log = json.loads((tmp_path / "pretrain_log.json").read_text())
     assert log["final"] and log["steps"] >= 1 and len(log["losses"]) == log["steps"]
     assert len(log["init_sha256"]) == 64 and log["device"] == "cpu"
+    assert log["object_weight"] == 2.0
     before, after = load_file(str(init)), load_file(str(out))
     assert before.keys() == after.keys()
     assert any(not torch.equal(before[k], after[k]) for k in before)         # it trained from the init, and saved
+
+
+def test_the_object_region_holds_every_shape_drawn_at_that_place_and_size():
+    from benchmarks.testbed.scenes import SCENE_PX, Scene, object_region
+    for shape in SHAPES:
+        scene = Scene(shape, (255, 255, 255), "plain", (255, 255, 255), (0, 0, 0), (0.42, 0.55), 16.0)
+        drawn = (render(scene, SCENE_PX)[0] + 1) / 2                 # the shape's coverage per pixel, in [0, 1]
+        region = object_region(scene, SCENE_PX)[0]
+        assert torch.all(region >= drawn - 1e-4), shape
+    assert 0.1 < region.mean() < 0.5                    # a region around the object, not the whole image
+
+
+def test_the_object_weight_counts_an_error_in_the_region_one_plus_weight_times_one_outside():
+    from benchmarks.pretrain_testbed import object_weighted_mse
+    pred, target = torch.randn(2, 8, 12), torch.randn(2, 8, 12)
+    assert torch.allclose(object_weighted_mse(pred, target, None), torch.nn.functional.mse_loss(pred, target))
+    region = torch.zeros(2, 8, 12)
+    region[:, :4] = 1
+    weight = 1 + 5 * region
+    target = torch.zeros(2, 8, 12)
+    inside, outside = torch.zeros(2, 8, 12), torch.zeros(2, 8, 12)
+    inside[:, 0, 0], outside[:, 7, 0] = 1.0, 1.0
+    assert torch.isclose(object_weighted_mse(inside, target, weight), 6 * object_weighted_mse(outside, target, weight))
 
 
 @pytest.fixture(scope="module")

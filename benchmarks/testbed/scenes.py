@@ -134,6 +134,21 @@ def render(scene: Scene, px: int = SCENE_PX, rng: np.random.Generator | None = N
     return out.permute(2, 0, 1).contiguous()
 
 
+OBJECT_REGION_SCALE = 1.4          # the object region's radius / the half-extent (the farthest shape corner: a bowtie's, 1.35)
+
+
+def object_region(scene: Scene, px: int = SCENE_PX) -> torch.Tensor:
+    """[1, px, px] float32 in [0, 1]: coverage of the disc of radius OBJECT_REGION_SCALE x the object's half-extent
+    around its centre (2x supersampled, as `render`). It holds every scene shape drawn there, inside and just
+    outside it, so it is where one shape's pixels differ from another's: the pixels a shape word decides."""
+    ss = 2
+    x, y = _grid(px, ss)
+    s = px / SCENE_PX
+    cx, cy, r = scene.centre[0] * px, scene.centre[1] * px, scene.half_extent_px * s * OBJECT_REGION_SCALE
+    disc = ((x - cx) ** 2 + (y - cy) ** 2 <= r * r).astype(np.float32)
+    return torch.from_numpy(disc.reshape(px, ss, px, ss).mean((1, 3)))[None]
+
+
 # -------------------------------------------------------------------------------------------- pretraining data
 def random_scene(rnd: random.Random) -> tuple[Scene, str]:
     """A random pretraining scene and its caption."""
