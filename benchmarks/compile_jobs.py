@@ -63,7 +63,7 @@ def main() -> int:
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
         photos = Path(tmp) / "photos"
-        write_reference_photos(SUBJECTS[SUBJECT], photos, 5)
+        write_reference_photos(SUBJECTS[SUBJECT], photos, 5, captions=True)   # as make demo writes them
         for rep in range(args.repeats):
             for jobs in (1, 2):
                 runs.append(compile_once(photos, Path(tmp) / "bundle", jobs))

@@ -11,8 +11,11 @@ to the references and, on the eval prompts, the background as prompted; 95% CIs 
 
 Configurations: the base; every weight fine-tuned (lr 1e-3, 600 steps x 4 photos) on whole photos, on dynamic
 patches, on whole photos with the prior-preservation loss on pretraining scenes (weight 1), and on whole photos with
-per-photo captions (each photo's prompt also names its background); and a LoRA on the demo's kept blocks
-(`--lora-blocks`, the split `make demo` selects: blocks 1-6) at the demo's lr 5e-3 for 400 steps.
+per-photo captions (each photo's prompt also names its background); a LoRA on the demo's kept blocks
+(`--lora-blocks`, the split `make demo` selects: blocks 1-6) at the demo's lr 5e-3 for 400 steps; and LoRAs on every
+linear layer of a block (not only the attention projections the product targets by default; `every_linear_targets`),
+with per-photo captions, for 1200 steps: on every block (whole photos; dynamic patches) and on the kept blocks (whole
+photos).
 
     python benchmarks/testbed_ceiling.py                     # ~11 min on 2 cores (AMD EPYC)
     python benchmarks/testbed_ceiling.py --steps-scale 0.01 --out /tmp/c   # a smoke run (tests)
@@ -51,17 +54,40 @@ EVAL_SEEDS = 2         # images per eval prompt per cell
 GUIDANCES = (1.0, 3.0)
 
 
-def configurations(lora_blocks: tuple[int, ...], steps_scale: float) -> dict[str, tuple[FinetuneConfig | None, bool]]:
+def every_linear_targets(spec) -> tuple[str, ...]:
+    """The module-name suffixes of every nn.Linear inside a transformer block (double and single blocks), the
+    LoRA targets of the "every linear" rows (peft's "all-linear", restricted to the blocks)."""
+    from ditskip_edge.models.views import block_names_of
+    model = build_transformer(spec, device="meta")
+    suffixes = set()
+    for block in block_names_of(model):
+        for name, mod in model.get_submodule(block).named_modules():
+            if isinstance(mod, torch.nn.Linear):
+                suffixes.add(name)
+    return tuple(sorted(suffixes))
+
+
+def configurations(lora_blocks: tuple[int, ...], steps_scale: float,
+                   linear_targets: tuple[str, ...] = ()) -> dict[str, tuple[FinetuneConfig | None, bool]]:
     """name -> (fine-tune config or None for the base, per-photo captions: each photo trained with the training
-    prompt plus its own background, ", on a red background", instead of one caption for all)."""
+    prompt plus its own background, ", on a red background", instead of one caption for all). `linear_targets`:
+    every_linear_targets(spec); () leaves the every-linear rows out."""
     full = FinetuneConfig(mode="full", steps=600, lr=1e-3, dynamic_patches=False)
     lora = FinetuneConfig(mode="lora", steps=400, lr=5e-3, rank=8, blocks=lora_blocks)
+    every = replace(lora, steps=1200, blocks=None, targets=linear_targets, dynamic_patches=False)
+    kept = f"{lora_blocks[0]}-{lora_blocks[-1]}"
     configs = {"base": (None, False),
                "full, whole photos": (full, False),
                "full, dynamic patches": (replace(full, dynamic_patches=True), False),
                "full, whole photos, prior 1": (replace(full, prior_weight=1.0), False),
                "full, whole photos, per-photo captions": (full, True),
-               f"LoRA blocks {lora_blocks[0]}-{lora_blocks[-1]}, dynamic patches": (lora, False)}
+               f"LoRA blocks {kept}, dynamic patches": (lora, False)}
+    if linear_targets:
+        configs.update({"LoRA every block, every linear, whole photos, per-photo captions": (every, True),
+                        "LoRA every block, every linear, dynamic patches, per-photo captions":
+                            (replace(every, dynamic_patches=True), True),
+                        f"LoRA blocks {kept}, every linear, whole photos, per-photo captions":
+                            (replace(every, blocks=lora_blocks), True)})
     return {k: (None if c is None else replace(c, steps=max(1, round(c.steps * steps_scale))), per_photo)
             for k, (c, per_photo) in configs.items()}
 
@@ -109,7 +135,7 @@ def main() -> int:
     blocks = args.lora_blocks
     rows, tiles = [], []
     per_photo_captions = [subject_prompt(subject, reference_background(subject, i)) for i in range(len(refs))]
-    for name, (cfg, per_photo) in configurations(blocks, args.steps_scale).items():
+    for name, (cfg, per_photo) in configurations(blocks, args.steps_scale, every_linear_targets(spec)).items():
         model = build_transformer(spec)
         t0 = time.perf_counter()
         if cfg is not None:

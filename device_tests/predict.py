@@ -75,6 +75,8 @@ def step_input_bytes(bundle: Bundle) -> int:
         return int(text + mb["cache_entry_bytes"] + x0)
     stage = bundle.field("subject_stage")
     text = bundle.field("files")[stage["text_conditioning"]]["bytes"]
+    if bundle.text_rows == "per_photo":         # per-photo captions: a runtime holds one photo's row at a time
+        text = text // len(stage["photos"])
     x0 = 4
     for d in stage["entry_shapes"]["x0"]:
         x0 *= int(d)

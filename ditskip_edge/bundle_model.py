@@ -24,7 +24,7 @@ from .models.loading import transformer_class
 from .models.specs import ModelSpec
 from .models.views import make_view
 from .plan import SkipPlan
-from .runtime.bundle import MODEL_BUNDLE, MODEL_WEIGHTS, STORED, Bundle, OptimizerSpec
+from .runtime.bundle import MODEL_BUNDLE, MODEL_WEIGHTS, PER_PHOTO_TEXT, STORED, Bundle, OptimizerSpec
 from .runtime.cache import CacheReader
 from .runtime.cache_format import CacheCodec
 from .runtime.errors import BundleError
@@ -40,7 +40,7 @@ class OpenBundle:
     lora: LoraSpec
     optimizer: OptimizerSpec
     schedule_config: ScheduleConfig
-    cond: dict[str, torch.Tensor]
+    cond: dict[str, torch.Tensor]        # photo 0's text conditioning, batch 1 (the prompt's; see cond_for)
     kept_block_names: list[str]
     codec: CacheCodec
     entry_shapes: dict[str, tuple[int, ...]]
@@ -50,6 +50,12 @@ class OpenBundle:
     @property
     def root(self) -> Path:
         return self.bundle.root
+
+    def cond_for(self, photo: int) -> dict[str, torch.Tensor]:
+        """The text conditioning photo `photo`'s samples train with: `cond`, or with per-photo captions its row."""
+        if self.bundle.kind == MODEL_BUNDLE or self.bundle.text_rows != PER_PHOTO_TEXT:
+            return self.cond
+        return {k: torch.from_numpy(v) for k, v in self.bundle.text_conditioning(photo).items()}
 
     @property
     def manifest(self) -> dict:
@@ -73,7 +79,7 @@ def open_bundle(bundle: str | Path | Bundle, verify: bool = True) -> OpenBundle:
         except TypeError as e:
             raise BundleError(f"{b.root / 'manifest.json'}: malformed field schedule ({e})") from e
     else:
-        cond_np, schedule = b.text_conditioning(), b.schedule
+        cond_np, schedule = b.text_conditioning(0), b.schedule      # photo 0's (per-photo captions: one row)
         sched_cfg = schedule.config
         cache = b.cache() if b.cache_mode == STORED else None
     cond = {k: torch.from_numpy(v) for k, v in cond_np.items()}

@@ -48,10 +48,12 @@ from .models.text import encode_prompt
 from .models.views import block_names_of, make_view
 from .patch_sampling import PatchSampler
 from .plan import SkipPlan
-from .runtime.bundle import (CACHE_DIR, MODEL_BUNDLE, MODEL_WEIGHTS, PHOTOS_DIR, PROMPTS_DIR, SCHEDULE_FILE, STORED,
-                             SUBJECT_BUNDLE, TEXT_FILE, BundleWriter, OptimizerSpec, cache_identity)
+from .runtime.bundle import (CACHE_DIR, MODEL_BUNDLE, MODEL_WEIGHTS, PER_PHOTO_TEXT, PHOTOS_DIR, PROMPTS_DIR,
+                             SCHEDULE_FILE, SHARED_TEXT, STORED, SUBJECT_BUNDLE, TEXT_FILE, BundleWriter, OptimizerSpec,
+                             cache_identity)
 from .runtime.cache_format import CacheCodec, entry_layout
 from .runtime.errors import UserError
+from .runtime.photos import photo_files, read_captions
 from .runtime.schedule import ScheduleConfig, check_photo_sizes, make_schedule
 from .sample_inputs import clean_latents, sample_noise
 from .skip_model import compute_residuals
@@ -88,6 +90,8 @@ class CompileRequest:
                                           # host and in the model bundle's encode programs; None: whole crops
     jobs: int = 1                         # 2: the program stages that need no subject (generation) are exported by
                                           # a second process beside the subject stage (stage_worker.py)
+    photo_captions: bool = False          # each photo trained with its own caption (<photo>.txt beside it) instead
+                                          # of `prompt` (which selection still uses)
 
 
 def check_request(req: CompileRequest, spec: ModelSpec) -> ScheduleConfig:
@@ -99,6 +103,8 @@ def check_request(req: CompileRequest, spec: ModelSpec) -> ScheduleConfig:
             raise UserError(f"prompt has {len(prompt)} characters: at most {MAX_PROMPT_CHARS}")
     if req.images is not None and (req.more_prompts or req.subject_programs is not None):
         raise UserError("several prompts and the subject programs make a model bundle: leave out --images")
+    if req.images is None and req.photo_captions:
+        raise UserError("per-photo captions come beside the photos: give --images (a model bundle has no photos)")
     if len(set([req.prompt, *req.more_prompts])) != 1 + len(req.more_prompts):
         raise UserError("the same prompt is given twice")
     from .runtime.photos import MAX_PHOTOS
@@ -172,13 +178,18 @@ def _check_disk(out_dir: Path, entry_bytes: int, num_samples: int) -> None:
 
 def compile_subject_stage(writer: BundleWriter, spec: ModelSpec, transformer: nn.Module, vae: nn.Module,
                           photos: list[Photo], prompt: str, schedule_cfg: ScheduleConfig, plan: SkipPlan,
-                          cache_codec: str = DEFAULT_CODEC, encode_tile_px: int | None = None) -> dict:
+                          cache_codec: str = DEFAULT_CODEC, encode_tile_px: int | None = None,
+                          captions: list[str] | None = None) -> dict:
+    """`captions`: one per photo (per-photo captions: photo i's samples train with captions[i], its residuals are
+    computed with it, and the text conditioning stores one row per photo); None: `prompt` for every photo."""
+    if captions is not None and len(captions) != len(photos):
+        raise ValueError(f"{len(captions)} captions for {len(photos)} photos")
     schedule = make_schedule(schedule_cfg, [tuple(p.pixels.shape[1:]) for p in photos], [p.name for p in photos])
     schedule.save(writer.path(SCHEDULE_FILE))
     for i, p in enumerate(photos):
         to_uint8_image(p.pixels).save(writer.path(f"{PHOTOS_DIR}/{i:03d}.png"))
-    cond = encode_prompt(spec, prompt)
-    save_file({k: v.contiguous() for k, v in cond.items()}, str(writer.path(TEXT_FILE)))
+    rows = [encode_prompt(spec, c) for c in captions] if captions is not None else [encode_prompt(spec, prompt)]
+    save_file({k: torch.cat([r[k] for r in rows]).contiguous() for k in rows[0]}, str(writer.path(TEXT_FILE)))
 
     full_view = make_view(spec.arch, transformer)
     sampler = PatchSampler(schedule_cfg.s_min_px)
@@ -190,6 +201,7 @@ def compile_subject_stage(writer: BundleWriter, spec: ModelSpec, transformer: nn
 
     def entry(s) -> dict[str, torch.Tensor]:
         x0 = clean_latents(photos[s.photo].pixels, s, sampler, encoder)
+        cond = rows[s.photo] if captions is not None else rows[0]
         residuals = compute_residuals(full_view, plan, x0, sample_noise(s, tuple(x0.shape)), torch.tensor([s.t]), cond)
         return {"x0": x0, **residuals}
 
@@ -207,6 +219,8 @@ def compile_subject_stage(writer: BundleWriter, spec: ModelSpec, transformer: nn
                         "--cache-codec", index["codec"]["spec"], name, 100 * err["max"], 100 * err["mean"])
     stage = {"schedule": SCHEDULE_FILE, "text_conditioning": TEXT_FILE, "cache": CACHE_DIR,
              "photos": [f"{PHOTOS_DIR}/{i:03d}.png" for i in range(len(photos))], "prompt": prompt,
+             "text_rows": SHARED_TEXT if captions is None else PER_PHOTO_TEXT,
+             **({} if captions is None else {"photo_prompts": list(captions)}),
              "num_samples": schedule.num_samples, "clamped_crops": schedule.clamped_samples,
              "entry_shapes": index["shapes"], "cache_codec": index["codec"]["spec"],
              "cache_rel_error": index["rel_error"],
@@ -333,7 +347,8 @@ def compile_bundle(req: CompileRequest) -> dict:
     sched = check_request(req, spec)
     if req.images is None:
         return compile_model_bundle(req, spec, sched)
-    photos = load_photos(req.images, sched.s_max_px)
+    photos = load_photos(req.images, sched.s_max_px, captions=req.photo_captions)
+    captions = read_captions(photo_files(req.images, captions=True), MAX_PROMPT_CHARS) if req.photo_captions else None
     check_photo_sizes(sched, [p.original_hw for p in photos], [p.name for p in photos])
     num_blocks = int(spec.transformer_config["num_layers"]) + int(spec.transformer_config.get("num_single_layers", 0))
     if req.n_front is not None or req.n_back is not None:
@@ -348,7 +363,7 @@ def compile_bundle(req: CompileRequest) -> dict:
             writer.manifest["created_by"] = f"ditskip-edge {__version__}"
             model_stage = compile_model_stage(writer, spec, transformer, plan, req.lora, req.optimizer)
             subject_stage = compile_subject_stage(writer, spec, transformer, vae, photos, req.prompt, sched, plan,
-                                                  req.cache_codec, req.encode_tile_px)
+                                                  req.cache_codec, req.encode_tile_px, captions)
             del transformer, vae
             programs = program_stages.finish()
     return {"bundle": str(Path(req.out).resolve()), "model": spec.name, "plan": plan.to_json(),

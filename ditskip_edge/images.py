@@ -25,9 +25,9 @@ class Photo:
         return int(min(self.pixels.shape[1:]))
 
 
-def load_photos(folder: str | Path, data_px: int) -> list[Photo]:
+def load_photos(folder: str | Path, data_px: int, captions: bool = False) -> list[Photo]:
     return [Photo(p.name, torch.from_numpy(p.pixels), p.original_hw)
-            for p in runtime_photos.load_photos(folder, data_px)]
+            for p in runtime_photos.load_photos(folder, data_px, captions=captions)]
 
 
 def normalise(im: Image.Image, data_px: int) -> torch.Tensor:

@@ -1,8 +1,9 @@
 """The main job (`make demo`): personalize the pretrained testbed model (`flux-testbed`) on a subject it never saw,
 with BlockSkip 50%, and show the subject being learned.
 
-    reference photos of the held-out "teal star" (on 5 backgrounds) -> demo_out/photos/
-    ditskip-edge compile --model flux-testbed ... --skip-ratio 0.5 --generation --jobs 2
+    reference photos of the held-out "teal star" (on 5 backgrounds) -> demo_out/photos/, each with its caption
+    beside it ("a large sks star in the center, on a red background": 00.png + 00.txt)
+    ditskip-edge compile --model flux-testbed ... --photo-captions --skip-ratio 0.5 --generation --jobs 2
                                      (6 of 12 blocks, split chosen by selection; the generation programs exported by a
                                       second process while the residual cache is computed)
     ditskip-edge train demo_out/bundle                                           (eager runtime)
@@ -39,7 +40,7 @@ TRAIN = ["--steps", "200", "--grad-accum", "4", "--rank", "8", "--lr", "5e-3"]
 def compile_args(prompt: str, photos: Path, bundle: Path, jobs: int = 2) -> list[str]:
     """The demo's `ditskip-edge compile` request (benchmarks/compile_jobs.py times the same one)."""
     return ["compile", "--model", "flux-testbed", "--images", str(photos), "--prompt", prompt, "--skip-ratio", "0.5",
-            *TRAIN, "--generation", "--jobs", str(jobs), "--out", str(bundle), "--force"]
+            "--photo-captions", *TRAIN, "--generation", "--jobs", str(jobs), "--out", str(bundle), "--force"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
 
     shutil.rmtree(OUT, ignore_errors=True)       # replaced each run: no picture of an earlier run stays behind
     photos = OUT / "photos"
-    refs = write_reference_photos(subject, photos, 5)
+    refs = write_reference_photos(subject, photos, 5, captions=True)
     bundle = OUT / "bundle"
     if cli_main(compile_args(subject_prompt(subject), photos, bundle)) != 0:
         return 1

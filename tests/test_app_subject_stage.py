@@ -735,15 +735,64 @@ def test_a_lowrank_cache_free_bundle_is_refused_in_one_line(jar, tmp_path):
     assert "lowrank-r2" in line and "residual front.img" in line and "no lowrank (SVD) encoder" in line
 
 
+def per_photo_captions(root: Path) -> list[np.ndarray]:
+    """Turn a subject bundle's one text conditioning into per-photo rows (photo i: the prompt's row scaled by 1 + i,
+    as different captions would encode), as compile --photo-captions writes them, and re-sign its manifest."""
+    from safetensors.numpy import load_file, save_file
+    from ditskip_edge.runtime.bundle import MANIFEST, read_manifest, sha256_file
+    from ditskip_edge.runtime.bundle import write_manifest as write_signed
+    m = read_manifest(root, verify=False)
+    stage = m["subject_stage"]
+    n = len(stage["photos"])
+    text = root / stage["text_conditioning"]
+    one = load_file(str(text))
+    save_file({k: np.concatenate([v * np.float32(1 + i) for i in range(n)]) for k, v in one.items()}, str(text))
+    stage.update(text_rows="per_photo", photo_prompts=[f"caption {i}" for i in range(n)])
+    for rel in m["files"]:
+        m["files"][rel] = {"sha256": sha256_file(root / rel), "bytes": (root / rel).stat().st_size}
+    write_signed(root / MANIFEST, m)
+    return [load_file(str(text))[k] for k in sorted(one)]
+
+
+def test_the_kotlin_training_step_takes_each_samples_own_photo_caption_row(jar, tmp_path):
+    """Per-photo captions (subject_stage.text_rows per_photo): TrainingBundle.kt hands each sample's training step
+    row s.photo of the text conditioning, shape [1, ...], and CacheFreeEntries.kt computes its residuals with that
+    row, byte for byte as runtime/inputs.py StepInputs and runtime/subject.py CacheFreeEntries do; samples of
+    different photos get different rows."""
+    from ditskip_edge.runtime.bundle import Bundle
+    from ditskip_edge.runtime.inputs import SampleConditioning
+    root = mode_subject_bundle(tmp_path, "cache-free", "fp32")
+    per_photo_captions(root)
+    b = Bundle.open(root)
+    want_cond = [SampleConditioning(b)(s) for s in b.schedule.samples]
+    want = python_entries(root)
+    assert len({s.photo for s in b.schedule.samples}) == 2
+    out = kotlin(jar, "entries", root, tmp_path / "kt").stdout.split()
+    assert out == ["entries", str(len(want)), "cache-free"]
+    for s, cond, entry in zip(b.schedule.samples, want_cond, want):
+        got = {f.stem: f.read_bytes() for f in (tmp_path / "kt" / f"cond_{s.index}").iterdir()}
+        assert sorted("cond." + k for k in got) == sorted(cond)
+        for k, arr in cond.items():
+            assert arr.shape[0] == 1
+            assert got[k.removeprefix("cond.")] == np.ascontiguousarray(arr).tobytes(), (s.index, k)
+        parts = {f.stem: f.read_bytes() for f in (tmp_path / "kt" / str(s.index)).iterdir()}
+        for name, arr in entry.items():
+            if name != "x0":
+                assert parts[name] == np.ascontiguousarray(arr).tobytes(), (s.index, name)
+    by_photo = {s.photo: c for s, c in zip(b.schedule.samples, want_cond)}
+    assert not all(np.array_equal(by_photo[0][k], by_photo[1][k]) for k in by_photo[0])
+
+
 def test_the_swift_cache_free_entries_follow_the_kotlin_port():
     """Swift cannot be compiled here: CacheFreeEntries.swift, TrainingBundle.swift and Trainer.swift (uncompiled) are
     checked against the Kotlin port run above on the lines that carry the order of the work, the PNG arithmetic and
     the refusals: x0 from the cache or the photo, noise, residuals, the codec; the PNG filters; the entries the step
-    takes; no more refusal of the x0-only / cache-free modes."""
+    takes (per-photo captions: the row of the sample's photo); no more refusal of the x0-only / cache-free modes."""
     sw = {n: (ROOT / "ios_demo/DitSkipDemo" / n).read_text() for n in ("CacheFreeEntries.swift", "TrainingBundle.swift",
-                                                                      "Trainer.swift", "ContentView.swift")}
+                                                                      "Trainer.swift", "ContentView.swift",
+                                                                      "Safetensors.swift")}
     kt = {n: (KT_DIR / n).read_text() for n in ("CacheFreeEntries.kt", "TrainingBundle.kt", "EtTrainer.kt",
-                                                 "MainActivity.kt")}
+                                                 "MainActivity.kt", "Safetensors.kt")}
     pairs = [("CacheFreeEntries", "x0Cache.read(s.index)", None),
              ("CacheFreeEntries", "s.cropBox[0], s.cropBox[1], s.cropBox[2], s.noiseSeed",
               "x0: s.cropBox[0], y0: s.cropBox[1],"),
@@ -751,8 +800,15 @@ def test_the_swift_cache_free_entries_follow_the_kotlin_port():
               "sample: planned, sMin: sMin, tiling: tiling)"),
              ("CacheFreeEntries", "PortableRng.normal(s.noiseSeed, x0.data.size)",
               "PortableRng.normal(seed: s.noiseSeed, count: x0.data.count)"),
-             ("CacheFreeEntries", "SubjectStage.residuals(runner, spans, x0, noise, s.t, cond)",
-              "SubjectStage.residuals(runner, spans: spans, x0: x0, noise: noise, t: s.t, cond: cond)"),
+             ("CacheFreeEntries", "SubjectStage.residuals(runner, spans, x0, noise, s.t, condFor(s.photo))",
+              "SubjectStage.residuals(runner, spans: spans, x0: x0, noise: noise, t: s.t, cond: try condFor(s.photo))"),
+             ("CacheFreeEntries", "val row = if (bundle.perPhotoText) photo else 0",
+              "let row = bundle.perPhotoText ? photo : 0"),
+             ("TrainingBundle", "perPhotoText = textRows == BundleContract.PER_PHOTO_TEXT_ROWS",
+              "perPhotoText = textRows == BundleContract.perPhotoTextRows"),
+             ("TrainingBundle", "condFor(s.photo).getValue(spec.name.removePrefix(BundleContract.COND_PREFIX))",
+              "let cond = try condFor(s.photo)"),
+             ("Safetensors", "longArrayOf(1L) + shape.copyOfRange(1, shape.size)", "shape: [1] + shape.dropFirst()"),
              ("CacheFreeEntries", "CodecEncoder.encodeEntry(codec, tensors)",
               "CodecEncoder.encodeEntry(codec, [(BundleContract.x0Key, x0)] + residuals)"),
              ("CacheFreeEntries", "codec.requireEncodable(", None),
@@ -775,7 +831,7 @@ def test_the_swift_cache_free_entries_follow_the_kotlin_port():
              ("MainActivity", "bundle.useEntries(CacheFreeEntries(bundle, EtForwardRunner(root, bundle.manifest)))",
               "try bundle.useEntries(CacheFreeEntries(bundle, runner: try EtForwardRunner(root: root, manifest: bundle.manifest)))")]
     swift_of = {"CacheFreeEntries": "CacheFreeEntries", "TrainingBundle": "TrainingBundle", "EtTrainer": "Trainer",
-                "MainActivity": "ContentView"}
+                "MainActivity": "ContentView", "Safetensors": "Safetensors"}
     for name, k_line, s_line in pairs:
         assert k_line in kt[f"{name}.kt"], (name, k_line)
         assert (s_line or k_line) in sw[f"{swift_of[name]}.swift"], (name, s_line or k_line)

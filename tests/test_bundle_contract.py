@@ -59,6 +59,16 @@ def test_the_contracts_cache_modes_are_the_runtimes():
     assert sorted(v for k, v in modes.items() if k not in ("field", "rule")) == sorted(CACHE_MODES)
 
 
+def test_the_contracts_text_rows_are_the_runtimes():
+    """The text conditioning's row layouts (one prompt, per-photo captions) and their manifest field are the ones
+    runtime/bundle.py writes and reads, so the apps' generated constants name them."""
+    from device_tests.gen_contract import load_contract
+    from ditskip_edge.runtime.bundle import PER_PHOTO_TEXT, SHARED_TEXT, TEXT_ROWS
+    tc = load_contract()["text_conditioning"]
+    assert (tc["shared"], tc["per_photo"]) == (SHARED_TEXT, PER_PHOTO_TEXT) and TEXT_ROWS == (SHARED_TEXT, PER_PHOTO_TEXT)
+    assert tc["rows_field"] == "subject_stage.text_rows" and tc["photo_prompts_field"] == "subject_stage.photo_prompts"
+
+
 def test_the_contracts_text_kinds_are_the_runtimes_and_every_kind_the_apps_take_is_one_it_reads():
     """Every generation text kind the runtime reads is in the contract; every kind the apps take (app_text_kinds) is
     one the runtime reads, and Generator.kt / Generator.swift check a bundle's kind against that constant (a kind

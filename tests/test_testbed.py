@@ -10,7 +10,8 @@ import torch
 
 from benchmarks.testbed.metrics import (SubjectEmbedder, background_match, colour_agreement, nearest_shape,
                                           reference_mask, shape_iou, subject_similarity)
-from benchmarks.testbed.scenes import PALETTE, SHAPES, SUBJECTS, random_scene, reference_images, render, unrelated_image
+from benchmarks.testbed.scenes import (PALETTE, SHAPES, SUBJECTS, random_scene, reference_background, reference_images,
+                                      render, unrelated_image, write_reference_photos)
 
 
 @pytest.fixture(autouse=True)
@@ -396,6 +397,30 @@ def test_ceiling_configurations_vary_one_thing_at_a_time_from_full_fine_tuning_o
     assert diff("full, whole photos, per-photo captions") == {"per_photo_captions"}
     lora, per_photo = rows["LoRA blocks 1-3, dynamic patches"]
     assert lora.mode == "lora" and lora.blocks == (1, 2, 3) and lora.dynamic_patches and not per_photo
+    assert not any("every linear" in name for name in rows)       # no targets given: no every-linear rows
+
+
+def test_every_linear_rows_target_each_linear_of_a_block_and_differ_from_each_other_in_one_factor():
+    """The every-linear LoRA rows: their targets are every nn.Linear of a double and a single block (the attention
+    projections of both streams, the feed-forwards, the adaLN modulations, proj_mlp / proj_out), and the kept-block
+    and dynamic-patch rows each differ from the every-block whole-photo row in that factor alone."""
+    from dataclasses import asdict
+
+    from benchmarks.testbed_ceiling import configurations, every_linear_targets
+    from ditskip_edge.lora import DEFAULT_TARGETS
+    from ditskip_edge.models.loading import resolve_spec
+    targets = every_linear_targets(resolve_spec("flux-testbed"))
+    assert set(DEFAULT_TARGETS["flux"]) < set(targets)
+    assert {"attn.add_q_proj", "ff.net.2", "ff_context.net.2", "norm1.linear", "norm.linear", "proj_mlp",
+            "proj_out"} <= set(targets)
+    rows = configurations((1, 2, 3), steps_scale=1.0, linear_targets=targets)
+    every, per_photo = rows["LoRA every block, every linear, whole photos, per-photo captions"]
+    assert per_photo and every.mode == "lora" and every.blocks is None and every.targets == targets
+    base = asdict(every)
+    for name, factor in (("LoRA every block, every linear, dynamic patches, per-photo captions", "dynamic_patches"),
+                         ("LoRA blocks 1-3, every linear, whole photos, per-photo captions", "blocks")):
+        cfg, pp = rows[name]
+        assert pp and {k for k, v in asdict(cfg).items() if v != base[k]} == {factor}
 
 
 def test_per_photo_captions_pair_each_training_sample_with_its_own_photos_caption(monkeypatch):
@@ -430,3 +455,19 @@ def test_per_photo_captions_pair_each_training_sample_with_its_own_photos_captio
             assert torch.equal(row, enc[i][0])
     with pytest.raises(ValueError, match="3 captions for 2 photos"):
         ft.finetune(spec, build_transformer(spec), photos, captions + ["x"], ft.FinetuneConfig(steps=1))
+
+
+def test_reference_photo_captions_name_each_photos_own_background(tmp_path):
+    """write_reference_photos(captions=True) (what make demo compiles with --photo-captions): photo i's caption is the
+    training prompt plus the background photo i is drawn on, and the folder compiles as the photos with captions."""
+    from ditskip_edge.runtime.photos import photo_files, read_captions
+    subject = SUBJECTS["teal_star"]
+    refs = write_reference_photos(subject, tmp_path, 3, captions=True)
+    files = photo_files(tmp_path, captions=True)
+    assert [f.name for f in files] == ["00.png", "01.png", "02.png"]
+    captions = read_captions(files, 2000)
+    for i, (ref, caption) in enumerate(zip(refs, captions)):
+        bg = reference_background(subject, i)
+        assert caption == f"a large sks star in the center, on a {bg} background"
+        assert background_match(ref, bg)
+    assert len(set(captions)) == 3

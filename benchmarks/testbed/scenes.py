@@ -245,8 +245,10 @@ def reference_images(subject: Subject, n: int = 5, px: int = SCENE_PX, seed: int
     return out
 
 
-def write_reference_photos(subject: Subject, folder, n: int = 5) -> list[torch.Tensor]:
-    """`reference_images(subject, n)` as PNGs `folder/00.png ...` (what `compile --images` reads); returns them."""
+def write_reference_photos(subject: Subject, folder, n: int = 5, captions: bool = False) -> list[torch.Tensor]:
+    """`reference_images(subject, n)` as PNGs `folder/00.png ...` (what `compile --images` reads); returns them.
+    `captions`: each photo's caption beside it, `folder/00.txt ...` (`compile --photo-captions`): the training prompt
+    naming that photo's background."""
     from pathlib import Path
 
     from ditskip_edge.images import to_uint8_image
@@ -255,6 +257,8 @@ def write_reference_photos(subject: Subject, folder, n: int = 5) -> list[torch.T
     refs = reference_images(subject, n)
     for i, r in enumerate(refs):
         to_uint8_image(r).save(folder / f"{i:02d}.png")
+        if captions:
+            (folder / f"{i:02d}.txt").write_text(subject_prompt(subject, reference_background(subject, i)) + "\n")
     return refs
 
 

@@ -45,7 +45,8 @@ def reference_entries(b, samples: list[int]) -> list[dict[str, torch.Tensor]]:
     for k in samples:
         s = b.schedule.samples[k]
         x0 = torch_entry(b.cache, k)[X0].clone()
-        res = compute_residuals(view, b.plan, x0, sample_noise(s, tuple(x0.shape)), torch.tensor([s.t]), b.cond)
+        res = compute_residuals(view, b.plan, x0, sample_noise(s, tuple(x0.shape)), torch.tensor([s.t]),
+                                b.cond_for(s.photo))
         out.append({X0: x0, **res})
     return out
 

@@ -28,6 +28,9 @@ def register(sub, add_json_flag) -> None:
                                                   "(no photos: the device runs the subject stage)")
     p.add_argument("--prompt", required=True, action="append", dest="prompts",
                    help="the subject prompt, e.g. 'a photo of sks dog' (a model bundle takes several: repeat it)")
+    p.add_argument("--photo-captions", action="store_true",
+                   help="train each photo with its own caption, read from the text file of the same name beside it "
+                        "(dog1.jpg + dog1.txt, e.g. 'a photo of sks dog on a beach'); --prompt still picks the split")
     p.add_argument("--out", required=True, help="bundle folder to create")
     p.add_argument("--skip-front", type=int, default=None, help="blocks skipped at the front (n)")
     p.add_argument("--skip-back", type=int, default=None, help="blocks skipped at the back (m)")
@@ -163,6 +166,7 @@ def run(args) -> dict:
                          n_front=args.skip_front, n_back=args.skip_back, skip_ratio=args.skip_ratio,
                          schedule=sched, lora=lora, optimizer=OptimizerSpec(lr=args.lr), overwrite=args.force,
                          cache_codec=args.cache_codec, encode_tile_px=args.encode_tile_px, jobs=args.jobs,
+                         photo_captions=args.photo_captions,
                          programs=program_stages(args.runtimes, args.precision, args.xnnpack,
                                                  GenerationPrograms(steps=args.generation_steps, guidance=args.guidance,
                                                                     px=args.generation_px,

@@ -14,7 +14,8 @@ The file layout (one name per file, used by the compiler that writes and every r
     model/text/prompt_NNN.safetensors          model bundle: each prompt's text conditioning
     subject/schedule.json                      per sample: photo, t, crop box, noise seed
     subject/photos/NNN.png                     the normalised photos
-    subject/text_conditioning.safetensors      the prompt's conditioning
+    subject/text_conditioning.safetensors      the prompt's conditioning, batch 1; with per-photo captions
+                                               (subject_stage.text_rows "per_photo") one row per photo, in order
     subject/cache/                             residual cache (runtime/cache.py); x0 only in x0-only mode, absent in
                                                cache-free mode
     programs/<runtime>/...                     device programs, listed in the manifest's `programs`
@@ -57,6 +58,8 @@ PROMPTS_DIR = "model/text"
 MODEL_BUNDLE, SUBJECT_BUNDLE = "model", "subject"
 STORED, X0_ONLY, CACHE_FREE = "stored", "x0-only", "cache-free"
 CACHE_MODES = (STORED, X0_ONLY, CACHE_FREE)
+SHARED_TEXT, PER_PHOTO_TEXT = "shared", "per_photo"     # subject_stage.text_rows: one prompt, or per-photo captions
+TEXT_ROWS = (SHARED_TEXT, PER_PHOTO_TEXT)
 SCHEDULE_FILE = "subject/schedule.json"
 TEXT_FILE = "subject/text_conditioning.safetensors"
 CACHE_DIR = "subject/cache"
@@ -342,10 +345,34 @@ class Bundle:
     def cache_identity(self) -> dict:
         return cache_identity(self.field("model"), self.field("plan"), self.schedule)
 
-    def text_conditioning(self) -> dict:
-        """{key: float32 array}, as the compiler stored it (safetensors)."""
-        from safetensors.numpy import load_file
-        return load_file(str(self.root / self.field("subject_stage", "text_conditioning")))
+    @property
+    def text_rows(self) -> str:
+        """"shared" (one prompt's conditioning for every photo) or "per_photo" (per-photo captions: row i of each
+        stored tensor is photo i's; manifest subject_stage.text_rows, absent = shared)."""
+        rows = self.field("subject_stage").get("text_rows", SHARED_TEXT)
+        if rows not in TEXT_ROWS:
+            raise BundleError(f"{self.root / MANIFEST}: subject_stage.text_rows {rows!r}, expected one of "
+                              f"{', '.join(TEXT_ROWS)}")
+        return rows
+
+    def text_conditioning(self, photo: int | None = None) -> dict:
+        """{key: float32 array}: as the compiler stored it (photo None), or the conditioning photo `photo`'s samples
+        train with, batch 1: the prompt's, or with per-photo captions row `photo` of each tensor (read alone)."""
+        from safetensors import safe_open
+        path = self.root / self.field("subject_stage", "text_conditioning")
+        per_photo = self.text_rows == PER_PHOTO_TEXT
+        out = {}
+        with safe_open(str(path), "np") as f:
+            for key in f.keys():
+                if photo is None or not per_photo:
+                    out[key] = f.get_tensor(key)
+                    continue
+                rows = f.get_slice(key)
+                if not 0 <= photo < rows.get_shape()[0]:
+                    raise BundleError(f"{path}: {key} has {rows.get_shape()[0]} rows (one per photo), no row for "
+                                      f"photo {photo}")
+                out[key] = rows[photo:photo + 1]
+        return out
 
     def cache(self):
         from .cache import CacheReader

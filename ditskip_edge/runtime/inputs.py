@@ -6,7 +6,7 @@
     the bundle's forward programs and codes them in memory)
     noise   rng.normal(sample.noise_seed, x0.shape)        the portable RNG every runtime and app shares
     t       [sample.t]
-    cond.*  the bundle's text conditioning
+    cond.*  the bundle's text conditioning (with per-photo captions: the row of the sample's photo)
     entry.* the cache entry's stored parts without x0 (encoded: the program decodes them)
 """
 
@@ -17,7 +17,7 @@ from typing import Callable
 import numpy as np
 
 from . import rng
-from .bundle import STORED, Bundle
+from .bundle import PER_PHOTO_TEXT, STORED, Bundle
 from .cache_format import X0
 from .contract import COND_PREFIX, ENTRY_PREFIX
 from .schedule import Sample
@@ -40,7 +40,7 @@ class StepInputs:
             else:
                 entry_from = (lambda s, cache=bundle.cache(): cache.read_encoded(s.index))
         self.entry_from = entry_from
-        self.cond = {COND_PREFIX + k: v for k, v in bundle.text_conditioning().items()}
+        self.cond = SampleConditioning(bundle)
         self.x0_from = x0_from
 
     def __call__(self, sample: Sample) -> NamedInputs:
@@ -49,6 +49,23 @@ class StepInputs:
         if self.x0_from is not None:
             x0 = self.x0_from(sample)
         named = {"x0": x0, "noise": rng.normal(sample.noise_seed, tuple(x0.shape)),
-                 "t": np.array([sample.t], dtype=np.float32), **self.cond}
+                 "t": np.array([sample.t], dtype=np.float32), **self.cond(sample)}
         named.update({ENTRY_PREFIX + k: v for k, v in entry.items()})
         return named
+
+
+class SampleConditioning:
+    """SampleConditioning(bundle)(sample) -> {"cond.<k>": [1, ...]}: the text conditioning a sample trains with, the
+    prompt's for every sample, or with per-photo captions the row of the sample's photo (one row held at a time:
+    samples come in schedule order, their photos in any order)."""
+
+    def __init__(self, bundle: Bundle):
+        self.bundle = bundle
+        self.per_photo = bundle.text_rows == PER_PHOTO_TEXT
+        self._held: tuple[int, NamedInputs] | None = None
+
+    def __call__(self, sample: Sample) -> NamedInputs:
+        row = sample.photo if self.per_photo else 0
+        if self._held is None or self._held[0] != row:
+            self._held = (row, {COND_PREFIX + k: v for k, v in self.bundle.text_conditioning(row).items()})
+        return self._held[1]

@@ -23,6 +23,7 @@ from .errors import UserError
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".bmp"}
 MAX_PHOTOS = 200                  # photos of one subject (DreamBooth uses 3-6)
 MAX_PHOTO_PIXELS = 64_000_000     # a larger file is refused before it is decoded (decompression bombs)
+CAPTION_SUFFIX = ".txt"           # a photo's caption beside it: dog1.jpg + dog1.txt (compile --photo-captions)
 
 
 @dataclass
@@ -37,13 +38,17 @@ class PhotoPixels:
         return int(self.pixels.shape[1]), int(self.pixels.shape[2])
 
 
-def photo_files(folder: str | Path, min_photos: int = 1) -> list[Path]:
+def photo_files(folder: str | Path, min_photos: int = 1, captions: bool = False) -> list[Path]:
+    """The photos in `folder`, sorted by name. `captions`: the folder also holds each photo's caption as a text file of
+    the same name (`dog1.jpg` + `dog1.txt`, as kohya-style trainers read them), which are not photos."""
     folder = Path(folder)
     if not folder.exists():
         raise UserError(f"images folder {folder} does not exist")
     if not folder.is_dir():
         raise UserError(f"images folder {folder} is not a folder")
-    files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+    entries = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+    texts = [p for p in entries if captions and p.suffix.lower() == CAPTION_SUFFIX]
+    files = [p for p in entries if p not in texts]
     if not files:
         raise UserError(f"images folder {folder} is empty: expected photos ({', '.join(sorted(IMAGE_SUFFIXES))})")
     if len(files) > MAX_PHOTOS:
@@ -53,16 +58,44 @@ def photo_files(folder: str | Path, min_photos: int = 1) -> list[Path]:
                         f"needs at least {min_photos}")
     for f in files:
         if f.suffix.lower() not in IMAGE_SUFFIXES:
-            raise UserError(f"{f}: not an image file (expected one of {', '.join(sorted(IMAGE_SUFFIXES))})")
+            hint = ("; a caption beside each photo? compile with --photo-captions"
+                    if f.suffix.lower() == CAPTION_SUFFIX else "")
+            raise UserError(f"{f}: not an image file (expected one of {', '.join(sorted(IMAGE_SUFFIXES))}{hint})")
+    if captions:
+        stems = {f.stem for f in files}
+        stray = [t.name for t in texts if t.stem not in stems]
+        if stray:
+            raise UserError(f"images folder {folder}: caption {stray[0]} names no photo (a caption is <photo name>"
+                            f"{CAPTION_SUFFIX})")
     return files
 
 
-def load_photos(folder: str | Path, data_px: int, min_photos: int = 1) -> list[PhotoPixels]:
+def read_captions(files: list[Path], max_chars: int) -> list[str]:
+    """Each photo's caption: the text file of the same name beside it (UTF-8, surrounding whitespace dropped), in
+    the photos' order. Refused with one line: a photo without one, an empty or over-long or undecodable caption."""
+    out = []
+    for f in files:
+        t = f.with_suffix(CAPTION_SUFFIX)
+        if not t.is_file():
+            raise UserError(f"{f}: no caption {t.name} beside it (--photo-captions: every photo needs one)")
+        try:
+            text = t.read_bytes().decode("utf-8").strip()
+        except UnicodeDecodeError as e:
+            raise UserError(f"{t}: not UTF-8 text ({e.reason} at byte {e.start})") from e
+        if not text:
+            raise UserError(f"{t}: the caption is empty")
+        if len(text) > max_chars:
+            raise UserError(f"{t}: the caption has {len(text)} characters: at most {max_chars}")
+        out.append(text)
+    return out
+
+
+def load_photos(folder: str | Path, data_px: int, min_photos: int = 1, captions: bool = False) -> list[PhotoPixels]:
     """Every photo in `folder` (sorted by name), turned upright by its EXIF orientation, normalised to `data_px` (the
-    short side, when larger)."""
+    short side, when larger). `captions`: caption text files beside the photos are allowed (photo_files)."""
     from PIL import Image, ImageOps, UnidentifiedImageError
     photos = []
-    for f in photo_files(folder, min_photos):
+    for f in photo_files(folder, min_photos, captions):
         raw = f.read_bytes()
         try:
             with Image.open(f) as im:

@@ -43,6 +43,7 @@ from .contract import COND_PREFIX, CTX_PREFIX, STREAM_PREFIX, TRAIN_STEP, step_i
 from .errors import BundleError, UserError
 from .footprint import read_footprint
 from .forward import ForwardPrograms, encode_tiling_of, subject_programs
+from .inputs import SampleConditioning
 from .photos import PhotoPixels, load_photos, read_png, save_png
 from .progress import Progress
 from .schedule import Schedule, ScheduleConfig, check_photo_sizes, make_schedule
@@ -318,7 +319,7 @@ class CacheFreeEntries:
         # one block program at a time unless asked: kept programs hold every block's arena at once (forward.py)
         self.fwd = ForwardPrograms(bundle, keep_blocks=bool(keep_blocks))
         self.codec = CacheCodec.parse(bundle.codec_spec)
-        self.cond = {COND_PREFIX + k: v for k, v in bundle.text_conditioning().items()}
+        self.cond = SampleConditioning(bundle)
         self.photos: dict[int, np.ndarray] = {}
         self.x0_cache = bundle.cache() if bundle.cache_mode == X0_ONLY else None
         if self.x0_cache is not None and set(self.x0_cache.shapes) != {X0}:
@@ -336,5 +337,5 @@ class CacheFreeEntries:
         else:
             x0 = self.fwd.x0(self.photo(sample.photo), sample.crop_box)
         noise = rng.normal(sample.noise_seed, tuple(x0.shape))
-        residuals = self.fwd.residuals(x0, noise, np.array([sample.t], np.float32), self.cond)
+        residuals = self.fwd.residuals(x0, noise, np.array([sample.t], np.float32), self.cond(sample))
         return encode_entry(self.codec, {X0: x0, **residuals})

@@ -2,7 +2,7 @@
 import Foundation
 
 enum BundleContract {
-    static let contractVersion = 6
+    static let contractVersion = 7
     static let bundleFormat = "ditskip-edge-bundle"
     static let bundleFormatVersion = 3
     static let manifestFile = "manifest.json"
@@ -57,6 +57,9 @@ enum BundleContract {
     static let encodeTilingField = "encode_tiling"
     static let encodeTilingProgramsField = "programs"
     static let encodeTilingStagesField = "stages"
+    static let textRowsField = "text_rows"
+    static let sharedTextRows = "shared"
+    static let perPhotoTextRows = "per_photo"
     static let scheduleAlgorithm = 2
     static let scheduleSampleDraws = 8
     static let scheduleShuffleBase = 1099511627776

@@ -15,7 +15,8 @@ final class CacheFreeEntries: EntrySource {
     let spans: SkipSpans
     let sMin: Int
     let tiling: EncodeTiling
-    private var cond: [String: FloatTensor] = [:]
+    /// The text conditioning of the last sample's photo, as the embed program takes it (per-photo captions: rows).
+    private var cond: (row: Int, tensors: [String: FloatTensor])?
     private let photoFiles: [String]
     private var photos: [Int: (h: Int, w: Int, pixels: [Float])] = [:]
     private let x0Cache: ResidualCache?
@@ -43,11 +44,19 @@ final class CacheFreeEntries: EntrySource {
         x0Cache = bundle.cacheMode == BundleContract.x0OnlyMode ? bundle.cache : nil
         parts = Dictionary(uniqueKeysWithValues: try codec.parts(shapes).map { ($0.0, ($0.1, $0.2)) })
         try checkPrograms("\(root)/manifest.json")
-        for (k, t) in bundle.cond {
-            cond[BundleContract.condPrefix + k] = FloatTensor(shape: t.shape, data: try t.floats())
-        }
         guard x0Cache != nil || !photoFiles.isEmpty
         else { throw TrainError.bundle("\(root)/manifest.json: a \(bundle.cacheMode) bundle without subject_stage.photos") }
+    }
+
+    private func condFor(_ photo: Int) throws -> [String: FloatTensor] {
+        let row = bundle.perPhotoText ? photo : 0
+        if let cond, cond.row == row { return cond.tensors }
+        var m: [String: FloatTensor] = [:]
+        for (k, t) in try bundle.condFor(photo) {
+            m[BundleContract.condPrefix + k] = FloatTensor(shape: t.shape, data: try t.floats())
+        }
+        cond = (row, m)
+        return m
     }
 
     /// forward.py subject_programs: the encode programs encode_tiling lists (the one `encode` untiled; staged: each
@@ -95,7 +104,7 @@ final class CacheFreeEntries: EntrySource {
             x0 = try SubjectStage.x0(runner, photo: p.pixels, h: p.h, w: p.w, sample: planned, sMin: sMin, tiling: tiling)
         }
         let noise = FloatTensor(shape: x0.shape, data: PortableRng.normal(seed: s.noiseSeed, count: x0.data.count))
-        let residuals = try SubjectStage.residuals(runner, spans: spans, x0: x0, noise: noise, t: s.t, cond: cond)
+        let residuals = try SubjectStage.residuals(runner, spans: spans, x0: x0, noise: noise, t: s.t, cond: try condFor(s.photo))
         return try CodecEncoder.encodeEntry(codec, [(BundleContract.x0Key, x0)] + residuals)
     }
 

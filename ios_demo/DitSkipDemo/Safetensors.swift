@@ -7,6 +7,14 @@ struct RawTensor {
     let bytes: Data
     var count: Int { shape.reduce(1, *) }
 
+    /// Row i of the first dimension, shape [1, ...] (its bytes alone).
+    func row(_ i: Int) throws -> RawTensor {
+        guard let n = shape.first, (0..<n).contains(i) else { throw TrainError.bundle("row \(i) of a tensor of shape \(shape)") }
+        let rowBytes = bytes.count / n
+        let start = bytes.startIndex + i * rowBytes
+        return RawTensor(dtype: dtype, shape: [1] + shape.dropFirst(), bytes: bytes.subdata(in: start..<(start + rowBytes)))
+    }
+
     func floats() throws -> [Float] {
         guard dtype == "F32" else { throw TrainError.bundle("tensor is \(dtype), expected F32") }
         return bytes.withUnsafeBytes { raw in

@@ -37,7 +37,10 @@ final class TrainingBundle {
     let program: [String: Any]
     let inputs: [InputSpec]
     let trainable: [String: String]            // program parameter name -> LoRA file key
+    /// The text conditioning as stored: one row (the prompt's), or with per-photo captions one row per photo.
     let cond: [String: RawTensor]
+    /// subject_stage.text_rows == per_photo: sample s trains with row s.photo of cond (condFor).
+    let perPhotoText: Bool
     let cacheMode: String
     /// stored: the residual cache; x0-only: the cache of x0 alone; cache-free: none.
     let cache: ResidualCache?
@@ -85,6 +88,14 @@ final class TrainingBundle {
         steps = config["steps"] as! Int
         gradAccum = config["grad_accum"] as! Int
         cond = try Safetensors.read(root.appendingPathComponent(textPath)).tensors
+        let textRows = subject[BundleContract.textRowsField] as? String ?? BundleContract.sharedTextRows
+        guard textRows == BundleContract.sharedTextRows || textRows == BundleContract.perPhotoTextRows
+        else { throw TrainError.bundle("\(root.path)/manifest.json: subject_stage.\(BundleContract.textRowsField) '\(textRows)', expected \(BundleContract.sharedTextRows) or \(BundleContract.perPhotoTextRows)") }
+        perPhotoText = textRows == BundleContract.perPhotoTextRows
+        let nRows = perPhotoText ? (subject["photos"] as? [String] ?? []).count : 1
+        for (k, t) in cond where t.shape.first != nRows {
+            throw TrainError.bundle("\(root.path): text conditioning \(k) has shape \(t.shape), expected \(nRows) row(s) (\(textRows))")
+        }
         cache = try cachePath.map { try ResidualCache(dir: root.appendingPathComponent($0)) }
         if let cache, let cachePath {
             guard cache.count == samples.count
@@ -169,6 +180,12 @@ final class TrainingBundle {
         guard names == fixed + conds + entries else { throw TrainError.bundle("program inputs \(names) are not in contract order") }
     }
 
+    /// The text conditioning photo `photo`'s samples train with: cond, or with per-photo captions its row.
+    func condFor(_ photo: Int) throws -> [String: RawTensor] {
+        guard perPhotoText else { return cond }
+        return try cond.mapValues { try $0.row(photo) }
+    }
+
     func samplesForStep(_ step: Int) -> ArraySlice<Sample> { samples[(step * gradAccum)..<((step + 1) * gradAccum)] }
 
     /// One sample's inputs in program order: x0 from the cache entry, noise from the portable RNG, t, text, and the
@@ -177,6 +194,7 @@ final class TrainingBundle {
     func stepInputs(_ s: Sample) throws -> [DSTensorInput] {
         let entry = try requireEntries().read(s)
         guard let x0 = try entry[BundleContract.x0Key]?.floats() else { throw TrainError.bundle("cache entry \(s.index) has no x0") }
+        let cond = try condFor(s.photo)
         return try inputs.map { spec in
             let values: [Float]
             switch spec.name {

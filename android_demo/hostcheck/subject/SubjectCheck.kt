@@ -18,7 +18,8 @@
 //   entries BUNDLE OUT_DIR                 TrainingBundle + CacheFreeEntries on an x0-only or cache-free subject bundle
 //                                          (stand-in programs): for every sample, the training step's entry inputs
 //                                          (TrainingBundle.stepInputs) and the entry's x0, each part's raw bytes in
-//                                          OUT_DIR/<sample>/<part>.bin; prints "entries N <mode>"
+//                                          OUT_DIR/<sample>/<part>.bin, its text conditioning inputs in
+//                                          OUT_DIR/cond_<sample>/<key>.bin; prints "entries N <mode>"
 //   lanczos SPEC.json                      PhotoNormalise: spec [[h, w, data_px, rgb_file (uint8 [h, w, 3]), out_file]]:
 //                                          writes each normalised photo's uint8 [h', w', 3] (short side -> data_px)
 //   tiles SPEC.json                        Tiling.encodeTiled / decodeTiled with stand-in tile functions (PoolMix,
@@ -162,10 +163,13 @@ fun entries(root: File, out: File) {
         val dir = File(out, s.index.toString())
         dir.mkdirs()
         for ((spec, v) in bundle.stepInputs(s)) {                    // what EtTrainer hands the training program
-            if (!spec.name.startsWith("entry.")) continue
-            val t = v as org.ditskip.demo.RawTensor
+            val t = v as? org.ditskip.demo.RawTensor ?: continue
             val b = ByteArray(t.bytes.remaining()); t.bytes.duplicate().get(b)
-            File(dir, spec.name.removePrefix("entry.") + ".bin").writeBytes(b)
+            if (spec.name.startsWith("cond.")) {                     // beside the entry: cond_<index>/<key>.bin
+                File(out, "cond_${s.index}").apply { mkdirs() }.resolve(spec.name.removePrefix("cond.") + ".bin").writeBytes(b)
+            } else if (spec.name.startsWith("entry.")) {
+                File(dir, spec.name.removePrefix("entry.") + ".bin").writeBytes(b)
+            }
         }
         val x0 = source.read(s).getValue("x0")
         val b = ByteArray(x0.bytes.remaining()); x0.bytes.duplicate().get(b)

@@ -2,7 +2,7 @@
 package org.ditskip.demo
 
 object BundleContract {
-    const val CONTRACT_VERSION = 6
+    const val CONTRACT_VERSION = 7
     const val BUNDLE_FORMAT = "ditskip-edge-bundle"
     const val BUNDLE_FORMAT_VERSION = 3
     const val MANIFEST_FILE = "manifest.json"
@@ -57,6 +57,9 @@ object BundleContract {
     const val ENCODE_TILING_FIELD = "encode_tiling"
     const val ENCODE_TILING_PROGRAMS_FIELD = "programs"
     const val ENCODE_TILING_STAGES_FIELD = "stages"
+    const val TEXT_ROWS_FIELD = "text_rows"
+    const val SHARED_TEXT_ROWS = "shared"
+    const val PER_PHOTO_TEXT_ROWS = "per_photo"
     const val SCHEDULE_ALGORITHM = 2
     const val SCHEDULE_SAMPLE_DRAWS = 8
     const val SCHEDULE_SHUFFLE_BASE = 1099511627776L

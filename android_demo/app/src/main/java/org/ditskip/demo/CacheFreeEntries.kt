@@ -24,7 +24,8 @@ class CacheFreeEntries(private val bundle: TrainingBundle, private val runner: F
     val spans: SkipSpans
     val sMin: Int
     val tiling: EncodeTiling
-    private val cond = LinkedHashMap<String, FloatTensor>()
+    /** The text conditioning of the last sample's photo, as the embed program takes it (per-photo captions: rows). */
+    private var cond: Pair<Int, Map<String, FloatTensor>>? = null
     private val photoFiles: List<String>
     private val photos = HashMap<Int, Triple<Int, Int, FloatArray>>()
     private val x0Cache: ResidualCache?
@@ -44,9 +45,6 @@ class CacheFreeEntries(private val bundle: TrainingBundle, private val runner: F
         sMin = m.getJSONObject("schedule").getInt("s_min_px")
         tiling = encodeTilingOf(m, sMin)
         checkPrograms("$root/manifest.json")
-        for ((k, t) in bundle.cond.toSortedMap()) {
-            cond[BundleContract.COND_PREFIX + k] = FloatTensor(t.shape.map { it.toInt() }.toIntArray(), t.floats())
-        }
         val ph = stage.optJSONArray("photos")
         photoFiles = if (ph == null) emptyList() else (0 until ph.length()).map { ph.getString(it) }
         x0Cache = if (bundle.cacheMode == BundleContract.X0_ONLY_MODE) bundle.cache else null
@@ -73,6 +71,17 @@ class CacheFreeEntries(private val bundle: TrainingBundle, private val runner: F
         require(absent.isEmpty()) { "$where: no block program for blocks ${absent.take(5)} (the residuals need blocks 0..${need.last})" }
     }
 
+    private fun condFor(photo: Int): Map<String, FloatTensor> {
+        val row = if (bundle.perPhotoText) photo else 0
+        cond?.let { if (it.first == row) return it.second }
+        val m = LinkedHashMap<String, FloatTensor>()
+        for ((k, t) in bundle.condFor(photo).toSortedMap()) {
+            m[BundleContract.COND_PREFIX + k] = FloatTensor(t.shape.map { it.toInt() }.toIntArray(), t.floats())
+        }
+        cond = Pair(row, m)
+        return m
+    }
+
     /** subject.py CacheFreeEntries.photo: the bundle's normalised photo, [3, h, w] in [-1, 1], read once. */
     fun photo(index: Int): Triple<Int, Int, FloatArray> = photos.getOrPut(index) {
         require(index in photoFiles.indices) { "${bundle.root}: sample photo $index, the bundle holds ${photoFiles.size} photos" }
@@ -89,7 +98,7 @@ class CacheFreeEntries(private val bundle: TrainingBundle, private val runner: F
             SubjectStage.x0(runner, px, h, w, planned, sMin, tiling)
         }
         val noise = FloatTensor(x0.shape, PortableRng.normal(s.noiseSeed, x0.data.size))
-        val residuals = SubjectStage.residuals(runner, spans, x0, noise, s.t, cond)
+        val residuals = SubjectStage.residuals(runner, spans, x0, noise, s.t, condFor(s.photo))
         val tensors = LinkedHashMap<String, FloatTensor>()
         tensors[BundleContract.X0_KEY] = x0
         tensors.putAll(residuals)

@@ -19,6 +19,14 @@ class RawTensor(val dtype: String, val shape: LongArray, val bytes: ByteBuffer) 
         return out
     }
 
+    /** Row [i] of the first dimension, shape [1, ...] (a view of the same bytes: nothing copied). */
+    fun row(i: Int): RawTensor {
+        require(shape.isNotEmpty() && i in 0 until shape[0]) { "row $i of a tensor of shape ${shape.toList()}" }
+        val rowBytes = bytes.remaining() / shape[0].toInt()
+        val view = bytes.duplicate().apply { position(position() + i * rowBytes); limit(position() + rowBytes) }.slice()
+        return RawTensor(dtype, longArrayOf(1L) + shape.copyOfRange(1, shape.size), view.order(ByteOrder.LITTLE_ENDIAN))
+    }
+
     /** The stored bytes as they are (int8 / uint8 codes), one byte per element. */
     fun rawBytes(): ByteArray {
         require(dtype == "I8" || dtype == "U8") { "tensor is $dtype, expected I8 or U8" }

@@ -46,7 +46,10 @@ class TrainingBundle(val root: File) {
     val etSection: JSONObject
     val inputs: List<InputSpec>
     val trainable: Map<String, String>          // program parameter name -> LoRA file key
+    /** The text conditioning as stored: one row (the prompt's), or with per-photo captions one row per photo. */
     val cond: Map<String, RawTensor>
+    /** subject_stage.text_rows == per_photo: sample s trains with row s.photo of [cond] ([condFor]). */
+    val perPhotoText: Boolean
     val cacheMode: String
     /** stored: the residual cache; x0-only: the cache of x0 alone; cache-free: none. */
     val cache: ResidualCache?
@@ -98,6 +101,16 @@ class TrainingBundle(val root: File) {
         steps = config.getInt("steps")
         gradAccum = config.getInt("grad_accum")
         cond = Safetensors.read(File(root, subject.getString("text_conditioning")))
+        val textRows = subject.optString(BundleContract.TEXT_ROWS_FIELD, BundleContract.SHARED_TEXT_ROWS)
+        require(textRows == BundleContract.SHARED_TEXT_ROWS || textRows == BundleContract.PER_PHOTO_TEXT_ROWS) {
+            "$root/manifest.json: subject_stage.${BundleContract.TEXT_ROWS_FIELD} '$textRows', expected " +
+                "${BundleContract.SHARED_TEXT_ROWS} or ${BundleContract.PER_PHOTO_TEXT_ROWS}"
+        }
+        perPhotoText = textRows == BundleContract.PER_PHOTO_TEXT_ROWS
+        val nRows = if (perPhotoText) subject.getJSONArray("photos").length().toLong() else 1L
+        for ((k, t) in cond) require(t.shape.isNotEmpty() && t.shape[0] == nRows) {
+            "$root: text conditioning $k has shape ${t.shape.toList()}, expected $nRows row(s) ($textRows)"
+        }
         cache = if (cacheMode == BundleContract.CACHE_FREE_MODE || subject.isNull("cache")) null
                 else ResidualCache(File(root, subject.getString("cache")))
         require(cache != null || cacheMode == BundleContract.CACHE_FREE_MODE) { "$root/manifest.json: a $cacheMode bundle without its cache (subject_stage.cache)" }
@@ -202,12 +215,16 @@ class TrainingBundle(val root: File) {
                 spec.name == "noise" -> PortableRng.normal(s.noiseSeed, x0.size)
                 spec.name == "t" -> floatArrayOf(s.t)
                 spec.name.startsWith(BundleContract.COND_PREFIX) ->
-                    cond.getValue(spec.name.removePrefix(BundleContract.COND_PREFIX))
+                    condFor(s.photo).getValue(spec.name.removePrefix(BundleContract.COND_PREFIX))
                 else -> entry.getValue(spec.name.removePrefix(BundleContract.ENTRY_PREFIX))
             }
             spec to value
         }
     }
+
+    /** The text conditioning photo [photo]'s samples train with: [cond], or with per-photo captions its row. */
+    fun condFor(photo: Int): Map<String, RawTensor> =
+        if (perPhotoText) cond.mapValues { (_, t) -> t.row(photo) } else cond
 
     /** What a checkpoint belongs to (contract `checkpoint.identity`): this runtime, this program's files, this
      *  manifest (which covers the schedule, the cache codec, the LoRA spec and the optimizer). */
