@@ -58,7 +58,7 @@ def photo_files(folder: str | Path, min_photos: int = 1, captions: bool = False)
                         f"needs at least {min_photos}")
     for f in files:
         if f.suffix.lower() not in IMAGE_SUFFIXES:
-            hint = ("; a caption beside each photo? compile with --photo-captions"
+            hint = ("; captions beside the photos are read by compile --photo-captions"
                     if f.suffix.lower() == CAPTION_SUFFIX else "")
             raise UserError(f"{f}: not an image file (expected one of {', '.join(sorted(IMAGE_SUFFIXES))}{hint})")
     if captions:
