@@ -122,3 +122,15 @@ def test_caption_files_are_refused_in_one_line_unless_asked_for_and_then_needed_
                  "--skip-back", "1", "--photo-captions"])
     err = capsys.readouterr().err
     assert code != 0 and "--images" in err and len(err.strip().splitlines()) == 1 and not (tmp_path / "m").exists()
+
+
+def test_select_reads_a_captioned_folder_as_its_photos_alone(tmp_path, capsys):
+    """`select --images` on the folder compile --photo-captions takes: the caption files are skipped, and the scores
+    are those of the same photos without them."""
+    import json
+    docs = []
+    for folder in (captioned_photos(tmp_path / "captioned"), one_caption(tmp_path / "bare", "")):
+        assert main(["select", "--model", "flux-tiny", "--images", str(folder), "--prompt", "a photo of sks toy",
+                     "--budget", "2", "--steps", "2", "--method", "proxy", "--json"]) == 0
+        docs.append(json.loads(capsys.readouterr().out))
+    assert docs[0]["results"] == docs[1]["results"]

@@ -56,7 +56,8 @@ def run(args) -> dict:
                              proxy_times=tuple(args.proxy_times), embedder=args.embedder, probe=args.probe,
                              tune_steps=args.tune_steps)
     config.validate()
-    photos = load_photos(args.images, spec.data_px) if args.images else None
+    # caption files beside the photos (compile --photo-captions' folder) are not photos; selection uses --prompt
+    photos = load_photos(args.images, spec.data_px, captions=True) if args.images else None
     transformer = build_transformer(spec)
     num_blocks = len(block_names_of(transformer))
     budgets = [skip_budget(num_blocks, r) for r in args.skip_ratio] + [check_budget(num_blocks, k)
