@@ -15,7 +15,10 @@ per-photo captions (each photo's prompt also names its background); a LoRA on th
 (`--lora-blocks`, the split `make demo` selects: blocks 1-6) at the demo's lr 5e-3 for 400 steps; and LoRAs on every
 linear layer of a block (not only the attention projections the product targets by default; `every_linear_targets`),
 with per-photo captions, for 1200 steps: on every block (whole photos; dynamic patches) and on the kept blocks (whole
-photos).
+photos). The last row is the product on that recipe: BlockSkip with the same kept blocks (the blocks before and after
+them skipped, their effect replayed from the residual cache), compiled and trained by `ditskip-edge compile` /
+`train` (eager runtime, 1200 x 4 samples) and its LoRA loaded into the full diffusers model: what the row before it
+loses to the replay.
 
     python benchmarks/testbed_ceiling.py                     # ~11 min on 2 cores (AMD EPYC)
     python benchmarks/testbed_ceiling.py --steps-scale 0.01 --out /tmp/c   # a smoke run (tests)
@@ -103,6 +106,19 @@ def score_cell(images: torch.Tensor, subject, refs, backgrounds: list[str] | Non
     return cell
 
 
+def blockskip_request(photos: Path, out: Path, prompt: str, lora_blocks: tuple[int, ...], num_blocks: int,
+                      steps: int, targets: tuple[str, ...]) -> list[str]:
+    """The product's compile request of the BlockSkip row: `lora_blocks` kept (contiguous), the blocks before and
+    after them skipped and replayed from their residuals (fp32 cache), the every-linear recipe of the row it is read
+    against (per-photo captions, whole photos, rank 8, lr 5e-3, `steps` x 4 samples)."""
+    if list(lora_blocks) != list(range(lora_blocks[0], lora_blocks[-1] + 1)):
+        raise ValueError(f"BlockSkip keeps a contiguous span of blocks, not {lora_blocks}")
+    return ["compile", "--model", "flux-testbed", "--images", str(photos), "--prompt", prompt, "--photo-captions",
+            "--skip-front", str(lora_blocks[0]), "--skip-back", str(num_blocks - 1 - lora_blocks[-1]),
+            "--steps", str(steps), "--grad-accum", "4", "--rank", "8", "--lr", "5e-3", "--no-dynamic-patches",
+            "--lora-targets", ",".join(targets), "--cache-codec", "fp32", "--out", str(out), "--force"]
+
+
 def block_list(text: str) -> tuple[int, ...]:
     """--lora-blocks "1,2,3" -> (1, 2, 3); argparse turns the ValueError into a one-line usage error."""
     blocks = tuple(int(b) for b in text.split(","))
@@ -135,14 +151,25 @@ def main() -> int:
     blocks = args.lora_blocks
     rows, tiles = [], []
     per_photo_captions = [subject_prompt(subject, reference_background(subject, i)) for i in range(len(refs))]
-    for name, (cfg, per_photo) in configurations(blocks, args.steps_scale, every_linear_targets(spec)).items():
-        model = build_transformer(spec)
+    targets = every_linear_targets(spec)
+    runs = {name: (cfg, per_photo, None) for name, (cfg, per_photo) in
+            configurations(blocks, args.steps_scale, targets).items()}
+    if list(blocks) == list(range(blocks[0], blocks[-1] + 1)):
+        runs[f"BlockSkip blocks {blocks[0]}-{blocks[-1]} (residuals replayed), every linear, whole photos, per-photo "
+             f"captions"] = (None, True, max(1, round(1200 * args.steps_scale)))
+    for name, (cfg, per_photo, product_steps) in runs.items():
         t0 = time.perf_counter()
-        if cfg is not None:
-            finetune(spec, model, refs, per_photo_captions if per_photo else train_prompt, cfg)
+        request = None
+        if product_steps is None:
+            model = build_transformer(spec)
+            if cfg is not None:
+                finetune(spec, model, refs, per_photo_captions if per_photo else train_prompt, cfg)
+        else:                         # the product: compile (residual cache) + the eager runtime, LoRA into diffusers
+            model, request = blockskip_lora(spec, subject, train_prompt, blocks, num_blocks, product_steps, targets,
+                                            Path(args.out) / "work" / "ceiling_blockskip")
         train_s = time.perf_counter() - t0
         row = {"config": name, "finetune": None if cfg is None else asdict(cfg), "per_photo_captions": per_photo,
-               "train_seconds": round(train_s, 1)}
+               "train_seconds": round(train_s, 1), **({"product_request": request} if request else {})}
         for g in GUIDANCES:
             train_ims = generate(spec, model, [train_prompt] * TRAIN_SEEDS, list(range(TRAIN_SEEDS)), guidance=g)
             eval_ims = generate(spec, model, eval_texts, eval_seeds, guidance=g)
@@ -167,6 +194,26 @@ def main() -> int:
     (out / "testbed_ceiling.md").write_text(markdown(doc))
     print(markdown(doc))
     return 0
+
+
+def blockskip_lora(spec, subject, prompt: str, blocks: tuple[int, ...], num_blocks: int, steps: int,
+                   targets: tuple[str, ...], work: Path):
+    """Compile the references (with their captions) with blockskip_request, train with the eager runtime, and load the
+    LoRA into the full diffusers model. Returns (model, the compile arguments)."""
+    import json as _json
+    import shutil
+
+    from benchmarks.testbed.scenes import write_reference_photos
+    from ditskip_edge.cli import main as cli_main
+    from ditskip_edge.generate import load_model
+    shutil.rmtree(work, ignore_errors=True)
+    write_reference_photos(subject, work / "photos", 5, captions=True)
+    request = blockskip_request(work / "photos", work / "bundle", prompt, blocks, num_blocks, steps, targets)
+    if cli_main(request) != 0 or cli_main(["train", str(work / "bundle"), "--no-resume"]) != 0:
+        raise RuntimeError(f"the BlockSkip row's compile or train failed: {' '.join(request)}")
+    summary = _json.loads((work / "bundle" / "runs" / "eager" / "summary.json").read_text())
+    return load_model(spec, summary["lora"]), [a if not a.startswith(str(work)) else a.replace(str(work), "<work>")
+                                               for a in request]
 
 
 def markdown(doc: dict) -> str:
