@@ -220,7 +220,7 @@ def compile_subject_stage(writer: BundleWriter, spec: ModelSpec, transformer: nn
     stage = {"schedule": SCHEDULE_FILE, "text_conditioning": TEXT_FILE, "cache": CACHE_DIR,
              "photos": [f"{PHOTOS_DIR}/{i:03d}.png" for i in range(len(photos))], "prompt": prompt,
              "text_rows": SHARED_TEXT if captions is None else PER_PHOTO_TEXT,
-             **({} if captions is None else {"photo_prompts": list(captions)}),
+             **({} if captions is None else {"photo_captions": list(captions)}),
              "num_samples": schedule.num_samples, "clamped_crops": schedule.clamped_samples,
              "entry_shapes": index["shapes"], "cache_codec": index["codec"]["spec"],
              "cache_rel_error": index["rel_error"],

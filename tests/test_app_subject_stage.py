@@ -747,7 +747,7 @@ def per_photo_captions(root: Path) -> list[np.ndarray]:
     text = root / stage["text_conditioning"]
     one = load_file(str(text))
     save_file({k: np.concatenate([v * np.float32(1 + i) for i in range(n)]) for k, v in one.items()}, str(text))
-    stage.update(text_rows="per_photo", photo_prompts=[f"caption {i}" for i in range(n)])
+    stage.update(text_rows="per_photo", photo_captions=[f"caption {i}" for i in range(n)])
     for rel in m["files"]:
         m["files"][rel] = {"sha256": sha256_file(root / rel), "bytes": (root / rel).stat().st_size}
     write_signed(root / MANIFEST, m)

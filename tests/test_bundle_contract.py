@@ -66,7 +66,7 @@ def test_the_contracts_text_rows_are_the_runtimes():
     from ditskip_edge.runtime.bundle import PER_PHOTO_TEXT, SHARED_TEXT, TEXT_ROWS
     tc = load_contract()["text_conditioning"]
     assert (tc["shared"], tc["per_photo"]) == (SHARED_TEXT, PER_PHOTO_TEXT) and TEXT_ROWS == (SHARED_TEXT, PER_PHOTO_TEXT)
-    assert tc["rows_field"] == "subject_stage.text_rows" and tc["photo_prompts_field"] == "subject_stage.photo_prompts"
+    assert tc["rows_field"] == "subject_stage.text_rows" and tc["photo_captions_field"] == "subject_stage.photo_captions"
 
 
 def test_the_contracts_text_kinds_are_the_runtimes_and_every_kind_the_apps_take_is_one_it_reads():

@@ -52,7 +52,7 @@ def test_the_bundle_stores_one_conditioning_row_per_photo_in_photo_order(bundles
     from ditskip_edge.runtime.bundle import Bundle
     b = Bundle.open(bundles["per_photo"])
     assert b.text_rows == "per_photo"
-    assert b.field("subject_stage", "photo_prompts") == list(CAPTIONS.values())
+    assert b.field("subject_stage", "photo_captions") == list(CAPTIONS.values())
     rows = b.text_conditioning()
     for i in range(len(CAPTIONS)):
         shared = load_file(str(bundles[i] / "subject/text_conditioning.safetensors"))
