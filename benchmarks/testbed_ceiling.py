@@ -45,6 +45,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from _meta import provenance, provenance_md                                              # noqa: E402
 from ditskip_edge.generate import generate, grid                                        # noqa: E402
 from ditskip_edge.images import to_uint8_image                                          # noqa: E402
+from ditskip_edge.lora import every_linear_suffix                                       # noqa: E402
 from ditskip_edge.models.loading import build_transformer, resolve_spec                 # noqa: E402
 from benchmarks.testbed.finetune import FinetuneConfig, finetune                        # noqa: E402
 from benchmarks.testbed.metrics import (SubjectEmbedder, background_match, mean_ci, nearest_shape,  # noqa: E402
@@ -59,15 +60,8 @@ GUIDANCES = (1.0, 3.0)
 
 def every_linear_targets(spec) -> tuple[str, ...]:
     """The module-name suffixes of every nn.Linear inside a transformer block (double and single blocks), the
-    LoRA targets of the "every linear" rows (peft's "all-linear", restricted to the blocks)."""
-    from ditskip_edge.models.views import block_names_of
-    model = build_transformer(spec, device="meta")
-    suffixes = set()
-    for block in block_names_of(model):
-        for name, mod in model.get_submodule(block).named_modules():
-            if isinstance(mod, torch.nn.Linear):
-                suffixes.add(name)
-    return tuple(sorted(suffixes))
+    LoRA targets of the "every linear" rows (`compile --lora-targets all-linear`)."""
+    return tuple(every_linear_suffix(spec.arch, spec.transformer_config))
 
 
 def configurations(lora_blocks: tuple[int, ...], steps_scale: float,

@@ -29,6 +29,19 @@ DEFAULT_TARGETS = {
 
 
 MAX_RANK = 1024
+ALL_LINEAR = "all-linear"          # --lora-targets all-linear: every nn.Linear inside a block (peft's term)
+
+
+def every_linear_suffix(arch: str, transformer_config: dict) -> list[str]:
+    """The module-name suffixes of every nn.Linear inside a transformer block of this architecture and config (FLUX:
+    both streams' attention projections, feed-forwards, adaLN modulations, proj_mlp / proj_out; sorted), from a
+    model built on the meta device (no weights)."""
+    from .models.loading import transformer_class
+    from .models.views import block_names_of
+    with torch.device("meta"):
+        model = transformer_class(arch).from_config(transformer_config)
+    return sorted({name for block in block_names_of(model)
+                   for name, mod in model.get_submodule(block).named_modules() if isinstance(mod, nn.Linear)})
 
 
 @dataclass(frozen=True)

@@ -201,3 +201,30 @@ def test_a_local_pipeline_folder_with_real_text_encoders_conditions_on_the_promp
     bundle = compile_tiny(tmp_path / "bundle", str(folder), steps=2)
     stored = load_file(str(bundle / "subject" / "text_conditioning.safetensors"))
     assert torch.equal(stored["txt"], a["txt"])
+
+
+def test_lora_targets_all_linear_puts_a_lora_on_every_linear_layer_of_the_kept_blocks_alone(tmp_path, capsys):
+    """`--lora-targets all-linear` (peft's term): the manifest's targets are every nn.Linear suffix of a block, and
+    the trained LoRA file holds one A/B pair per linear layer of each kept block and none in a skipped one."""
+    from safetensors import safe_open
+
+    from ditskip_edge.lora import every_linear_suffix
+    from ditskip_edge.models.views import block_names_of
+    spec = resolve_spec("flux-tiny")
+    out = tmp_path / "b"
+    code, _, _ = _run(capsys, "compile", "--images", str(PHOTOS), "--prompt", "a photo of sks toy", "--out", str(out),
+                      "--skip-front", "1", "--skip-back", "1", "--steps", "2", "--lora-targets", "all-linear", "--json")
+    assert code == 0
+    targets = read_manifest(out)["lora"]["targets"]
+    assert targets == every_linear_suffix(spec.arch, spec.transformer_config)
+    assert {"attn.to_q", "attn.add_q_proj", "ff.net.2", "norm1.linear", "proj_mlp"} <= set(targets)
+    assert _run(capsys, "train", str(out), "--run-dir", str(tmp_path / "run"), "--json")[0] == 0
+    with torch.device("meta"):
+        model = build_transformer(spec, device="meta")
+    names = block_names_of(model)
+    kept = names[1:-1]
+    linears = {f"{b}.{n}" for b in kept for n, m in model.get_submodule(b).named_modules()
+               if isinstance(m, torch.nn.Linear)}
+    with safe_open(str(tmp_path / "run" / "lora" / "pytorch_lora_weights.safetensors"), "pt") as f:
+        adapted = {k.removeprefix("transformer.").rsplit(".lora_", 1)[0] for k in f.keys()}
+    assert adapted == linears

@@ -10,7 +10,7 @@ from export.ort_stage import OrtPrograms
 
 from ..cache import DEFAULT_CODEC
 from ..compile import CompileRequest, compile_bundle
-from ..lora import LoraSpec
+from ..lora import ALL_LINEAR, LoraSpec, every_linear_suffix
 from ..models.loading import resolve_spec
 from ..remat import REMAT_CHOICES, RematSpec
 from ..runtime.bundle import OptimizerSpec
@@ -44,7 +44,9 @@ def register(sub, add_json_flag) -> None:
     p.add_argument("--no-dynamic-patches", action="store_true", help="ablation: centre square resized to crop-min")
     p.add_argument("--rank", type=int, default=4, help="LoRA rank (1 to 1024)")
     p.add_argument("--alpha", type=float, default=None, help="LoRA alpha (default: rank)")
-    p.add_argument("--lora-targets", default="", help="comma-separated module suffixes in a block (arch default)")
+    p.add_argument("--lora-targets", default="",
+                   help="comma-separated module suffixes in a block (default: the arch's attention projections), or "
+                        "all-linear: every linear layer of a kept block")
     p.add_argument("--lr", type=float, default=1e-4, help="AdamW learning rate, in (0, 1]")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--runtime", action="append", default=[], dest="runtimes",
@@ -152,8 +154,11 @@ def run(args) -> dict:
                            s_min_px=args.crop_min or spec.train_px, s_max_px=args.crop_max or spec.data_px,
                            multiple_px=spec.pixel_multiple, seed=args.seed, t_sampling=args.t_sampling,
                            dynamic_patches=not args.no_dynamic_patches)
+    targets = [s for s in args.lora_targets.split(",") if s]
+    if targets == [ALL_LINEAR]:
+        targets = every_linear_suffix(spec.arch, spec.transformer_config)
     lora = LoraSpec(rank=args.rank, alpha=args.alpha if args.alpha is not None else float(args.rank),
-                    targets=[s for s in args.lora_targets.split(",") if s])
+                    targets=targets)
     subject = None
     if model_bundle:
         precision = args.subject_precision or args.precision.split(",")[0].strip()
