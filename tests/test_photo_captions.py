@@ -134,3 +134,20 @@ def test_select_reads_a_captioned_folder_as_its_photos_alone(tmp_path, capsys):
                      "--budget", "2", "--steps", "2", "--method", "proxy", "--json"]) == 0
         docs.append(json.loads(capsys.readouterr().out))
     assert docs[0]["results"] == docs[1]["results"]
+
+
+def test_a_bundle_whose_caption_rows_do_not_match_its_photos_is_refused_before_training(bundles, tmp_path):
+    """The conditioning's rows must be one per photo (per_photo) or one (shared): a per-photo bundle whose manifest
+    says shared (re-signed, so only this check can catch it) is refused in one line before any step."""
+    from ditskip_edge.runtime.bundle import MANIFEST, Bundle, read_manifest, write_manifest
+    from ditskip_edge.runtime.errors import BundleError
+    from ditskip_edge.runtime.inputs import StepInputs
+    copy = tmp_path / "b"
+    shutil.copytree(bundles["per_photo"], copy)
+    m = read_manifest(copy, verify=False)
+    m["subject_stage"]["text_rows"] = "shared"
+    write_manifest(copy / MANIFEST, m)
+    with pytest.raises(BundleError) as err:
+        StepInputs(Bundle.open(copy))
+    assert "expected 1 row(s) (shared)" in str(err.value) and "\n" not in str(err.value)
+    StepInputs(Bundle.open(bundles["per_photo"]))           # the bundle as compiled opens

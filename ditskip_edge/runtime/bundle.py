@@ -355,6 +355,12 @@ class Bundle:
                               f"{', '.join(TEXT_ROWS)}")
         return rows
 
+    def text_conditioning_shapes(self) -> dict[str, tuple[int, ...]]:
+        """{key: shape} of the stored text conditioning (read from the safetensors header alone)."""
+        from safetensors import safe_open
+        with safe_open(str(self.root / self.field("subject_stage", "text_conditioning")), "np") as f:
+            return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+
     def text_conditioning(self, photo: int | None = None) -> dict:
         """{key: float32 array}: as the compiler stored it (photo None), or the conditioning photo `photo`'s samples
         train with, batch 1: the prompt's, or with per-photo captions row `photo` of each tensor (read alone)."""

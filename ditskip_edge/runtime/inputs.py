@@ -20,6 +20,7 @@ from . import rng
 from .bundle import PER_PHOTO_TEXT, STORED, Bundle
 from .cache_format import X0
 from .contract import COND_PREFIX, ENTRY_PREFIX
+from .errors import BundleError
 from .schedule import Sample
 
 NamedInputs = dict[str, np.ndarray]
@@ -63,6 +64,11 @@ class SampleConditioning:
         self.bundle = bundle
         self.per_photo = bundle.text_rows == PER_PHOTO_TEXT
         self._held: tuple[int, NamedInputs] | None = None
+        want = len(bundle.field("subject_stage", "photos")) if self.per_photo else 1
+        for key, shape in bundle.text_conditioning_shapes().items():
+            if not shape or shape[0] != want:
+                raise BundleError(f"{bundle.root}: text conditioning {key} has shape {list(shape)}, expected {want} "
+                                  f"row(s) ({bundle.text_rows})")
 
     def __call__(self, sample: Sample) -> NamedInputs:
         row = sample.photo if self.per_photo else 0
