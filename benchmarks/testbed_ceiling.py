@@ -13,8 +13,8 @@ Configurations: the base; every weight fine-tuned (lr 1e-3, 600 steps x 4 photos
 patches, on whole photos with the prior-preservation loss on pretraining scenes (weight 1), and on whole photos with
 per-photo captions (each photo's prompt also names its background); a LoRA on the demo's kept blocks
 (`--lora-blocks`, the split `make demo` selects: blocks 1-6) at the demo's lr 5e-3 for 400 steps; and LoRAs on every
-linear layer of a block (not only the attention projections the product targets by default; `every_linear_targets`),
-with per-photo captions, for 1200 steps: on every block (whole photos; dynamic patches) and on the kept blocks (whole
+linear layer of a block (not only the attention projections the product targets by default; `compile --lora-targets
+all-linear`), with per-photo captions, for 1200 steps: on every block (whole photos; dynamic patches) and on the kept blocks (whole
 photos). The last row is the product on that recipe: BlockSkip with the same kept blocks (the blocks before and after
 them skipped, their effect replayed from the residual cache), compiled and trained by `ditskip-edge compile` /
 `train` (eager runtime, 1200 x 4 samples) and its LoRA loaded into the full diffusers model: what the row before it
@@ -45,12 +45,12 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from _meta import provenance, provenance_md                                              # noqa: E402
 from ditskip_edge.generate import generate, grid                                        # noqa: E402
 from ditskip_edge.images import to_uint8_image                                          # noqa: E402
-from ditskip_edge.lora import every_linear_suffix                                       # noqa: E402
+from ditskip_edge.lora import ALL_LINEAR, every_linear_suffix                           # noqa: E402
 from ditskip_edge.models.loading import build_transformer, resolve_spec                 # noqa: E402
 from benchmarks.testbed.finetune import FinetuneConfig, finetune                        # noqa: E402
 from benchmarks.testbed.metrics import (SubjectEmbedder, background_match, mean_ci, nearest_shape,  # noqa: E402
                                        subject_similarity)
-from benchmarks.testbed.scenes import (SUBJECTS, eval_prompts, reference_background, reference_images,  # noqa: E402
+from benchmarks.testbed.scenes import (SUBJECTS, eval_prompts, reference_captions, reference_images,  # noqa: E402
                                       subject_prompt)
 
 TRAIN_SEEDS = 8        # images of the training prompt per cell
@@ -58,17 +58,12 @@ EVAL_SEEDS = 2         # images per eval prompt per cell
 GUIDANCES = (1.0, 3.0)
 
 
-def every_linear_targets(spec) -> tuple[str, ...]:
-    """The module-name suffixes of every nn.Linear inside a transformer block (double and single blocks), the
-    LoRA targets of the "every linear" rows (`compile --lora-targets all-linear`)."""
-    return tuple(every_linear_suffix(spec.arch, spec.transformer_config))
-
-
 def configurations(lora_blocks: tuple[int, ...], steps_scale: float,
                    linear_targets: tuple[str, ...] = ()) -> dict[str, tuple[FinetuneConfig | None, bool]]:
     """name -> (fine-tune config or None for the base, per-photo captions: each photo trained with the training
     prompt plus its own background, ", on a red background", instead of one caption for all). `linear_targets`:
-    every_linear_targets(spec); () leaves the every-linear rows out."""
+    lora.every_linear_suffix of the model (what `compile --lora-targets all-linear` takes); () leaves the
+    every-linear rows out."""
     full = FinetuneConfig(mode="full", steps=600, lr=1e-3, dynamic_patches=False)
     lora = FinetuneConfig(mode="lora", steps=400, lr=5e-3, rank=8, blocks=lora_blocks)
     every = replace(lora, steps=1200, blocks=None, targets=linear_targets, dynamic_patches=False)
@@ -100,17 +95,22 @@ def score_cell(images: torch.Tensor, subject, refs, backgrounds: list[str] | Non
     return cell
 
 
+def is_span(blocks: tuple[int, ...]) -> bool:
+    """Consecutive block indices: what BlockSkip can keep (the blocks before and after them are skipped)."""
+    return list(blocks) == list(range(blocks[0], blocks[-1] + 1))
+
+
 def blockskip_request(photos: Path, out: Path, prompt: str, lora_blocks: tuple[int, ...], num_blocks: int,
-                      steps: int, targets: tuple[str, ...]) -> list[str]:
-    """The product's compile request of the BlockSkip row: `lora_blocks` kept (contiguous), the blocks before and
+                      steps: int) -> list[str]:
+    """The product's compile request of the BlockSkip row: `lora_blocks` kept (a span), the blocks before and
     after them skipped and replayed from their residuals (fp32 cache), the every-linear recipe of the row it is read
-    against (per-photo captions, whole photos, rank 8, lr 5e-3, `steps` x 4 samples)."""
-    if list(lora_blocks) != list(range(lora_blocks[0], lora_blocks[-1] + 1)):
+    against (per-photo captions, whole photos, all-linear targets, rank 8, lr 5e-3, `steps` x 4 samples)."""
+    if not is_span(lora_blocks):
         raise ValueError(f"BlockSkip keeps a contiguous span of blocks, not {lora_blocks}")
     return ["compile", "--model", "flux-testbed", "--images", str(photos), "--prompt", prompt, "--photo-captions",
             "--skip-front", str(lora_blocks[0]), "--skip-back", str(num_blocks - 1 - lora_blocks[-1]),
             "--steps", str(steps), "--grad-accum", "4", "--rank", "8", "--lr", "5e-3", "--no-dynamic-patches",
-            "--lora-targets", ",".join(targets), "--cache-codec", "fp32", "--out", str(out), "--force"]
+            "--lora-targets", ALL_LINEAR, "--cache-codec", "fp32", "--out", str(out), "--force"]
 
 
 def block_list(text: str) -> tuple[int, ...]:
@@ -144,11 +144,11 @@ def main() -> int:
         ap.error(f"--lora-blocks: flux-testbed has blocks 0-{num_blocks - 1}")
     blocks = args.lora_blocks
     rows, tiles = [], []
-    per_photo_captions = [subject_prompt(subject, reference_background(subject, i)) for i in range(len(refs))]
-    targets = every_linear_targets(spec)
+    per_photo_captions = reference_captions(subject, len(refs))
+    targets = tuple(every_linear_suffix(spec.arch, spec.transformer_config))
     runs = {name: (cfg, per_photo, None) for name, (cfg, per_photo) in
             configurations(blocks, args.steps_scale, targets).items()}
-    if list(blocks) == list(range(blocks[0], blocks[-1] + 1)):
+    if is_span(blocks):
         runs[f"BlockSkip blocks {blocks[0]}-{blocks[-1]} (residuals replayed), every linear, whole photos, per-photo "
              f"captions"] = (None, True, max(1, round(1200 * args.steps_scale)))
     for name, (cfg, per_photo, product_steps) in runs.items():
@@ -159,7 +159,7 @@ def main() -> int:
             if cfg is not None:
                 finetune(spec, model, refs, per_photo_captions if per_photo else train_prompt, cfg)
         else:                         # the product: compile (residual cache) + the eager runtime, LoRA into diffusers
-            model, request = blockskip_lora(spec, subject, train_prompt, blocks, num_blocks, product_steps, targets,
+            model, request = blockskip_lora(spec, subject, train_prompt, blocks, num_blocks, product_steps,
                                             Path(args.out) / "work" / "ceiling_blockskip")
         train_s = time.perf_counter() - t0
         row = {"config": name, "finetune": None if cfg is None else asdict(cfg), "per_photo_captions": per_photo,
@@ -190,8 +190,7 @@ def main() -> int:
     return 0
 
 
-def blockskip_lora(spec, subject, prompt: str, blocks: tuple[int, ...], num_blocks: int, steps: int,
-                   targets: tuple[str, ...], work: Path):
+def blockskip_lora(spec, subject, prompt: str, blocks: tuple[int, ...], num_blocks: int, steps: int, work: Path):
     """Compile the references (with their captions) with blockskip_request, train with the eager runtime, and load the
     LoRA into the full diffusers model. Returns (model, the compile arguments)."""
     import json as _json
@@ -202,12 +201,11 @@ def blockskip_lora(spec, subject, prompt: str, blocks: tuple[int, ...], num_bloc
     from ditskip_edge.generate import load_model
     shutil.rmtree(work, ignore_errors=True)
     write_reference_photos(subject, work / "photos", 5, captions=True)
-    request = blockskip_request(work / "photos", work / "bundle", prompt, blocks, num_blocks, steps, targets)
+    request = blockskip_request(work / "photos", work / "bundle", prompt, blocks, num_blocks, steps)
     if cli_main(request) != 0 or cli_main(["train", str(work / "bundle"), "--no-resume"]) != 0:
         raise RuntimeError(f"the BlockSkip row's compile or train failed: {' '.join(request)}")
     summary = _json.loads((work / "bundle" / "runs" / "eager" / "summary.json").read_text())
-    return load_model(spec, summary["lora"]), [a if not a.startswith(str(work)) else a.replace(str(work), "<work>")
-                                               for a in request]
+    return load_model(spec, summary["lora"]), [a.replace(str(work), "<work>") for a in request]
 
 
 def markdown(doc: dict) -> str:

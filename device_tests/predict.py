@@ -19,7 +19,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ditskip_edge.runtime.bundle import STORED, Bundle
+from ditskip_edge.runtime.bundle import PER_PHOTO_TEXT, STORED, Bundle
 from ditskip_edge.runtime.contract import TRAIN_STEP, find_program
 
 
@@ -75,7 +75,7 @@ def step_input_bytes(bundle: Bundle) -> int:
         return int(text + mb["cache_entry_bytes"] + x0)
     stage = bundle.field("subject_stage")
     text = bundle.field("files")[stage["text_conditioning"]]["bytes"]
-    if bundle.text_rows == "per_photo":         # per-photo captions: a runtime holds one photo's row at a time
+    if bundle.text_rows == PER_PHOTO_TEXT:      # per-photo captions: a runtime holds one photo's row at a time
         text = text // len(stage["photos"])
     x0 = 4
     for d in stage["entry_shapes"]["x0"]:

@@ -53,7 +53,7 @@ from .runtime.bundle import (CACHE_DIR, MODEL_BUNDLE, MODEL_WEIGHTS, PER_PHOTO_T
                              cache_identity)
 from .runtime.cache_format import CacheCodec, entry_layout
 from .runtime.errors import UserError
-from .runtime.photos import photo_files, read_captions
+from .runtime.photos import read_captions
 from .runtime.schedule import ScheduleConfig, check_photo_sizes, make_schedule
 from .sample_inputs import clean_latents, sample_noise
 from .skip_model import compute_residuals
@@ -348,7 +348,8 @@ def compile_bundle(req: CompileRequest) -> dict:
     if req.images is None:
         return compile_model_bundle(req, spec, sched)
     photos = load_photos(req.images, sched.s_max_px, captions=req.photo_captions)
-    captions = read_captions(photo_files(req.images, captions=True), MAX_PROMPT_CHARS) if req.photo_captions else None
+    captions = (read_captions([Path(req.images) / p.name for p in photos], MAX_PROMPT_CHARS) if req.photo_captions
+                else None)
     check_photo_sizes(sched, [p.original_hw for p in photos], [p.name for p in photos])
     num_blocks = int(spec.transformer_config["num_layers"]) + int(spec.transformer_config.get("num_single_layers", 0))
     if req.n_front is not None or req.n_back is not None:

@@ -22,6 +22,7 @@ the references never show the four prompted backgrounds. Output goes to demo_out
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 import sys
@@ -56,11 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.testbed.instrument import fresh_photos
     from benchmarks.testbed.metrics import SubjectEmbedder, score_images, subject_similarity
     from ditskip_edge.generate import generate, grid, load_model
-    from benchmarks.testbed.scenes import (SUBJECTS, eval_prompts, reference_background, subject_prompt,
-                                          write_reference_photos)
+    from benchmarks.testbed.scenes import (SUBJECTS, eval_prompts, reference_background, reference_captions,
+                                          subject_prompt, write_reference_photos)
 
     torch.set_num_threads(1)   # 2 threads on a busy 2-core machine spin in OpenMP barriers
-    import argparse
     ap = argparse.ArgumentParser(prog="python -m examples.demo")
     ap.add_argument("subject", nargs="?", default=SUBJECT, choices=sorted(SUBJECTS),
                     help="the held-out subject (default teal_star; e.g. pink_heart)")
@@ -101,15 +101,13 @@ def main(argv: list[str] | None = None) -> int:
         before = generate(spec, load_model(spec), texts, seeds)
         tuned = load_model(spec, summary["lora"])
         after = generate(spec, tuned, texts, seeds)
-        ref_captions = [subject_prompt(subject, reference_background(subject, i)) for i in range(len(texts))]
-        as_trained = generate(spec, tuned, ref_captions, seeds)        # the references' own captions
+        as_trained = generate(spec, tuned, reference_captions(subject, len(texts)), seeds)   # their own captions
         fresh = torch.cat([fresh_photos(subject, bg, 1, spec.train_px) for bg in bgs])
         ref_row = torch.nn.functional.interpolate(torch.stack(refs[: len(texts)]), size=before.shape[-2:],
                                                   mode="area")
         png = OUT / "before_after.png"
         labelled(grid(torch.cat([ref_row, as_trained, before, after, fresh]), len(texts)), before.shape[-1],
-                 ["references (training photos)", "after: their own captions",
-                  "before: base model",
+                 ["references (training photos)", "after: their own captions", "before: base model",
                   "after: BlockSkip 50% LoRA", "a fresh photo on that background"], bgs).save(png)
         s0, s1, s2 = (score_images(list(x), bgs, refs, subject.colour) for x in (before, after, fresh))
         s_trained = score_images(list(as_trained), [reference_background(subject, i) for i in range(len(texts))],

@@ -406,10 +406,11 @@ def test_every_linear_rows_target_each_linear_of_a_block_and_differ_from_each_ot
     and dynamic-patch rows each differ from the every-block whole-photo row in that factor alone."""
     from dataclasses import asdict
 
-    from benchmarks.testbed_ceiling import configurations, every_linear_targets
-    from ditskip_edge.lora import DEFAULT_TARGETS
+    from benchmarks.testbed_ceiling import configurations
+    from ditskip_edge.lora import DEFAULT_TARGETS, every_linear_suffix
     from ditskip_edge.models.loading import resolve_spec
-    targets = every_linear_targets(resolve_spec("flux-testbed"))
+    spec = resolve_spec("flux-testbed")
+    targets = tuple(every_linear_suffix(spec.arch, spec.transformer_config))
     assert set(DEFAULT_TARGETS["flux"]) < set(targets)
     assert {"attn.add_q_proj", "ff.net.2", "ff_context.net.2", "norm1.linear", "norm.linear", "proj_mlp",
             "proj_out"} <= set(targets)

@@ -233,6 +233,11 @@ def reference_background(subject: Subject, i: int) -> str:
     return subject.reference_backgrounds[i % len(subject.reference_backgrounds)]
 
 
+def reference_captions(subject: Subject, n: int = 5) -> list[str]:
+    """The per-photo captions of `reference_images(subject, n)`: the training prompt naming photo i's background."""
+    return [subject_prompt(subject, reference_background(subject, i)) for i in range(n)]
+
+
 def reference_images(subject: Subject, n: int = 5, px: int = SCENE_PX, seed: int = 0) -> list[torch.Tensor]:
     """n reference photos of a held-out subject: varied placement and size, the subject's reference backgrounds."""
     rnd = random.Random(f"{subject.name}:{seed}")
@@ -255,10 +260,10 @@ def write_reference_photos(subject: Subject, folder, n: int = 5, captions: bool 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     refs = reference_images(subject, n)
-    for i, r in enumerate(refs):
+    for i, (r, caption) in enumerate(zip(refs, reference_captions(subject, n))):
         to_uint8_image(r).save(folder / f"{i:02d}.png")
         if captions:
-            (folder / f"{i:02d}.txt").write_text(subject_prompt(subject, reference_background(subject, i)) + "\n")
+            (folder / f"{i:02d}.txt").write_text(caption + "\n")
     return refs
 
 

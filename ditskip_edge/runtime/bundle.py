@@ -355,29 +355,25 @@ class Bundle:
                               f"{', '.join(TEXT_ROWS)}")
         return rows
 
-    def text_conditioning_shapes(self) -> dict[str, tuple[int, ...]]:
-        """{key: shape} of the stored text conditioning (read from the safetensors header alone)."""
-        from safetensors import safe_open
-        with safe_open(str(self.root / self.field("subject_stage", "text_conditioning")), "np") as f:
-            return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
-
     def text_conditioning(self, photo: int | None = None) -> dict:
         """{key: float32 array}: as the compiler stored it (photo None), or the conditioning photo `photo`'s samples
-        train with, batch 1: the prompt's, or with per-photo captions row `photo` of each tensor (read alone)."""
+        train with, batch 1: the prompt's, or with per-photo captions row `photo` of each tensor (read alone). Every
+        tensor must have the rows text_rows says (one per photo, or one), checked from the header before reading."""
         from safetensors import safe_open
         path = self.root / self.field("subject_stage", "text_conditioning")
         per_photo = self.text_rows == PER_PHOTO_TEXT
+        want = len(self.field("subject_stage", "photos")) if per_photo else 1
+        if per_photo and photo is not None and not 0 <= photo < want:
+            raise BundleError(f"{self.root}: no photo {photo} (the bundle holds {want})")
         out = {}
         with safe_open(str(path), "np") as f:
             for key in f.keys():
-                if photo is None or not per_photo:
-                    out[key] = f.get_tensor(key)
-                    continue
                 rows = f.get_slice(key)
-                if not 0 <= photo < rows.get_shape()[0]:
-                    raise BundleError(f"{path}: {key} has {rows.get_shape()[0]} rows (one per photo), no row for "
-                                      f"photo {photo}")
-                out[key] = rows[photo:photo + 1]
+                shape = list(rows.get_shape())
+                if not shape or shape[0] != want:
+                    raise BundleError(f"{self.root}: text conditioning {key} has shape {shape}, expected {want} "
+                                      f"row(s) ({self.text_rows})")
+                out[key] = rows[photo:photo + 1] if photo is not None and per_photo else f.get_tensor(key)
         return out
 
     def cache(self):

@@ -20,7 +20,6 @@ from . import rng
 from .bundle import PER_PHOTO_TEXT, STORED, Bundle
 from .cache_format import X0
 from .contract import COND_PREFIX, ENTRY_PREFIX
-from .errors import BundleError
 from .schedule import Sample
 
 NamedInputs = dict[str, np.ndarray]
@@ -63,15 +62,14 @@ class SampleConditioning:
     def __init__(self, bundle: Bundle):
         self.bundle = bundle
         self.per_photo = bundle.text_rows == PER_PHOTO_TEXT
-        self._held: tuple[int, NamedInputs] | None = None
-        want = len(bundle.field("subject_stage", "photos")) if self.per_photo else 1
-        for key, shape in bundle.text_conditioning_shapes().items():
-            if not shape or shape[0] != want:
-                raise BundleError(f"{bundle.root}: text conditioning {key} has shape {list(shape)}, expected {want} "
-                                  f"row(s) ({bundle.text_rows})")
+        self._held: tuple[int, NamedInputs]
+        self._hold(0)                    # reads photo 0's row now: bad rows are refused before the first step
+
+    def _hold(self, row: int) -> None:
+        self._held = (row, {COND_PREFIX + k: v for k, v in self.bundle.text_conditioning(row).items()})
 
     def __call__(self, sample: Sample) -> NamedInputs:
         row = sample.photo if self.per_photo else 0
-        if self._held is None or self._held[0] != row:
-            self._held = (row, {COND_PREFIX + k: v for k, v in self.bundle.text_conditioning(row).items()})
+        if self._held[0] != row:
+            self._hold(row)
         return self._held[1]
