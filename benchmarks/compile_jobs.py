@@ -4,7 +4,7 @@ exported by a second process while the residual cache is computed).
     python benchmarks/compile_jobs.py --repeats 3     -> benchmarks/results/compile_jobs.{json,md}
 
 The request is `make demo`'s (`examples/demo.py compile_args`: flux-testbed, 5 reference photos of the teal star,
-BlockSkip 50% by selection, 200 steps x 4 samples, --generation). Runs alternate (jobs 1, jobs 2, jobs 1, ...) so
+BlockSkip 50% by selection, its steps x 4 samples, --generation). Runs alternate (jobs 1, jobs 2, jobs 1, ...) so
 that a drift of the machine falls on both. Each run is a fresh `ditskip-edge compile` process; jobs 1 runs with one
 torch thread (as the demo does), jobs 2 with two (split one per process). Wall seconds, and the process tree's CPU
 seconds (user + system).
@@ -32,7 +32,7 @@ def compile_once(photos: Path, out: Path, jobs: int) -> dict:
     from benchmarks.testbed.scenes import SUBJECTS, subject_prompt
     from examples.demo import SUBJECT, compile_args
     cmd = [sys.executable, "-m", "ditskip_edge.cli",
-           *compile_args(subject_prompt(SUBJECTS[SUBJECT]), photos, out, jobs), "--json"]
+           *compile_args(subject_prompt(SUBJECTS[SUBJECT], described=True), photos, out, jobs), "--json"]
     env = {**os.environ, "OMP_NUM_THREADS": str(jobs)}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
@@ -63,7 +63,7 @@ def main() -> int:
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
         photos = Path(tmp) / "photos"
-        write_reference_photos(SUBJECTS[SUBJECT], photos, 5, captions=True)   # as make demo writes them
+        write_reference_photos(SUBJECTS[SUBJECT], photos, 5, captions=True, described=True)   # as make demo
         for rep in range(args.repeats):
             for jobs in (1, 2):
                 runs.append(compile_once(photos, Path(tmp) / "bundle", jobs))

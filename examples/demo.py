@@ -2,14 +2,16 @@
 with BlockSkip 50%, and show the subject being learned.
 
     reference photos of the held-out "teal star" (on 5 backgrounds) -> demo_out/photos/, each with its caption
-    beside it ("a large sks star in the center, on a red background": 00.png + 00.txt)
+    beside it, naming the subject's colour and the photo's background, as a user describes their photos
+    ("a large teal sks star in the center, on a red background": 00.png + 00.txt)
     ditskip-edge compile --model flux-testbed ... --photo-captions --skip-ratio 0.5 --generation --jobs 2
                                      (6 of 12 blocks, split chosen by selection; the generation programs exported by a
                                       second process while the residual cache is computed)
-                                     (800 x 4 samples, a LoRA on every linear layer of the kept blocks, whole photos:
-                                      the recipe benchmarks/results/testbed_ceiling.md found draws the star here)
+                                     (a LoRA on every linear layer of the kept blocks, whole photos: the recipe
+                                      benchmarks/results/testbed_ceiling.md found draws the star here; captions,
+                                      steps and guidance from benchmarks/results/demo_recipe.md)
     ditskip-edge train demo_out/bundle                                           (eager runtime)
-    LoRA -> full diffusers model (load_lora_adapter) -> "a large sks star in the center, on a <colour> background"
+    LoRA -> full diffusers model (load_lora_adapter) -> "a large teal sks star in the center, on a <colour> background"
     -> demo_out/before_after.png (rows: references, after on the references' own captions, before, after, fresh
        photos on those backgrounds) and the subject similarity of before / after next to what a fresh photo of the
        subject scores
@@ -17,7 +19,8 @@ with BlockSkip 50%, and show the subject being learned.
     -> demo_out/device_generation.png (rows: diffusers, device runtime; the first prompt, same noise and LoRA)
 
 The model knows stars and the colour teal, but has never drawn a teal star, its orange centre, or the word "sks";
-the references never show the four prompted backgrounds. Output goes to demo_out/ (replaced each run).
+the references never show the four prompted backgrounds. "recognised" counts the pictures whose object is nearest
+a star of the 10 scene shapes, teal, on the prompted background. Output goes to demo_out/ (replaced each run).
 """
 
 from __future__ import annotations
@@ -41,21 +44,29 @@ DEVICE_PROMPTS = 1                 # prompts the device runtime also draws (demo
 # the recipe benchmarks/results/testbed_ceiling.md found draws the star at this model's sizes: a LoRA on every linear
 # layer of the kept blocks, trained on the whole photos (at 64 px data / 32 px train a low-noise patch is half the
 # photo: the star seen in pieces), each with its own caption
-STEPS = 800                        # x 4 samples; `python -m examples.demo teal_star --steps 400`: a shorter run
+STEPS = 400                        # x 4 samples (800 drew no more of the subject: benchmarks/results/demo_recipe.md)
+GUIDANCE = 6.0                     # classifier-free guidance of the pictures (diffusers' and the device's): the
+                                   # prompted background and the subject's colour word held against the LoRA
+                                   # (benchmarks/results/demo_recipe.md)
 TRAIN = ["--grad-accum", "4", "--rank", "8", "--lr", "5e-3", "--lora-targets", "all-linear", "--no-dynamic-patches"]
 
 
-def compile_args(prompt: str, photos: Path, bundle: Path, jobs: int = 2, steps: int = STEPS) -> list[str]:
-    """The demo's `ditskip-edge compile` request (benchmarks/compile_jobs.py times the same one)."""
-    return ["compile", "--model", "flux-testbed", "--images", str(photos), "--prompt", prompt, "--skip-ratio", "0.5",
-            "--photo-captions", "--steps", str(steps), *TRAIN, "--generation", "--jobs", str(jobs),
+def compile_args(prompt: str, photos: Path, bundle: Path, jobs: int = 2, steps: int = STEPS,
+                 generation: bool = True, split: tuple[int, int] | None = None) -> list[str]:
+    """The demo's `ditskip-edge compile` request (benchmarks/compile_jobs.py times the same one;
+    benchmarks/demo_recipe.py varies it, without the generation programs). `split` (front, back): skip those
+    blocks instead of selecting a 50% split."""
+    draw = ["--generation", "--guidance", str(GUIDANCE)] if generation else []
+    skip = ["--skip-ratio", "0.5"] if split is None else ["--skip-front", str(split[0]), "--skip-back", str(split[1])]
+    return ["compile", "--model", "flux-testbed", "--images", str(photos), "--prompt", prompt, *skip,
+            "--photo-captions", "--steps", str(steps), *TRAIN, *draw, "--jobs", str(jobs),
             "--out", str(bundle), "--force"]
 
 
 def main(argv: list[str] | None = None) -> int:
     from ditskip_edge.models.loading import resolve_spec
     from benchmarks.testbed.instrument import fresh_photos
-    from benchmarks.testbed.metrics import SubjectEmbedder, score_images, subject_similarity
+    from benchmarks.testbed.metrics import SubjectEmbedder, score_images, subject_recognised, subject_similarity
     from ditskip_edge.generate import generate, grid, load_model
     from benchmarks.testbed.scenes import (SUBJECTS, eval_prompts, reference_background, reference_captions,
                                           subject_prompt, write_reference_photos)
@@ -75,9 +86,9 @@ def main(argv: list[str] | None = None) -> int:
 
     shutil.rmtree(OUT, ignore_errors=True)       # replaced each run: no picture of an earlier run stays behind
     photos = OUT / "photos"
-    refs = write_reference_photos(subject, photos, 5, captions=True)
+    refs = write_reference_photos(subject, photos, 5, captions=True, described=True)
     bundle = OUT / "bundle"
-    if cli_main(compile_args(subject_prompt(subject), photos, bundle, steps=args.steps)) != 0:
+    if cli_main(compile_args(subject_prompt(subject, described=True), photos, bundle, steps=args.steps)) != 0:
         return 1
     lap("compile")
     if cli_main(["train", str(bundle), "--no-resume"]) != 0:
@@ -88,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     plan = manifest["plan"]
 
     spec = resolve_spec("flux-testbed")
-    prompts = eval_prompts(subject)
+    prompts = eval_prompts(subject, described=True)
     texts, bgs = [p for p, _ in prompts], [bg for _, bg in prompts]
     seeds = [0] * len(texts)
     from examples.device_generation import device_vs_diffusers
@@ -98,10 +109,11 @@ def main(argv: list[str] | None = None) -> int:
     with ThreadPoolExecutor(1) as pool:
         device_job = pool.submit(device_vs_diffusers, bundle, Path(summary["lora"]), texts[:DEVICE_PROMPTS],
                                  out_dir=OUT, labels=[f"{bg} background" for bg in bgs[:DEVICE_PROMPTS]])
-        before = generate(spec, load_model(spec), texts, seeds)
+        before = generate(spec, load_model(spec), texts, seeds, guidance=GUIDANCE)
         tuned = load_model(spec, summary["lora"])
-        after = generate(spec, tuned, texts, seeds)
-        as_trained = generate(spec, tuned, reference_captions(subject, len(texts)), seeds)   # their own captions
+        after = generate(spec, tuned, texts, seeds, guidance=GUIDANCE)
+        as_trained = generate(spec, tuned, reference_captions(subject, len(texts), described=True), seeds,
+                              guidance=GUIDANCE)                                                 # their own captions
         fresh = torch.cat([fresh_photos(subject, bg, 1, spec.train_px) for bg in bgs])
         ref_row = torch.nn.functional.interpolate(torch.stack(refs[: len(texts)]), size=before.shape[-2:],
                                                   mode="area")
@@ -113,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
         s_trained = score_images(list(as_trained), [reference_background(subject, i) for i in range(len(texts))],
                                  refs, subject.colour)
         sim = [s["subject_sim"]["mean"] for s in (s0, s1, s2)]
+        recognised = [sum(subject_recognised(im, subject.shape, subject.colour, bg) for im, bg in zip(x, bgs))
+                      for x in (before, after)]
         others = max(subject_similarity(fresh_photos(o, bg, 1, spec.train_px)[0], refs, SubjectEmbedder())
                      for o in SUBJECTS.values() if o.name != name for bg in bgs)
         print(f"\nbundle: {bundle} (skipped: {plan['n_front']} front / {plan['n_back']} back of "
@@ -121,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
               f"subject similarity to the references (1 = identical; a fresh photo of the subject on these "
               f"backgrounds scores {sim[2]:.2f}, another subject at most {others:.2f}):\n"
               f"        before {sim[0]:.2f} -> after {sim[1]:.2f} ({sim[1] / sim[2]:.0%} of a fresh photo's score)\n"
+              f"recognised (the {subject.class_word}'s shape, its colour, the prompted background): before "
+              f"{recognised[0]} -> after {recognised[1]} of {len(texts)} prompts\n"
               f"background as prompted: before {s0['background_ok']['mean']:.2f} -> after "
               f"{s1['background_ok']['mean']:.2f}\n"
               f"on the references' own captions (their backgrounds): similarity "

@@ -99,10 +99,10 @@ def build_demo_bundle(out: Path) -> tuple[Path, Path]:
     from benchmarks.testbed.scenes import SUBJECTS, subject_prompt, write_reference_photos
     subject = SUBJECTS["teal_star"]
     photos = out / "photos"
-    write_reference_photos(subject, photos, 5)
+    write_reference_photos(subject, photos, 5, captions=True, described=True)    # the demo's captioned photos
     bundle = out / "bundle_gen"
     from examples.demo import compile_args
-    args = [*compile_args(subject_prompt(subject), photos, bundle, jobs=1), "--precision", "fp32"]
+    args = [*compile_args(subject_prompt(subject, described=True), photos, bundle, jobs=1), "--precision", "fp32"]
     if cli_main(args) != 0 or cli_main(["train", str(bundle), "--no-resume"]) != 0:
         raise SystemExit(1)
     return bundle, bundle / "runs" / "eager" / "lora"
@@ -123,7 +123,7 @@ def main() -> int:
     else:
         bundle, lora = build_demo_bundle(OUT)
     from benchmarks.testbed.scenes import SUBJECTS, eval_prompts
-    prompts = [p for p, _ in eval_prompts(SUBJECTS["teal_star"])]
+    prompts = [p for p, _ in eval_prompts(SUBJECTS["teal_star"], described=True)]
     result = device_vs_diffusers(bundle, lora, prompts, args.seed, args.steps)
     for r in result["images"]:
         print(f"{r['prompt']!r}: device {r['seconds']:.1f} s, mean |device - diffusers| = {r['mean_abs_pixel_error']:.2e}")

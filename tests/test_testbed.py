@@ -472,3 +472,92 @@ def test_reference_photo_captions_name_each_photos_own_background(tmp_path):
         assert caption == f"a large sks star in the center, on a {bg} background"
         assert background_match(ref, bg)
     assert len(set(captions)) == 3
+
+
+@pytest.mark.parametrize("name", list(SUBJECTS))
+def test_described_captions_put_the_subjects_own_colour_word_before_the_identifier(tmp_path, name):
+    """`described=True` (make demo's captions): the colour word is the palette name of the colour the subject is
+    drawn in, in place of the size word before the identifier; nothing else of the plain caption changes, and no
+    caption or eval prompt is longer than flux-testbed's text encoder reads."""
+    from benchmarks.testbed.scenes import eval_prompts, subject_prompt
+    from ditskip_edge.models.loading import resolve_spec
+    from ditskip_edge.models.text import _minilm
+    from ditskip_edge.runtime.photos import photo_files, read_captions
+    subject = SUBJECTS[name]
+    assert PALETTE[subject.colour_word] == subject.colour and subject.colour_word in name
+    refs = write_reference_photos(subject, tmp_path, 5, captions=True, described=True)
+    captions = read_captions(photo_files(tmp_path, captions=True), 2000)
+    for i, caption in enumerate(captions):
+        plain = subject_prompt(subject, reference_background(subject, i))
+        assert caption == plain.replace("a large sks ", f"a {subject.colour_word} sks ")
+        assert colour_agreement(refs[i], PALETTE[subject.colour_word])
+    for (plain, bg), (described, bg2) in zip(eval_prompts(subject), eval_prompts(subject, described=True)):
+        assert bg == bg2 and described == plain.replace("a large sks ", f"a {subject.colour_word} sks ")
+    readable = resolve_spec("flux-testbed").text.seq_len - 2
+    assert max(len(_minilm()[0].tokenize(p)) for p in captions + [p for p, _ in eval_prompts(subject, True)]) \
+        <= readable
+
+
+def test_a_subject_is_recognised_only_with_its_shape_its_colour_and_the_prompted_background():
+    """metrics.subject_recognised (make demo's "recognised in k of 4 prompts"): a fresh photo of the subject on the
+    prompted background passes; the same photo asked for another background, the subject's shape in another colour,
+    and another shape in the subject's colour each fail."""
+    from benchmarks.testbed.instrument import fresh_photos
+    from benchmarks.testbed.metrics import subject_recognised
+    from benchmarks.testbed.scenes import Scene
+    subject = SUBJECTS["teal_star"]
+    photo = fresh_photos(subject, "green", 1, 32)[0]
+    assert subject_recognised(photo, "star", subject.colour, "green")
+    assert not subject_recognised(photo, "star", subject.colour, "yellow")
+
+    def drawn(shape, colour):
+        image = render(Scene(shape, colour, "plain", colour, PALETTE["green"], (0.5, 0.5), 17.0), 64)
+        return torch.nn.functional.interpolate(image[None], size=(32, 32), mode="area")[0]
+    assert subject_recognised(drawn("star", subject.colour), "star", subject.colour, "green")
+    assert not subject_recognised(drawn("star", PALETTE["red"]), "star", subject.colour, "green")
+    assert not subject_recognised(drawn("circle", subject.colour), "star", subject.colour, "green")
+
+
+def test_a_prompt_longer_than_the_testbeds_text_encoder_is_warned_about_naming_exactly_the_words_it_loses(caplog):
+    """flux-testbed's MiniLM reads 16 tokens (CLS + 14 + SEP): a longer caption loses its end. The warning names the
+    dropped words, and the conditioning is exactly that of the prompt without them; a prompt that fits is silent."""
+    import logging
+
+    from ditskip_edge.models.loading import resolve_spec
+    from ditskip_edge.models.text import _WARNED, MiniLMTextEncoder
+    spec = resolve_spec("flux-testbed")
+    encoder = MiniLMTextEncoder(spec)
+    long = "a large teal sks star in the center, on a green background"        # "teal" and "sks" are 2 tokens each
+    encoder("")                                        # loads MiniLM (its imports log warnings of their own)
+    _WARNED.discard(long)                              # whatever ran before in this process
+
+    def ours():
+        return [r.getMessage() for r in caplog.records if r.name == "ditskip_edge.models.text"]
+    with caplog.at_level(logging.WARNING, logger="ditskip_edge.models.text"):
+        fits = encoder("a large teal sks star in the center, on a green")
+        assert not ours()
+        cut = encoder(long)
+        encoder(long)                                  # once per prompt
+    assert len(ours()) == 1 and "drops 'background'" in ours()[0] and "15 tokens" in ours()[0]
+    assert torch.equal(cut["txt"], fits["txt"]) and torch.equal(cut["pooled"], fits["pooled"])
+
+
+def test_the_demos_compile_request_is_blockskip_50_with_the_demos_guidance_and_a_recipe_split_replaces_selection(
+        tmp_path):
+    """examples/demo.py compile_args (what make demo and benchmarks/demo_recipe.py compile): BlockSkip 50% chosen
+    by selection, per-photo captions, the generation programs drawn at the demo's guidance; a given split replaces
+    the selection and nothing else; every request parses with the CLI's own parser."""
+    from ditskip_edge.cli import build_parser
+    from examples.demo import GUIDANCE, STEPS, compile_args
+    demo = compile_args("a teal sks star in the center", tmp_path / "photos", tmp_path / "bundle")
+    parsed = build_parser().parse_args(demo)
+    assert parsed.skip_ratio == 0.5 and parsed.skip_front is None and parsed.photo_captions
+    assert parsed.generation and parsed.guidance == GUIDANCE and parsed.steps == STEPS
+    recipe = compile_args("a teal sks star in the center", tmp_path / "photos", tmp_path / "bundle", jobs=1,
+                          steps=7, generation=False, split=(1, 5))
+    parsed = build_parser().parse_args(recipe)
+    assert (parsed.skip_front, parsed.skip_back, parsed.skip_ratio) == (1, 5, None)
+    assert not parsed.generation and parsed.steps == 7
+    unchanged = {"--skip-ratio", "0.5", "--skip-front", "1", "--skip-back", "5", "--generation", "--guidance",
+                 str(GUIDANCE), str(STEPS), "7", "--jobs", "2"}
+    assert [a for a in demo if a not in unchanged] == [a for a in recipe if a not in unchanged]

@@ -16,6 +16,7 @@ Subject fidelity
   large; None for an empty foreground): whether a model draws the prompted shape at all.
 Prompt fidelity
 - `background_match`: the estimated background's nearest palette colour is the one the prompt asked for.
+- `subject_recognised`: shape, colour and background all as asked (the demo's "recognised in k of 4 prompts").
 
 `mean_ci` gives a mean and a 95% Student-t interval (over images, seeds x prompts, or over study units; before
 2026-12-01 a normal approximation, too narrow for a few units).
@@ -148,6 +149,14 @@ def nearest_shape(image: torch.Tensor) -> str | None:
 
 def background_match(image: torch.Tensor, colour_name: str) -> float:
     return float(nearest_palette_name(background_colour(to_rgb255(image))) == colour_name)
+
+
+def subject_recognised(image: torch.Tensor, shape: str, colour: RGB, background: str) -> bool:
+    """The demo's per-picture verdict: the foreground is nearest the subject's shape of the 10 scene shapes, in the
+    subject's colour, on the prompted background (all three of `nearest_shape`, `colour_agreement`,
+    `background_match`)."""
+    return (nearest_shape(image) == shape and colour_agreement(image, colour) > 0
+            and background_match(image, background) > 0)
 
 
 def t95(df: int) -> float:

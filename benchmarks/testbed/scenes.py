@@ -196,6 +196,11 @@ class Subject:
     reference_backgrounds: tuple[str, ...]      # photo i is on background i mod len (never an EVAL_BACKGROUNDS one)
     class_word: str                    # DreamBooth's class noun: the subject's shape, a class the model knows
 
+    @property
+    def colour_word(self) -> str:
+        """The palette name of the subject's main colour ("teal"): a word the model knows."""
+        return next(name for name, rgb in PALETTE.items() if rgb == self.colour)
+
     def scene(self, background: RGB, centre: tuple[float, float], half_extent_px: float) -> Scene:
         return Scene(self.shape, self.colour, self.texture, self.texture_colour, background, centre,
                      half_extent_px, self.inner)
@@ -214,18 +219,24 @@ SUBJECTS: dict[str, Subject] = {
 EVAL_BACKGROUNDS = ("green", "black", "yellow", "purple")
 
 
-def subject_prompt(subject: Subject, background: str | None = None) -> str:
+def subject_prompt(subject: Subject, background: str | None = None, described: bool = False) -> str:
     """DreamBooth-style identifier + class noun, in the captions' phrasing. Without `background`: the training
     prompt, one for every reference (as DreamBooth's "a photo of sks dog"); it names no background, because the
-    references show several."""
+    references show several. `described`: the subject's colour word before the identifier, and no size word ("a
+    teal sks star in the center"), as a user describes a subject to a model that knows its colour: the word carries
+    the colour to backgrounds no reference shows, and the LoRA is left the shape and the details (`make demo`;
+    benchmarks/results/demo_recipe.md). The size word goes to stay within the 14 tokens flux-testbed's text encoder
+    reads ("teal" and "sks" are two tokens each; pretraining captions leave the size out one time in five)."""
     where = f", on a {background} background" if background else ""
+    if described:
+        return f"a {subject.colour_word} sks {subject.class_word} in the center{where}"
     return f"a large sks {subject.class_word} in the center{where}"
 
 
-def eval_prompts(subject: Subject) -> list[tuple[str, str]]:
+def eval_prompts(subject: Subject, described: bool = False) -> list[tuple[str, str]]:
     """(prompt, requested background colour name): the training prompt with a background the references never
     show, so prompt fidelity = that one word realised."""
-    return [(subject_prompt(subject, bg), bg) for bg in EVAL_BACKGROUNDS]
+    return [(subject_prompt(subject, bg, described), bg) for bg in EVAL_BACKGROUNDS]
 
 
 def reference_background(subject: Subject, i: int) -> str:
@@ -233,9 +244,9 @@ def reference_background(subject: Subject, i: int) -> str:
     return subject.reference_backgrounds[i % len(subject.reference_backgrounds)]
 
 
-def reference_captions(subject: Subject, n: int = 5) -> list[str]:
+def reference_captions(subject: Subject, n: int = 5, described: bool = False) -> list[str]:
     """The per-photo captions of `reference_images(subject, n)`: the training prompt naming photo i's background."""
-    return [subject_prompt(subject, reference_background(subject, i)) for i in range(n)]
+    return [subject_prompt(subject, reference_background(subject, i), described) for i in range(n)]
 
 
 def reference_images(subject: Subject, n: int = 5, px: int = SCENE_PX, seed: int = 0) -> list[torch.Tensor]:
@@ -250,17 +261,18 @@ def reference_images(subject: Subject, n: int = 5, px: int = SCENE_PX, seed: int
     return out
 
 
-def write_reference_photos(subject: Subject, folder, n: int = 5, captions: bool = False) -> list[torch.Tensor]:
+def write_reference_photos(subject: Subject, folder, n: int = 5, captions: bool = False,
+                           described: bool = False) -> list[torch.Tensor]:
     """`reference_images(subject, n)` as PNGs `folder/00.png ...` (what `compile --images` reads); returns them.
     `captions`: each photo's caption beside it, `folder/00.txt ...` (`compile --photo-captions`): the training prompt
-    naming that photo's background."""
+    naming that photo's background (`described`: with the subject's colour word)."""
     from pathlib import Path
 
     from ditskip_edge.images import to_uint8_image
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     refs = reference_images(subject, n)
-    for i, (r, caption) in enumerate(zip(refs, reference_captions(subject, n))):
+    for i, (r, caption) in enumerate(zip(refs, reference_captions(subject, n, described))):
         to_uint8_image(r).save(folder / f"{i:02d}.png")
         if captions:
             (folder / f"{i:02d}.txt").write_text(caption + "\n")

@@ -20,6 +20,7 @@ generation encodes the user's prompt on the device (runtime/generation.py: hash_
 from __future__ import annotations
 
 import functools
+import logging
 
 import torch
 import torch.nn.functional as F
@@ -51,6 +52,23 @@ def _minilm():
     return AutoTokenizer.from_pretrained(str(MODEL_DIR)), AutoModel.from_pretrained(str(MODEL_DIR)).eval()
 
 
+_WARNED: set[str] = set()          # prompts already warned about (a compile encodes its prompt several times)
+
+
+def warn_if_truncated(prompt: str, tokens: list[str], max_tokens: int, model: str) -> bool:
+    """A prompt longer than the text encoder reads loses its end silently (as CLIP's 77 tokens do in diffusers):
+    say so on stderr, once per prompt, with the words dropped. Returns whether it was truncated."""
+    if len(tokens) <= max_tokens:
+        return False
+    if prompt not in _WARNED:
+        _WARNED.add(prompt)
+        dropped = " ".join(tokens[max_tokens:]).replace(" ##", "")
+        logging.getLogger(__name__).warning(
+            "prompt %r is %d tokens; %s's text encoder reads the first %d and drops %r", prompt, len(tokens), model,
+            max_tokens, dropped)
+    return True
+
+
 class MiniLMTextEncoder:
     def __init__(self, spec: ModelSpec):
         self.spec = spec
@@ -58,6 +76,8 @@ class MiniLMTextEncoder:
     @torch.no_grad()
     def encode_batch(self, prompts: list[str]) -> Conditioning:
         tok, model = _minilm()
+        for prompt in prompts:
+            warn_if_truncated(prompt, tok.tokenize(prompt), self.spec.text.seq_len - 2, self.spec.name)  # CLS, SEP
         b = tok(list(prompts), padding="max_length", max_length=self.spec.text.seq_len, truncation=True,
                 return_tensors="pt")
         mask = b["attention_mask"].float()                                  # [B, L]
