@@ -101,6 +101,7 @@ def check_request(req: CompileRequest, spec: ModelSpec) -> ScheduleConfig:
             raise UserError("prompt is empty: describe the subject, e.g. 'a photo of sks cat'")
         if len(prompt) > MAX_PROMPT_CHARS:
             raise UserError(f"prompt has {len(prompt)} characters: at most {MAX_PROMPT_CHARS}")
+    check_prompts_fit(spec, [("prompt", p) for p in [req.prompt, *req.more_prompts]])
     if req.images is not None and (req.more_prompts or req.subject_programs is not None):
         raise UserError("several prompts and the subject programs make a model bundle: leave out --images")
     if req.images is None and req.photo_captions:
@@ -339,6 +340,17 @@ def compile_model_bundle(req: CompileRequest, spec: ModelSpec, sched: ScheduleCo
             "programs": [p for st in programs for p in st] + subject}
 
 
+def check_prompts_fit(spec: ModelSpec, texts: list[tuple[str, str]]) -> None:
+    """Refuse, in one line, a prompt or caption longer than the model's text encoder reads (its end would be cut
+    silently; the device runtime refuses such a prompt too)."""
+    from .models.text import prompt_tokens
+    for what, text in texts:
+        counted = prompt_tokens(spec, text)
+        if counted is not None and counted[0] > counted[1]:
+            n, limit, unit = counted
+            raise UserError(f"{what}: {text!r} has {n} {unit}; {spec.name}'s text encoder reads {limit}: shorten it")
+
+
 def compile_bundle(req: CompileRequest) -> dict:
     spec = resolve_spec(req.model)
     if not spec.has_weights:
@@ -350,6 +362,7 @@ def compile_bundle(req: CompileRequest) -> dict:
     photos = load_photos(req.images, sched.s_max_px, captions=req.photo_captions)
     captions = (read_captions([Path(req.images) / p.name for p in photos], MAX_PROMPT_CHARS) if req.photo_captions
                 else None)
+    check_prompts_fit(spec, [(f"{Path(p.name).stem}.txt", c) for p, c in zip(photos, captions or [])])
     check_photo_sizes(sched, [p.original_hw for p in photos], [p.name for p in photos])
     num_blocks = int(spec.transformer_config["num_layers"]) + int(spec.transformer_config.get("num_single_layers", 0))
     if req.n_front is not None or req.n_back is not None:

@@ -12,7 +12,7 @@ import pytest
 from conftest import PHOTOS, compile_tiny, train_device, train_eager
 from ditskip_edge.cli import main
 
-CAPTIONS = {"toy_0": "a photo of sks toy on a red table", "toy_1": "a photo of sks toy in the grass",
+CAPTIONS = {"toy_0": "a photo of sks toy on a table", "toy_1": "a photo of sks toy in the grass",
             "toy_2": "a photo of sks toy on snow"}
 
 
@@ -118,6 +118,10 @@ def test_caption_files_are_refused_in_one_line_unless_asked_for_and_then_needed_
     (photos / "toy_2.txt").write_bytes(b"\xff\xfe caption")
     code, err = _compile(capsys, photos, tmp_path / "b5", "--photo-captions")
     assert code != 0 and "toy_2.txt" in err and "UTF-8" in err
+    (photos / "toy_2.txt").write_text("a photo of sks toy on a red table")    # 9 words: flux-tiny's encoder reads 8
+    code, err = _compile(capsys, photos, tmp_path / "b6", "--photo-captions")
+    assert code != 0 and "toy_2.txt" in err and "has 9 words" in err and "reads 8" in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "b6").exists()
     code = main(["compile", "--prompt", "a photo of sks toy", "--out", str(tmp_path / "m"), "--skip-front", "1",
                  "--skip-back", "1", "--photo-captions"])
     err = capsys.readouterr().err

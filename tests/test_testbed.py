@@ -542,6 +542,19 @@ def test_a_prompt_longer_than_the_testbeds_text_encoder_is_warned_about_naming_e
     assert torch.equal(cut["txt"], fits["txt"]) and torch.equal(cut["pooled"], fits["pooled"])
 
 
+def test_compile_refuses_a_prompt_the_testbeds_text_encoder_would_cut_in_one_line_before_any_work(tmp_path, capsys):
+    """What the device runtime refuses at generation, compile refuses too: a prompt of more MiniLM tokens than
+    flux-testbed reads (16 with [CLS] [SEP]) would train on a cut caption."""
+    from ditskip_edge.cli import main
+    out = tmp_path / "bundle"
+    code = main(["compile", "--model", "flux-testbed", "--prompt",
+                 "a large teal sks star in the center, on a green background", "--out", str(out),
+                 "--skip-front", "1", "--skip-back", "5"])
+    err = capsys.readouterr().err.strip()
+    assert code != 0 and "17 WordPiece tokens incl. [CLS] [SEP]" in err and "reads 16" in err
+    assert "Traceback" not in err and not out.exists()
+
+
 def test_the_demos_compile_request_is_blockskip_50_with_the_demos_guidance_and_a_recipe_split_replaces_selection(
         tmp_path):
     """examples/demo.py compile_args (what make demo and benchmarks/demo_recipe.py compile): BlockSkip 50% chosen

@@ -116,6 +116,17 @@ class PipelineTextEncoder:
         return {"txt": txt.float(), "txt_mask": mask.float()}
 
 
+def prompt_tokens(spec: ModelSpec, prompt: str) -> tuple[int, int, str] | None:
+    """(tokens the prompt needs, tokens the text encoder reads, what a token is) for the encoders whose whole
+    input the device runtime reads too (hash, MiniLM: it refuses a longer prompt, runtime/generation.py
+    check_prompt); None for a pipeline folder (its encoders truncate as diffusers does, CLIP at 77 tokens)."""
+    if spec.text.kind == "hash":
+        return hash_text.count_tokens(prompt), spec.text.seq_len, "words"
+    if spec.text.kind == "minilm":
+        return len(_minilm()[0].tokenize(prompt)) + 2, spec.text.seq_len, "WordPiece tokens incl. [CLS] [SEP]"
+    return None
+
+
 def encode_prompt(spec: ModelSpec, prompt: str) -> Conditioning:
     encoders = {"hash": HashTextEncoder, "minilm": MiniLMTextEncoder, "pipeline": PipelineTextEncoder}
     encoder = encoders[spec.text.kind](spec)
