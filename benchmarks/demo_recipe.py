@@ -139,7 +139,9 @@ def main() -> int:
         old = json.loads((out / "demo_recipe.json").read_text())
         if old["seeds"] != args.seeds or old["subject"] != subject.name:
             raise SystemExit("demo_recipe --append: the saved rows used other seeds or another subject")
-        rows = [r for r in old["rows"] if r["row"] not in names] + rows
+        redone = {(r["row"], r["guidance"]): r for r in rows}
+        kept = [redone.pop((r["row"], r["guidance"]), r) for r in old["rows"]]     # a redone row keeps its place
+        rows = kept + list(redone.values())
         runs, pictures = old["runs"] + runs, old["pictures"]
     png = "demo_recipe.png" if not pictures else f"demo_recipe_{len(pictures) + 1}.png"
     pictures[png] = names
