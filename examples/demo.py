@@ -115,15 +115,16 @@ def main(argv: list[str] | None = None) -> int:
         as_trained = generate(spec, tuned, reference_captions(subject, len(texts), described=True), seeds,
                               guidance=GUIDANCE)                                                 # their own captions
         fresh = torch.cat([fresh_photos(subject, bg, 1, spec.train_px) for bg in bgs])
+        ref_bgs = [reference_background(subject, i) for i in range(len(texts))]
         ref_row = torch.nn.functional.interpolate(torch.stack(refs[: len(texts)]), size=before.shape[-2:],
                                                   mode="area")
         png = OUT / "before_after.png"
         labelled(grid(torch.cat([ref_row, as_trained, before, after, fresh]), len(texts)), before.shape[-1],
-                 ["references (training photos)", "after: their own captions", "before: base model",
-                  "after: BlockSkip 50% LoRA", "a fresh photo on that background"], bgs).save(png)
+                 [f"references (training photos)\non {', '.join(ref_bgs)}", "after: their own captions\n(the "
+                  "references' backgrounds)", "before: base model", "after: BlockSkip 50% LoRA",
+                  "a fresh photo on that background"], bgs).save(png)
         s0, s1, s2 = (score_images(list(x), bgs, refs, subject.colour) for x in (before, after, fresh))
-        s_trained = score_images(list(as_trained), [reference_background(subject, i) for i in range(len(texts))],
-                                 refs, subject.colour)
+        s_trained = score_images(list(as_trained), ref_bgs, refs, subject.colour)
         sim = [s["subject_sim"]["mean"] for s in (s0, s1, s2)]
         recognised = [sum(subject_recognised(im, subject.shape, subject.colour, bg) for im, bg in zip(x, bgs))
                       for x in (before, after)]
