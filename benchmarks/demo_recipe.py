@@ -42,9 +42,9 @@ from ditskip_edge.generate import generate, grid, load_model                    
 from ditskip_edge.images import to_uint8_image                                          # noqa: E402
 from ditskip_edge.models.loading import resolve_spec                                    # noqa: E402
 from benchmarks.testbed.instrument import fresh_photos                                 # noqa: E402
-from benchmarks.testbed.metrics import (SubjectEmbedder, background_match, colour_agreement, mean_ci,  # noqa: E402
-                                       nearest_shape, subject_recognised, subject_similarity)
-from benchmarks.testbed.scenes import SUBJECTS, eval_prompts, subject_prompt, write_reference_photos  # noqa: E402
+from benchmarks.testbed.metrics import SubjectEmbedder, mean_ci, score_images, subject_similarity  # noqa: E402
+from benchmarks.testbed.scenes import (SUBJECTS, eval_prompts, reference_images, subject_prompt,  # noqa: E402
+                                      write_reference_photos)
 from examples.demo import compile_args                                                  # noqa: E402
 
 CAPTIONS = {"plain": False, "described": True}       # caption style -> scenes.subject_prompt(described=)
@@ -53,14 +53,9 @@ PICTURE_GUIDANCE = 6.0
 
 
 def score_cell(images: torch.Tensor, subject, refs, backgrounds: list[str], seeds: list[int]) -> dict:
-    emb = SubjectEmbedder()
-    recognised = [subject_recognised(im, subject.shape, subject.colour, bg) for im, bg in zip(images, backgrounds)]
-    return {"subject_sim": mean_ci([subject_similarity(im, refs, emb) for im in images]),
-            "colour_ok": mean_ci([colour_agreement(im, subject.colour) for im in images]),
-            "subject_shape": mean_ci([float(nearest_shape(im) == subject.shape) for im in images]),
-            "background_ok": mean_ci([background_match(im, bg) for im, bg in zip(images, backgrounds)]),
-            "recognised": mean_ci([float(r) for r in recognised]),
-            "demo_seed_recognised": sum(r for r, s in zip(recognised, seeds) if s == 0)}
+    scores = score_images(list(images), backgrounds, refs, subject.colour, subject.shape)
+    recognised = scores.pop("per_image")["recognised"]
+    return {**scores, "demo_seed_recognised": int(sum(r for r, s in zip(recognised, seeds) if s == 0))}
 
 
 def split_arg(text: str) -> tuple[int, int] | None:
@@ -102,7 +97,7 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="demo_recipe_"))
-    refs = write_reference_photos(subject, work / "refs", 5)
+    refs = reference_images(subject, 5)
     seeds = [s for s in range(args.seeds) for _ in eval_prompts(subject)]
     backgrounds = [bg for _ in range(args.seeds) for _, bg in eval_prompts(subject)]
     fresh = torch.cat([fresh_photos(subject, bg, 1, spec.train_px) for _, bg in eval_prompts(subject)])

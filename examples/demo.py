@@ -3,7 +3,7 @@ with BlockSkip 50%, and show the subject being learned.
 
     reference photos of the held-out "teal star" (on 5 backgrounds) -> demo_out/photos/, each with its caption
     beside it, naming the subject's colour and the photo's background, as a user describes their photos
-    ("a large teal sks star in the center, on a red background": 00.png + 00.txt)
+    ("a teal sks star in the center, on a red background": 00.png + 00.txt)
     ditskip-edge compile --model flux-testbed ... --photo-captions --skip-ratio 0.5 --generation --jobs 2
                                      (6 of 12 blocks, split chosen by selection; the generation programs exported by a
                                       second process while the residual cache is computed)
@@ -11,7 +11,7 @@ with BlockSkip 50%, and show the subject being learned.
                                       benchmarks/results/testbed_ceiling.md found draws the star here; captions,
                                       steps and guidance from benchmarks/results/demo_recipe.md)
     ditskip-edge train demo_out/bundle                                           (eager runtime)
-    LoRA -> full diffusers model (load_lora_adapter) -> "a large teal sks star in the center, on a <colour> background"
+    LoRA -> full diffusers model (load_lora_adapter) -> "a teal sks star in the center, on a <colour> background"
     -> demo_out/before_after.png (rows: references, after on the references' own captions, before, after, fresh
        photos on those backgrounds) and the subject similarity of before / after next to what a fresh photo of the
        subject scores
@@ -66,7 +66,7 @@ def compile_args(prompt: str, photos: Path, bundle: Path, jobs: int = 2, steps: 
 def main(argv: list[str] | None = None) -> int:
     from ditskip_edge.models.loading import resolve_spec
     from benchmarks.testbed.instrument import fresh_photos
-    from benchmarks.testbed.metrics import SubjectEmbedder, score_images, subject_recognised, subject_similarity
+    from benchmarks.testbed.metrics import SubjectEmbedder, score_images, subject_similarity
     from ditskip_edge.generate import generate, grid, load_model
     from benchmarks.testbed.scenes import (SUBJECTS, eval_prompts, reference_background, reference_captions,
                                           subject_prompt, write_reference_photos)
@@ -123,11 +123,11 @@ def main(argv: list[str] | None = None) -> int:
                  [f"references (training photos)\non {', '.join(ref_bgs)}", "after: their own captions\n(the "
                   "references' backgrounds)", "before: base model", "after: BlockSkip 50% LoRA",
                   "a fresh photo on that background"], bgs).save(png)
-        s0, s1, s2 = (score_images(list(x), bgs, refs, subject.colour) for x in (before, after, fresh))
+        s0, s1, s2 = (score_images(list(x), bgs, refs, subject.colour, subject.shape)
+                      for x in (before, after, fresh))
         s_trained = score_images(list(as_trained), ref_bgs, refs, subject.colour)
         sim = [s["subject_sim"]["mean"] for s in (s0, s1, s2)]
-        recognised = [sum(subject_recognised(im, subject.shape, subject.colour, bg) for im, bg in zip(x, bgs))
-                      for x in (before, after)]
+        recognised = [int(sum(s["per_image"]["recognised"])) for s in (s0, s1)]
         others = max(subject_similarity(fresh_photos(o, bg, 1, spec.train_px)[0], refs, SubjectEmbedder())
                      for o in SUBJECTS.values() if o.name != name for bg in bgs)
         print(f"\nbundle: {bundle} (skipped: {plan['n_front']} front / {plan['n_back']} back of "

@@ -174,12 +174,18 @@ def mean_ci(values) -> dict:
 
 
 def score_images(images: list[torch.Tensor], backgrounds: list[str], references: list[torch.Tensor],
-                 colour: RGB) -> dict:
-    """Per-image scores -> {metric: mean_ci} for generated images of one subject (one method)."""
+                 colour: RGB, shape: str | None = None) -> dict:
+    """Per-image scores -> {metric: mean_ci} for generated images of one subject (one method). With the subject's
+    `shape` also "subject_shape" (nearest of the scene shapes) and "recognised" (`subject_recognised`, from the
+    same per-image checks)."""
     emb = SubjectEmbedder()
     ref_mask = reference_mask(references)
     per = {"subject_sim": [subject_similarity(im, references, emb) for im in images],
            "colour_ok": [colour_agreement(im, colour) for im in images],
            "shape_iou": [shape_iou(im, ref_mask) for im in images],
            "background_ok": [background_match(im, bg) for im, bg in zip(images, backgrounds)]}
+    if shape is not None:
+        per["subject_shape"] = [float(nearest_shape(im) == shape) for im in images]
+        per["recognised"] = [float(s > 0 and c > 0 and b > 0)
+                             for s, c, b in zip(per["subject_shape"], per["colour_ok"], per["background_ok"])]
     return {"per_image": per, **{k: mean_ci(v) for k, v in per.items()}}
