@@ -62,8 +62,17 @@ def split_arg(text: str) -> tuple[int, int] | None:
     """--splits "selected" -> None (compile selects a 50% split); "1/5" -> skip 1 front / 5 back blocks."""
     if text == "selected":
         return None
-    front, back = (int(k) for k in text.split("/"))
+    try:
+        front, back = (int(k) for k in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f'{text!r}: "selected" or front/back blocks, e.g. 1/5') from None
     return front, back
+
+
+def split_name(text: str) -> str:
+    """argparse type of --splits: the text, once `split_arg` reads it."""
+    split_arg(text)
+    return text
 
 
 def train_lora(subject, captions: str, steps: int, split: tuple[int, int] | None, work: Path) -> tuple[Path, dict]:
@@ -83,7 +92,7 @@ def main() -> int:
     ap.add_argument("--subject", default="teal_star", choices=sorted(SUBJECTS))
     ap.add_argument("--steps", type=int, nargs="+", default=[400, 800], help="optimizer steps (x 4 samples)")
     ap.add_argument("--captions", nargs="+", default=list(CAPTIONS), choices=list(CAPTIONS))
-    ap.add_argument("--splits", nargs="+", default=["selected"],
+    ap.add_argument("--splits", nargs="+", default=["selected"], type=split_name,
                     help='"selected" (compile --skip-ratio 0.5) or front/back blocks skipped, e.g. 1/5')
     ap.add_argument("--seeds", type=int, default=4, help="noise seeds per eval prompt")
     ap.add_argument("--append", action="store_true",
