@@ -21,6 +21,7 @@ On a machine shared with other jobs use --threads 1: two threads spin in OpenMP 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import platform
@@ -41,13 +42,15 @@ sys.path.insert(0, str(ROOT))
 from ditskip_edge.models.latents import LatentEncoder                     # noqa: E402
 from ditskip_edge.models.loading import build_vae, builtin_weights_path, transformer_class  # noqa: E402
 from ditskip_edge.models.specs import builtin_spec                        # noqa: E402
-from ditskip_edge.models.text import MiniLMTextEncoder                    # noqa: E402
+from ditskip_edge.models.text import MiniLMTextEncoder, _minilm          # noqa: E402
 from ditskip_edge.models.views import make_view                           # noqa: E402
 from ditskip_edge.patch_sampling import PatchSampler                      # noqa: E402
 from benchmarks.testbed.scenes import SCENE_PX, object_region, random_scene, render    # noqa: E402
 
 
-def caption_pool(n: int, seed: int, spec, batch: int = 256):
+def caption_pool(n: int, seed: int, spec, batch: int = 256, device: torch.device | str = "cpu"):
+    """n random scenes and their captions (fixed seed), the captions MiniLM-encoded once on `device` (the GPU when
+    pretraining there: 65k captions in seconds), plus the empty prompt as the last row."""
     rnd = random.Random(seed)
     scenes, captions = [], []
     for _ in range(n):
@@ -55,13 +58,18 @@ def caption_pool(n: int, seed: int, spec, batch: int = 256):
         scenes.append(s)
         captions.append(c)
     enc = MiniLMTextEncoder(spec)
+    minilm = _minilm()[1]
+    minilm.to(device)
     txt, pooled = [], []
-    for i in range(0, n + 1, batch):
-        chunk = (captions + [""])[i:i + batch]
-        if chunk:
-            c = enc.encode_batch(chunk)
-            txt.append(c["txt"])
-            pooled.append(c["pooled"])
+    try:
+        for i in range(0, n + 1, batch):
+            chunk = (captions + [""])[i:i + batch]
+            if chunk:
+                c = enc.encode_batch(chunk)
+                txt.append(c["txt"].to(device))
+                pooled.append(c["pooled"].to(device))
+    finally:
+        minilm.to("cpu")               # the cached encoder stays where every other caller expects it
     return scenes, captions, torch.cat(txt), torch.cat(pooled)    # last row: the empty prompt
 
 
@@ -80,6 +88,78 @@ def object_weighted_mse(pred: torch.Tensor, target: torch.Tensor, weight: torch.
     return ((pred - target) ** 2 * weight).sum() / weight.sum()
 
 
+class SceneBatches(torch.utils.data.IterableDataset):
+    """Endless training batches rendered on the CPU, each (images_bchw [B, 3, train_px, train_px] in [-1, 1],
+    object regions [B, 3, train_px, train_px] in [0, 1] or None, caption rows [B] with the dropped ones (10%, for
+    classifier-free guidance) pointing at the empty prompt, row len(scenes)).
+
+    Per sample: the scene with fresh jitter and pixel noise at 64 px, a crop (75% the whole image, 25% a random
+    square of train_px..64 px, as dynamic patches do) resized to train_px by the compiler's PatchSampler. In the
+    training process (no workers) it draws from the seeds the script always used (seed + 1, seed + 2), so a CPU run
+    is the one it was; DataLoader worker w draws from its own seeds (w + 1) x 1000 further on."""
+
+    def __init__(self, scenes, batch: int, train_px: int, with_regions: bool, seed: int):
+        super().__init__()
+        self.scenes, self.batch, self.with_regions, self.seed = scenes, batch, with_regions, seed
+        self.train_px = train_px
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        offset = 0 if info is None else 1000 * (info.id + 1)
+        rnd = random.Random(self.seed + 1 + offset)
+        np_rng = np.random.default_rng(self.seed + 2 + offset)
+        sampler = PatchSampler(self.train_px)
+        while True:
+            yield self.render_batch(rnd, np_rng, sampler)
+
+    def render_batch(self, rnd: random.Random, np_rng: np.random.Generator, sampler: PatchSampler):
+        idx = [rnd.randrange(len(self.scenes)) for _ in range(self.batch)]
+        imgs, regions = [], []
+        for i in idx:
+            scene = jittered(self.scenes[i], rnd)
+            big = render(scene, SCENE_PX, np_rng)[None]
+            if rnd.random() < 0.25:
+                side = rnd.randint(self.train_px, SCENE_PX)
+                box = torch.tensor([rnd.randint(0, SCENE_PX - side), rnd.randint(0, SCENE_PX - side), side],
+                                   dtype=torch.float32)
+            else:
+                box = torch.tensor([0.0, 0.0, float(SCENE_PX)])
+            imgs.append(sampler(big, box))
+            if self.with_regions:
+                regions.append(sampler(object_region(scene, SCENE_PX).expand(3, -1, -1)[None], box))
+        drop = torch.tensor([rnd.random() < 0.1 for _ in idx])
+        rows = torch.tensor(idx).masked_fill(drop, len(self.scenes))     # dropped -> the empty prompt
+        return torch.cat(imgs), (torch.cat(regions) if self.with_regions else None), rows
+
+
+class Variant:
+    """One model trained on the shared batches: its object weight, optimizer, EMA weights, loss log and files."""
+
+    def __init__(self, model: torch.nn.Module, object_weight: float, lr: float, weights_path: Path, log_path: Path):
+        self.model, self.object_weight = model, object_weight
+        self.weights_path, self.log_path = weights_path, log_path
+        self.params = list(model.parameters())
+        self.ema_params = [p.detach().clone() for p in self.params]     # the saved weights: EMA of the trained ones
+        self.opt = torch.optim.AdamW(self.params, lr=lr, betas=(0.9, 0.99), weight_decay=0.01)
+        self.losses: list[float] = []
+        self.loss_ema: float | None = None
+        self.view = None                   # the arch's view of the model, set by the caller
+
+    def state_dict(self, ema: bool) -> dict[str, torch.Tensor]:
+        by_id = {id(p): e for p, e in zip(self.params, self.ema_params)}
+        return {k: (by_id.get(id(v), v) if ema else v).detach().cpu().contiguous()
+                for k, v in self.model.state_dict(keep_vars=True).items()}
+
+
+def variant_paths(out: Path, object_weights: list[float]) -> list[tuple[Path, Path]]:
+    """(weights, log) per object weight: one variant writes `out` and pretrain_log.json beside it, as ever;
+    several write <stem>_ow<weight><suffix> and pretrain_log_ow<weight>.json."""
+    if len(object_weights) == 1:
+        return [(out, out.with_name("pretrain_log.json"))]
+    return [(out.with_name(f"{out.stem}_ow{w:g}{out.suffix}"), out.with_name(f"pretrain_log_ow{w:g}.json"))
+            for w in object_weights]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--minutes", type=float, default=65.0, help="wall-clock budget for the training loop")
@@ -94,22 +174,30 @@ def main() -> int:
                     help="override the spec's attention heads (width = heads x 32), to try a size before the spec")
     ap.add_argument("--init", default=None,
                     help="start from these weights (a safetensors file of the same config), e.g. the committed ones")
-    ap.add_argument("--object-weight", type=float, default=0.0,
+    ap.add_argument("--object-weight", type=float, nargs="+", default=[0.0],
                     help="extra loss weight on the object region (scenes.object_region: where shapes differ); "
-                    "0 (default): the plain MSE. Per element, weight = 1 + this x the region's coverage")
+                    "0 (default): the plain MSE. Per element, weight = 1 + this x the region's coverage. Several "
+                    "values: one model per value, all from the same init on the same batches (files per --out's "
+                    "stem + _ow<value>)")
     ap.add_argument("--device", default="cpu", help="cpu (default) or cuda: the model, its inputs and the optimizer "
                     "on that device; scenes are still rendered on the CPU")
+    ap.add_argument("--workers", type=int, default=0,
+                    help="processes rendering scenes (DataLoader workers); 0 (default): the training process "
+                    "renders them itself, as on the 2-core machine. On a GPU machine: its cores minus one")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True          # the saved weights are fp32 all the same
+        torch.backends.cudnn.allow_tf32 = True
     torch.manual_seed(args.seed)
     spec = builtin_spec("flux-testbed")
     out = Path(args.out) if args.out else builtin_weights_path(spec)
     out.parent.mkdir(parents=True, exist_ok=True)
 
     t_start = time.time()
-    scenes, captions, txt_pool, pooled_pool = caption_pool(args.captions, args.seed, spec)
-    print(f"encoded {len(captions)} captions in {time.time() - t_start:.0f} s", flush=True)
+    scenes, captions, txt_pool, pooled_pool = caption_pool(args.captions, args.seed, spec, device=device)
+    print(f"encoded {len(captions)} captions in {time.time() - t_start:.0f} s on {device}", flush=True)
 
     config = dict(spec.transformer_config)
     if args.num_heads:
@@ -121,85 +209,84 @@ def main() -> int:
         from ditskip_edge.runtime.bundle import sha256_file
         model.load_state_dict(load_file(args.init), strict=True)
         init_sha = sha256_file(Path(args.init))
-    model = model.to(device).train()
-    txt_pool, pooled_pool = txt_pool.to(device), pooled_pool.to(device)
-    view = make_view(spec.arch, model)
+    weights = args.object_weight
+    variants = []
+    for w, (weights_path, log_path) in zip(weights, variant_paths(out, weights)):
+        m = (model if w == weights[-1] else copy.deepcopy(model)).to(device).train()
+        variants.append(Variant(m, w, args.lr, weights_path, log_path))
+    for v in variants:
+        v.view = make_view(spec.arch, v.model)
+    view = variants[0].view
     encoder = LatentEncoder(spec.arch, build_vae(spec))
-    sampler = PatchSampler(spec.train_px)
-    params = [p for p in model.parameters()]
-    ema_params = [p.detach().clone() for p in params]          # the weights that are saved (EMA of the trained ones)
-    opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.99), weight_decay=0.01)
-    rnd = random.Random(args.seed + 1)
-    np_rng = np.random.default_rng(args.seed + 2)
+    batches = SceneBatches(scenes, args.batch, spec.train_px, any(weights), args.seed)
+    if args.workers:
+        stream = iter(torch.utils.data.DataLoader(batches, batch_size=None, num_workers=args.workers,
+                                                  prefetch_factor=4, persistent_workers=True,
+                                                  pin_memory=device.type == "cuda"))
+    else:
+        stream = iter(batches)
     budget_s = args.minutes * 60
     warmup = 100
     log = {"command": " ".join(["python"] + sys.argv), "seed": args.seed, "machine": platform.platform(),
            "processor": platform.processor() or platform.machine(), "threads": args.threads,
+           "workers": args.workers, "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+           "torch": torch.__version__,
            "started_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"), "batch": args.batch,
-           "lr": args.lr, "captions": len(captions), "params": sum(p.numel() for p in params), "ema": args.ema,
-           "config": config, "device": str(device), "init": args.init, "init_sha256": init_sha, "object_weight": args.object_weight, "losses": []}
+           "lr": args.lr, "captions": len(captions), "params": sum(p.numel() for p in variants[0].params),
+           "ema": args.ema, "config": config, "device": str(device), "init": args.init, "init_sha256": init_sha}
     t0 = time.time()
-    step, last_save, ema = 0, t0, None
+    step, last_save, wait_s = 0, t0, 0.0
 
     def save(final: bool) -> None:
-        by_id = {id(p): e for p, e in zip(params, ema_params)}
-        sd = {k: (by_id.get(id(v), v) if args.ema else v).detach().cpu().contiguous()
-              for k, v in model.state_dict(keep_vars=True).items()}
-        save_file(sd, str(out))
-        log.update(steps=step, samples=step * args.batch, train_seconds=round(time.time() - t0, 1), final=final,
-                   finished_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"))
-        out.with_name("pretrain_log.json").write_text(json.dumps(log, indent=1))
+        for v in variants:
+            save_file(v.state_dict(ema=bool(args.ema)), str(v.weights_path))
+            v.log_path.write_text(json.dumps(dict(
+                log, object_weight=v.object_weight, losses=v.losses, steps=step, samples=step * args.batch,
+                train_seconds=round(time.time() - t0, 1), data_wait_seconds=round(wait_s, 1), final=final,
+                finished_utc=datetime.now(timezone.utc).isoformat(timespec="seconds")), indent=1))
 
     while time.time() - t0 < budget_s:
         frac = (time.time() - t0) / budget_s
         lr = args.lr * min(1.0, (step + 1) / warmup) * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * frac)))
-        for g in opt.param_groups:
-            g["lr"] = lr
-        idx = [rnd.randrange(len(scenes)) for _ in range(args.batch)]
-        imgs, regions = [], []
-        for i in idx:
-            scene = jittered(scenes[i], rnd)
-            big = render(scene, SCENE_PX, np_rng)[None]
-            if rnd.random() < 0.25:
-                side = rnd.randint(spec.train_px, SCENE_PX)
-                box = torch.tensor([rnd.randint(0, SCENE_PX - side), rnd.randint(0, SCENE_PX - side), side],
-                                   dtype=torch.float32)
-            else:
-                box = torch.tensor([0.0, 0.0, float(SCENE_PX)])
-            imgs.append(sampler(big, box))
-            if args.object_weight:
-                regions.append(sampler(object_region(scene, SCENE_PX).expand(3, -1, -1)[None], box))
+        t_wait = time.time()
+        imgs, regions, rows = next(stream)
+        wait_s += time.time() - t_wait
         with torch.no_grad():
-            x0 = view.pack(encoder(torch.cat(imgs).to(device)))               # [B, 64, 48]
-            weight = (1 + args.object_weight * view.pack(encoder(torch.cat(regions).to(device)))
-                      if args.object_weight else None)                         # same layout as x0
-        drop = torch.tensor([rnd.random() < 0.1 for _ in idx])
-        rows = torch.tensor(idx).masked_fill(drop, len(scenes)).to(device)   # dropped -> the empty prompt
+            x0 = view.pack(encoder(imgs.to(device, non_blocking=True)))            # [B, 64, 48]
+            region = view.pack(encoder(regions.to(device))) if regions is not None else None   # x0's layout
+        rows = rows.to(device)
         cond = {"txt": txt_pool[rows], "pooled": pooled_pool[rows]}
         u = torch.rand(args.batch)
         t = torch.where(torch.rand(args.batch) < 0.5, u, torch.sigmoid(torch.randn(args.batch))).to(device)
         noise = torch.randn_like(x0)
         x_t = (1 - t[:, None, None]) * x0 + t[:, None, None] * noise
-        with device:                     # tensors the view makes itself (position ids) on the model's device
-            loss = object_weighted_mse(view(x_t, t, cond), noise - x0, weight)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        if args.ema:
-            with torch.no_grad():
-                torch._foreach_lerp_(ema_params, [p.detach() for p in params],
-                                     1.0 - min(args.ema, (1 + step) / (10 + step)))
+        for v in variants:
+            for g in v.opt.param_groups:
+                g["lr"] = lr
+            weight = 1 + v.object_weight * region if v.object_weight else None
+            with device:                 # tensors the view makes itself (position ids) on the model's device
+                loss = object_weighted_mse(v.view(x_t, t, cond), noise - x0, weight)
+            v.opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(v.params, 1.0)
+            v.opt.step()
+            if args.ema:
+                with torch.no_grad():
+                    torch._foreach_lerp_(v.ema_params, [p.detach() for p in v.params],
+                                         1.0 - min(args.ema, (1 + step) / (10 + step)))
+            value = loss.item()
+            v.loss_ema = value if v.loss_ema is None else 0.98 * v.loss_ema + 0.02 * value
+            v.losses.append(round(value, 5))
         step += 1
-        ema = loss.item() if ema is None else 0.98 * ema + 0.02 * loss.item()
-        log["losses"].append(round(loss.item(), 5))
         if step % 20 == 0:
-            print(f"step {step} loss {ema:.4f} lr {lr:.2e} {time.time() - t0:.0f}s", flush=True)
+            losses = " ".join(f"{v.loss_ema:.4f}" for v in variants)
+            print(f"step {step} loss {losses} lr {lr:.2e} {time.time() - t0:.0f}s (data wait {wait_s:.0f}s)",
+                  flush=True)
         if time.time() - last_save > 300:
             save(False)
             last_save = time.time()
     save(True)
-    print(f"done: {step} steps, {out}", flush=True)
+    print(f"done: {step} steps, " + ", ".join(str(v.weights_path) for v in variants), flush=True)
     return 0
 
 

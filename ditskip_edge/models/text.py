@@ -79,7 +79,7 @@ class MiniLMTextEncoder:
         for prompt in prompts:
             warn_if_truncated(prompt, tok.tokenize(prompt), self.spec.text.seq_len - 2, self.spec.name)  # CLS, SEP
         b = tok(list(prompts), padding="max_length", max_length=self.spec.text.seq_len, truncation=True,
-                return_tensors="pt")
+                return_tensors="pt").to(model.device)                       # the GPU when pretraining there
         mask = b["attention_mask"].float()                                  # [B, L]
         hidden = model(**b).last_hidden_state * mask[..., None]             # [B, L, 384]
         pooled = F.normalize(hidden.sum(1) / mask.sum(1, keepdim=True), dim=-1)
