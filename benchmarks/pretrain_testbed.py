@@ -8,13 +8,24 @@ captioned scenes (benchmarks/testbed/scenes.py), rectified flow in pixel space, 
     wall-clock budget; the saved weights are an exponential moving average (decay 0.999) of the trained ones.
 
 Writes ditskip_edge/assets/flux-testbed/transformer.safetensors (+ pretrain_log.json with the command, seed,
-machine, steps, losses). The committed weights: 65 min, 2 threads on the 2-core machine (shared with short tuning
-runs and tests for about 25 of the 65 min), 8654 steps x 32 scenes, mean loss 0.52 (first 200 steps) -> 0.069 (last
-500), from the losses in pretrain_log.json:
+machine, steps, losses); with several --object-weight values, one file pair per value (variant_paths).
+
+The committed weights were pretrained on one lent NVIDIA H200 (2026-12-04; the chain in the asset's
+pretrain_log.json, logs in benchmarks/results/pretrain/gpu_*), with benchmarks/gpu_payload.py's payload unpacked
+there first (the GPU image has no diffusers and no MiniLM weights):
+
+    python3 benchmarks/pretrain_testbed.py --device cuda --workers 15 --batch 256 --captions 65536 --minutes 7 \
+        --object-weight 0 4                     # 2685 steps, both models on the same batches; the w 4 one kept
+    python3 benchmarks/pretrain_testbed.py --device cuda --workers 15 --batch 1024 --lr 5e-4 --captions 65536 \
+        --minutes 2.75 --object-weight 4 --init <stage 1's w 4 weights>        # 724 steps
+
+1.43M scenes in 9.8 min of training, against 0.36M in the CPU stages (276928 + 2717 x 32). At batch 256 the GPU
+step was the limit (6.4 steps/s for the two models, the data wait 1.5 s of 420 s; not profiled: presumably the
+launches of a 4.6M-parameter model's many small kernels); at batch 1024 the 15 rendering workers were (4.5k
+scenes/s, the data wait 99 s of 165 s). On the 2-core machine (the earlier CPU stages):
 
     python benchmarks/pretrain_testbed.py --threads 2          # defaults: --minutes 65 --lr 1e-3 --captions 8192
 
-(that run passed --num-heads 4 --out /tmp/... because the spec still had width 64 then; the spec now has 4 heads).
 On a machine shared with other jobs use --threads 1: two threads spin in OpenMP barriers there.
 """
 

