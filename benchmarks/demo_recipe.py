@@ -6,7 +6,7 @@ diffusers model), varied in
     everything) or "described" (the subject's colour word before the identifier, "a large teal sks star ...",
     `scenes.subject_prompt(described=True)`: the colour is a word the model composes with any background, the LoRA
     has the shape and the orange centre to learn);
-  - the optimizer steps (x 4 samples);
+  - the optimizer steps (x 4 samples) and the LoRA's learning rate;
 and drawn at classifier-free guidance 3 and 6 on the 4 eval prompts (backgrounds no reference shows) x `--seeds`
 seeds, the same noise in every row; the base model is drawn on both caption styles.
 
@@ -45,7 +45,7 @@ from benchmarks.testbed.instrument import fresh_photos                          
 from benchmarks.testbed.metrics import SubjectEmbedder, mean_ci, score_images, subject_similarity  # noqa: E402
 from benchmarks.testbed.scenes import (SUBJECTS, eval_prompts, reference_images, subject_prompt,  # noqa: E402
                                       write_reference_photos)
-from examples.demo import compile_args                                                  # noqa: E402
+from examples.demo import LR, compile_args                                              # noqa: E402
 
 CAPTIONS = {"plain": False, "described": True}       # caption style -> scenes.subject_prompt(described=)
 GUIDANCES = (3.0, 6.0)
@@ -75,12 +75,13 @@ def split_name(text: str) -> str:
     return text
 
 
-def train_lora(subject, captions: str, steps: int, split: tuple[int, int] | None, work: Path) -> tuple[Path, dict]:
+def train_lora(subject, captions: str, steps: int, split: tuple[int, int] | None, work: Path,
+               lr: float = LR) -> tuple[Path, dict]:
     """The demo's compile + train on `captions`-style reference captions; returns the LoRA file and the plan."""
     photos, bundle = work / "photos", work / "bundle"
     write_reference_photos(subject, photos, 5, captions=True, described=CAPTIONS[captions])
     request = compile_args(subject_prompt(subject, described=CAPTIONS[captions]), photos, bundle, jobs=1,
-                           steps=steps, generation=False, split=split)
+                           steps=steps, generation=False, split=split, lr=lr)
     if cli_main(request) != 0 or cli_main(["train", str(bundle), "--no-resume"]) != 0:
         raise SystemExit(f"demo_recipe: the {captions} / {steps}-step bundle failed (see above)")
     summary = json.loads((bundle / "runs" / "eager" / "summary.json").read_text())
@@ -94,6 +95,7 @@ def main() -> int:
     ap.add_argument("--captions", nargs="+", default=list(CAPTIONS), choices=list(CAPTIONS))
     ap.add_argument("--splits", nargs="+", default=["selected"], type=split_name,
                     help='"selected" (compile --skip-ratio 0.5) or front/back blocks skipped, e.g. 1/5')
+    ap.add_argument("--lrs", type=float, nargs="+", default=[LR], help=f"LoRA learning rates (default the demo's, {LR:g})")
     ap.add_argument("--seeds", type=int, default=4, help="noise seeds per eval prompt")
     ap.add_argument("--append", action="store_true",
                     help="keep the rows of <out>/demo_recipe.json this run does not redo (same seeds)")
@@ -117,11 +119,12 @@ def main() -> int:
         for style in args.captions:
             for steps in args.steps:
                 for split in args.splits:
-                    lora, plan = train_lora(subject, style, steps, split_arg(split),
-                                            work / f"{style}_{steps}_{split.replace('/', '-')}")
-                    how = "selected " if split == "selected" else ""
-                    models.append((f"LoRA, {style} captions, {steps} steps, {how}split "
-                                   f"{plan['n_front']}/{plan['n_back']}", style, steps, lora, plan))
+                    for lr in args.lrs:
+                        lora, plan = train_lora(subject, style, steps, split_arg(split),
+                                                work / f"{style}_{steps}_{split.replace('/', '-')}_{lr:g}", lr)
+                        how = "selected " if split == "selected" else ""
+                        models.append((f"LoRA, {style} captions, {steps} steps, lr {lr:g}, {how}split "
+                                       f"{plan['n_front']}/{plan['n_back']}", style, steps, lora, plan))
         for name, style, steps, lora, plan in models:
             model = load_model(spec, lora)
             texts = [p for _ in range(args.seeds) for p, _ in eval_prompts(subject, CAPTIONS[style])]

@@ -44,22 +44,24 @@ DEVICE_PROMPTS = 1                 # prompts the device runtime also draws (demo
 # the recipe benchmarks/results/testbed_ceiling.md found draws the star at this model's sizes: a LoRA on every linear
 # layer of the kept blocks, trained on the whole photos (at 64 px data / 32 px train a low-noise patch is half the
 # photo: the star seen in pieces), each with its own caption
-STEPS = 400                        # x 4 samples (800 drew no more of the subject: benchmarks/results/demo_recipe.md)
+STEPS = 400                        # x 4 samples (800 drew no more of the subject: benchmarks/results/demo_recipe*.md)
 GUIDANCE = 6.0                     # classifier-free guidance of the pictures (diffusers' and the device's): the
                                    # prompted background and the subject's colour word held against the LoRA
                                    # (benchmarks/results/demo_recipe.md)
-TRAIN = ["--grad-accum", "4", "--rank", "8", "--lr", "5e-3", "--lora-targets", "all-linear", "--no-dynamic-patches"]
+LR = 5e-3                          # the LoRA's learning rate: the best of 1e-3 .. 1e-2 on the testbed
+                                   # (benchmarks/results/demo_recipe.md)
+TRAIN = ["--grad-accum", "4", "--rank", "8", "--lora-targets", "all-linear", "--no-dynamic-patches"]
 
 
 def compile_args(prompt: str, photos: Path, bundle: Path, jobs: int = 2, steps: int = STEPS,
-                 generation: bool = True, split: tuple[int, int] | None = None) -> list[str]:
+                 generation: bool = True, split: tuple[int, int] | None = None, lr: float = LR) -> list[str]:
     """The demo's `ditskip-edge compile` request (benchmarks/compile_jobs.py times the same one;
     benchmarks/demo_recipe.py varies it, without the generation programs). `split` (front, back): skip those
     blocks instead of selecting a 50% split."""
     draw = ["--generation", "--guidance", str(GUIDANCE)] if generation else []
     skip = ["--skip-ratio", "0.5"] if split is None else ["--skip-front", str(split[0]), "--skip-back", str(split[1])]
     return ["compile", "--model", "flux-testbed", "--images", str(photos), "--prompt", prompt, *skip,
-            "--photo-captions", "--steps", str(steps), *TRAIN, *draw, "--jobs", str(jobs),
+            "--photo-captions", "--steps", str(steps), "--lr", f"{lr:g}", *TRAIN, *draw, "--jobs", str(jobs),
             "--out", str(bundle), "--force"]
 
 
