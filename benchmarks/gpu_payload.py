@@ -13,7 +13,7 @@ reaches a model hub, so MiniLM's weights (91 MB in fp32) travel too:
                     checks that the rebuilt encoder reproduces the references (fp16 rounding: about 4e-4 relative)
                     and that every token of the run's caption pool has its row.
 
-    python benchmarks/gpu_payload.py pack --captions 65536           # here; .git/info/exclude lists .devrun/
+    python benchmarks/gpu_payload.py pack --captions 65536           # here; .gitignore lists .devrun/
     python3 benchmarks/gpu_payload.py unpack --captions 65536       # there, then PYTHONPATH=/tmp/site:.
 """
 
