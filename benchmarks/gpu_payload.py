@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import shutil
 import sys
 import tarfile
@@ -36,31 +35,33 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from ditskip_edge.models.specs import builtin_spec                         # noqa: E402
+
 PAYLOAD = ROOT / ".devrun"
 TOKENIZER_FILES = ["config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"]
 REFERENCE_CAPTIONS = ["a teal sks star in the center, on a red background", "a large red star", "",
                       "purple background with a small green striped ring at the top left"]
 WORD_EMBEDDINGS = "embeddings.word_embeddings.weight"
+SEQ_LEN = builtin_spec("flux-testbed").text.seq_len        # the text tokens the testbed reads
 
 
 def pool_captions(n: int, seed: int) -> list[str]:
     """The captions of pretrain_testbed.caption_pool(n, seed), without encoding them."""
-    from benchmarks.testbed.scenes import random_scene
-    rnd = random.Random(seed)
-    return [random_scene(rnd)[1] for _ in range(n)] + [""]
+    from benchmarks.testbed.scenes import random_scenes
+    return [c for _, c in random_scenes(n, seed)] + [""]
 
 
 def token_ids(tokenizer, captions: list[str]) -> set[int]:
     ids: set[int] = set()
-    for row in tokenizer(captions, padding="max_length", max_length=16, truncation=True)["input_ids"]:
+    for row in tokenizer(captions, padding="max_length", max_length=SEQ_LEN, truncation=True)["input_ids"]:
         ids.update(row)
     return ids
 
 
 def encode(tokenizer, model, captions: list[str]) -> torch.Tensor:
-    b = tokenizer(captions, padding="max_length", max_length=16, truncation=True, return_tensors="pt")
+    from ditskip_edge.models.text import minilm_hidden
     with torch.no_grad():
-        return model(**b).last_hidden_state * b["attention_mask"][..., None]
+        return minilm_hidden(tokenizer, model, captions, SEQ_LEN)[0]
 
 
 def pack(payload: Path, captions: int, seed: int, extra_captions: int = 200_000) -> dict:

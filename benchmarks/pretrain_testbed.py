@@ -56,18 +56,14 @@ from ditskip_edge.models.specs import builtin_spec                        # noqa
 from ditskip_edge.models.text import MiniLMTextEncoder, _minilm          # noqa: E402
 from ditskip_edge.models.views import make_view                           # noqa: E402
 from ditskip_edge.patch_sampling import PatchSampler                      # noqa: E402
-from benchmarks.testbed.scenes import SCENE_PX, object_region, random_scene, render    # noqa: E402
+from benchmarks.testbed.scenes import SCENE_PX, object_region, random_scenes, render   # noqa: E402
 
 
 def caption_pool(n: int, seed: int, spec, batch: int = 256, device: torch.device | str = "cpu"):
     """n random scenes and their captions (fixed seed), the captions MiniLM-encoded once on `device` (the GPU when
     pretraining there: 65k captions in seconds), plus the empty prompt as the last row."""
-    rnd = random.Random(seed)
-    scenes, captions = [], []
-    for _ in range(n):
-        s, c = random_scene(rnd)
-        scenes.append(s)
-        captions.append(c)
+    pool = random_scenes(n, seed)
+    scenes, captions = [s for s, _ in pool], [c for _, c in pool]
     enc = MiniLMTextEncoder(spec)
     minilm = _minilm()[1]
     minilm.to(device)
@@ -146,15 +142,16 @@ class SceneBatches(torch.utils.data.IterableDataset):
 class Variant:
     """One model trained on the shared batches: its object weight, optimizer, EMA weights, loss log and files."""
 
-    def __init__(self, model: torch.nn.Module, object_weight: float, lr: float, weights_path: Path, log_path: Path):
+    def __init__(self, arch: str, model: torch.nn.Module, object_weight: float, lr: float, weights_path: Path,
+                 log_path: Path):
         self.model, self.object_weight = model, object_weight
+        self.view = make_view(arch, model)
         self.weights_path, self.log_path = weights_path, log_path
         self.params = list(model.parameters())
         self.ema_params = [p.detach().clone() for p in self.params]     # the saved weights: EMA of the trained ones
         self.opt = torch.optim.AdamW(self.params, lr=lr, betas=(0.9, 0.99), weight_decay=0.01)
         self.losses: list[float] = []
         self.loss_ema: float | None = None
-        self.view = None                   # the arch's view of the model, set by the caller
 
     def state_dict(self, ema: bool) -> dict[str, torch.Tensor]:
         by_id = {id(p): e for p, e in zip(self.params, self.ema_params)}
@@ -222,11 +219,9 @@ def main() -> int:
         init_sha = sha256_file(Path(args.init))
     weights = args.object_weight
     variants = []
-    for w, (weights_path, log_path) in zip(weights, variant_paths(out, weights)):
-        m = (model if w == weights[-1] else copy.deepcopy(model)).to(device).train()
-        variants.append(Variant(m, w, args.lr, weights_path, log_path))
-    for v in variants:
-        v.view = make_view(spec.arch, v.model)
+    for k, (w, (weights_path, log_path)) in enumerate(zip(weights, variant_paths(out, weights))):
+        m = (model if k == len(weights) - 1 else copy.deepcopy(model)).to(device).train()   # each its own copy
+        variants.append(Variant(spec.arch, m, w, args.lr, weights_path, log_path))
     view = variants[0].view
     encoder = LatentEncoder(spec.arch, build_vae(spec))
     batches = SceneBatches(scenes, args.batch, spec.train_px, any(weights), args.seed)

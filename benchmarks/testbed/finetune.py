@@ -73,9 +73,8 @@ class PriorScenes:
     def __init__(self, spec: ModelSpec, n: int = 256, seed: int = 1234):
         from ditskip_edge.models.text import MiniLMTextEncoder
 
-        from .scenes import random_scene
-        rnd = random.Random(seed)
-        pairs = [random_scene(rnd) for _ in range(n)]
+        from .scenes import random_scenes
+        pairs = random_scenes(n, seed)
         self.scenes = [s for s, _ in pairs]
         enc = MiniLMTextEncoder(spec).encode_batch([c for _, c in pairs])
         self.txt, self.pooled = enc["txt"], enc["pooled"]

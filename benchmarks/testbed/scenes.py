@@ -184,6 +184,12 @@ def random_scene(rnd: random.Random) -> tuple[Scene, str]:
     return scene, caption
 
 
+def random_scenes(n: int, seed: int) -> list[tuple[Scene, str]]:
+    """The first n pretraining scenes and captions of `seed` (random_scene drawn n times from one generator)."""
+    rnd = random.Random(seed)
+    return [random_scene(rnd) for _ in range(n)]
+
+
 # ------------------------------------------------------------------------------------------ held-out subjects
 @dataclass(frozen=True)
 class Subject:

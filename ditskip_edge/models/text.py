@@ -69,6 +69,15 @@ def warn_if_truncated(prompt: str, tokens: list[str], max_tokens: int, model: st
     return True
 
 
+def minilm_hidden(tokenizer, model, prompts: list[str], seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """MiniLM's last hidden states for `prompts` padded / cut to seq_len tokens, zero at the padding
+    ([B, L, 384]), and the attention mask ([B, L]); on the model's device (the GPU when pretraining there)."""
+    b = tokenizer(list(prompts), padding="max_length", max_length=seq_len, truncation=True,
+                  return_tensors="pt").to(model.device)
+    mask = b["attention_mask"].float()
+    return model(**b).last_hidden_state * mask[..., None], mask
+
+
 class MiniLMTextEncoder:
     def __init__(self, spec: ModelSpec):
         self.spec = spec
@@ -78,10 +87,7 @@ class MiniLMTextEncoder:
         tok, model = _minilm()
         for prompt in prompts:
             warn_if_truncated(prompt, tok.tokenize(prompt), self.spec.text.seq_len - 2, self.spec.name)  # CLS, SEP
-        b = tok(list(prompts), padding="max_length", max_length=self.spec.text.seq_len, truncation=True,
-                return_tensors="pt").to(model.device)                       # the GPU when pretraining there
-        mask = b["attention_mask"].float()                                  # [B, L]
-        hidden = model(**b).last_hidden_state * mask[..., None]             # [B, L, 384]
+        hidden, mask = minilm_hidden(tok, model, prompts, self.spec.text.seq_len)     # [B, L, 384], [B, L]
         pooled = F.normalize(hidden.sum(1) / mask.sum(1, keepdim=True), dim=-1)
         return {"txt": hidden.contiguous(), "pooled": pooled.contiguous()}
 
