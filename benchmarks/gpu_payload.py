@@ -104,6 +104,9 @@ def pack(payload: Path, captions: int, seed: int, extra_captions: int = 200_000)
 
 def unpack(payload: Path, captions: int, seed: int, site: Path, minilm_dir: Path) -> dict:
     from safetensors.torch import load_file, save_file
+    needed = [payload / "diffusers.tar.gz", payload / "minilm" / "packed.safetensors"]
+    if not all(p.is_file() for p in needed):
+        raise SystemExit(f"gpu_payload unpack: {payload} holds no packed payload (run `pack` here and carry it)")
     site.mkdir(parents=True, exist_ok=True)
     with tarfile.open(payload / "diffusers.tar.gz") as tar:
         tar.extractall(site, filter="data")

@@ -193,6 +193,10 @@ def main() -> int:
                     help="processes rendering scenes (DataLoader workers); 0 (default): the training process "
                     "renders them itself, as on the 2-core machine. On a GPU machine: its cores minus one")
     args = ap.parse_args()
+    if args.workers < 0:
+        ap.error(f"--workers {args.workers}: 0 (render in this process) or more processes")
+    if len(set(args.object_weight)) != len(args.object_weight):
+        ap.error(f"--object-weight {args.object_weight}: each value once (one model and file pair per value)")
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     if device.type == "cuda":
