@@ -64,7 +64,7 @@ def test_nearest_shape_names_the_drawn_shape_of_rendered_scenes_at_the_generatio
     assert nearest_shape(torch.full((3, 32, 32), -1.0)) is None
 
 
-def test_pretrain_testbed_warm_starts_from_a_weights_file_and_writes_a_loadable_model(tmp_path):
+def test_pretrain_testbed_warm_starts_from_a_weights_file_and_writes_a_loadable_model_echoing_each_batch(tmp_path):
     import subprocess
     import sys
     from pathlib import Path
@@ -74,12 +74,14 @@ def test_pretrain_testbed_warm_starts_from_a_weights_file_and_writes_a_loadable_
     init = builtin_weights_path(resolve_spec("flux-testbed"))
     out = tmp_path / "transformer.safetensors"
     subprocess.run([sys.executable, str(root / "benchmarks" / "pretrain_testbed.py"), "--minutes", "0.05",
-                    "--captions", "16", "--batch", "2", "--init", str(init), "--out", str(out), "--object-weight", "2"],
+                    "--captions", "16", "--batch", "2", "--init", str(init), "--out", str(out), "--object-weight", "2",
+                    "--echo", "3"],
                    check=True, capture_output=True, text=True, timeout=600)
     log = json.loads((tmp_path / "pretrain_log.json").read_text())
     assert log["final"] and log["steps"] >= 1 and len(log["losses"]) == log["steps"]
     assert len(log["init_sha256"]) == 64 and log["device"] == "cpu"
     assert log["object_weight"] == 2.0
+    assert log["echo"] == 3 and log["scenes"] == -(-log["steps"] // 3) * 2      # a new batch every third step
     before, after = load_file(str(init)), load_file(str(out))
     assert before.keys() == after.keys()
     assert any(not torch.equal(before[k], after[k]) for k in before)         # it trained from the init, and saved
