@@ -10,19 +10,27 @@ captioned scenes (benchmarks/testbed/scenes.py), rectified flow in pixel space, 
 Writes ditskip_edge/assets/flux-testbed/transformer.safetensors (+ pretrain_log.json with the command, seed,
 machine, steps, losses); with several --object-weight values, one file pair per value (variant_paths).
 
-The committed weights were pretrained on one lent NVIDIA H200 (2026-12-04; the chain in the asset's
-pretrain_log.json, logs in benchmarks/results/pretrain/gpu_*), with benchmarks/gpu_payload.py's payload unpacked
+The committed weights were pretrained on one lent NVIDIA H200 (2026-12-04, two sessions; the chain in the asset's
+pretrain_log.json, logs in benchmarks/results/pretrain/gpu_run*), with benchmarks/gpu_payload.py's payload unpacked
 there first (the GPU image has no diffusers and no MiniLM weights):
 
     python3 benchmarks/pretrain_testbed.py --device cuda --workers 15 --batch 256 --captions 65536 --minutes 7 \
         --object-weight 0 4                     # 2685 steps, both models on the same batches; the w 4 one kept
     python3 benchmarks/pretrain_testbed.py --device cuda --workers 15 --batch 1024 --lr 5e-4 --captions 65536 \
         --minutes 2.75 --object-weight 4 --init <stage 1's w 4 weights>        # 724 steps
+    python3 benchmarks/pretrain_testbed.py --device cuda --workers 15 --batch 1024 --lr 5e-4 --captions 65536 \
+        --minutes 7.6 --echo 3 --object-weight 4 --init <stage 2's weights>    # 5002 steps, 1.71M scenes
+    python3 benchmarks/pretrain_testbed.py --device cuda --workers 15 --batch 1024 --lr 2e-4 --captions 65536 \
+        --minutes 3.2 --echo 3 --object-weight 4 --init <stage 3's weights>    # 2152 steps, 0.74M scenes
 
-1.43M scenes in 9.8 min of training, against 0.36M in the CPU stages (276928 + 2717 x 32). At batch 256 the GPU
-step was the limit (6.4 steps/s for the two models, the data wait 1.5 s of 420 s; not profiled: presumably the
-launches of a 4.6M-parameter model's many small kernels); at batch 1024 the 15 rendering workers were (4.5k
-scenes/s, the data wait 99 s of 165 s). On the 2-core machine (the earlier CPU stages):
+3.87M scenes rendered (8.75M samples trained on) in 20.6 min of training, against 0.36M in the CPU stages
+(276928 + 2717 x 32). At batch 256 the GPU step was the limit (6.4 steps/s for the two models, the data wait 1.5 s
+of 420 s; not profiled: presumably the launches of a 4.6M-parameter model's many small kernels); at batch 1024 the 15
+rendering workers were (4.5k scenes/s, the data wait 99 s of 165 s), so stages 3 and 4 train three steps on each
+rendered batch with fresh timesteps and noise (--echo 3): 11 steps/s, the data wait 4 s of 456 s.
+`python benchmarks/testbed_samples.py --seeds 8` scores the object's shape as prompted 0.25 after stage 2, 0.69
+after stage 3 and 0.75 after stage 4 (benchmarks/results/testbed_samples*.md). On the 2-core machine (the earlier
+CPU stages):
 
     python benchmarks/pretrain_testbed.py --threads 2          # defaults: --minutes 65 --lr 1e-3 --captions 8192
 
