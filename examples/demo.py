@@ -48,8 +48,8 @@ STEPS = 400                        # x 4 samples (800 drew no more of the subjec
 GUIDANCE = 6.0                     # classifier-free guidance of the pictures (diffusers' and the device's): the
                                    # prompted background and the subject's colour word held against the LoRA
                                    # (benchmarks/results/demo_recipe.md)
-LR = 5e-3                          # the LoRA's learning rate: the best of 1e-3 .. 1e-2 on the testbed
-                                   # (benchmarks/results/demo_recipe.md)
+LR = 2e-3                          # the LoRA's learning rate: the best of 1e-3 / 2e-3 / 5e-3 on the testbed's
+                                   # current weights (5e-3 on the weaker ones before; benchmarks/results/demo_recipe*.md)
 TRAIN = ["--grad-accum", "4", "--rank", "8", "--lora-targets", "all-linear", "--no-dynamic-patches"]
 
 
