@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from _meta import provenance                                                   # noqa: E402
 
 from benchmarks.testbed.instrument import TeacherConfig                               # noqa: E402
-from benchmarks.testbed.study import (StudyConfig, add_units, check_names, run_study, summarize,  # noqa: E402
+from benchmarks.testbed.study import (StudyConfig, add_units, project_units, check_names, run_study, summarize,  # noqa: E402
                                       to_markdown)
 
 
@@ -37,7 +37,9 @@ def main() -> int:
     ap.add_argument("--teacher-dir", default=None,
                     help="where teachers are kept and reused, keyed by model, subject and config (default OUT/teachers)")
     ap.add_argument("--subjects", nargs="*", default=None)
-    ap.add_argument("--methods", nargs="*", default=None)
+    ap.add_argument("--methods", nargs="*", default=None,
+                    help="the rows to run; with --from-json: the rows every result is cut to before --add-units joins "
+                    "them (study.project_units)")
     ap.add_argument("--train-seeds", type=int, nargs="*", default=[0, 1, 2], help="units = subjects x these")
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--grad-accum", type=int, default=4)
@@ -75,8 +77,13 @@ def main() -> int:
         path = Path(args.from_json)
         result = json.loads(path.read_text())
         try:
+            if args.methods:                     # project every result onto these rows first (study.project_units)
+                project_units(result, args.methods)
             for other in args.add_units:
-                add_units(result, json.loads(Path(other).read_text()), other)
+                saved = json.loads(Path(other).read_text())
+                if args.methods:
+                    project_units(saved, args.methods)
+                add_units(result, saved, other)
         except ValueError as e:
             print(f"personalization_study: {e}", file=sys.stderr)
             return 2

@@ -633,3 +633,29 @@ def test_the_demos_compile_request_is_blockskip_50_with_the_demos_guidance_and_a
     unchanged = {"--skip-ratio", "0.5", "--skip-front", "1", "--skip-back", "5", "--generation", "--guidance",
                  str(GUIDANCE), str(STEPS), "7", "--jobs", "2"}
     assert [a for a in demo if a not in unchanged] == [a for a in recipe if a not in unchanged]
+
+
+def test_projecting_a_study_onto_two_rows_lets_a_two_row_run_join_it():
+    """study.project_units: a unit of every row, cut to full LoRA and BlockSkip 50%, carries the config key of a run
+    with just those two (so add_units joins them), keeps the anchors and refuses a row the result lacks."""
+    from benchmarks.testbed.study import add_units, project_units
+
+    def unit(methods, seed):
+        key = json.dumps({"methods": methods, "steps": 400}, sort_keys=True)
+        rows = {"base (no LoRA)": {"velocity_progress": 0.0}, **{m: {"velocity_progress": 0.5} for m in methods}}
+        return {"config_key": key, "subject": "teal_star", "train_seed": seed, "rows": rows,
+                "methods": {m: {} for m in methods}}
+
+    every = {"units": [unit(["full_lora", "blockskip_50", "no_residual_50"], 0)],
+             "config": {"subjects": ["teal_star"], "train_seeds": [0], "methods": ["full_lora", "blockskip_50",
+                                                                                    "no_residual_50"]}}
+    two = {"units": [unit(["full_lora", "blockskip_50"], 1)],
+           "config": {"subjects": ["teal_star"], "train_seeds": [1], "methods": ["full_lora", "blockskip_50"]}}
+    with pytest.raises(ValueError, match="another config"):
+        add_units(json.loads(json.dumps(two)), json.loads(json.dumps(every)), "every.json")
+    project_units(every, ["full_lora", "blockskip_50"])
+    assert set(every["units"][0]["rows"]) == {"base (no LoRA)", "full_lora", "blockskip_50"}
+    add_units(two, every, "every.json")
+    assert [u["train_seed"] for u in two["units"]] == [1, 0] and two["config"]["train_seeds"] == [0, 1]
+    with pytest.raises(ValueError, match="no row skip_first_50"):
+        project_units(two, ["full_lora", "skip_first_50"])
