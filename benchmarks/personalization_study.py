@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from _meta import provenance                                                   # noqa: E402
 
 from benchmarks.testbed.instrument import TeacherConfig                               # noqa: E402
-from benchmarks.testbed.study import (StudyConfig, add_units, project_units, check_names, run_study, summarize,  # noqa: E402
+from benchmarks.testbed.study import (StudyConfig, add_units, check_names, project_units, run_study, summarize,  # noqa: E402
                                       to_markdown)
 
 
