@@ -259,14 +259,14 @@ def main() -> int:
            "lr": args.lr, "captions": len(captions), "params": sum(p.numel() for p in variants[0].params),
            "ema": args.ema, "config": config, "device": str(device), "init": args.init, "init_sha256": init_sha}
     t0 = time.time()
-    step, last_save, wait_s, batches_rendered = 0, t0, 0.0, 0
+    step, last_save, wait_s = 0, t0, 0.0
 
     def save(final: bool) -> None:
         for v in variants:
             save_file(v.state_dict(ema=bool(args.ema)), str(v.weights_path))
             v.log_path.write_text(json.dumps(dict(
                 log, object_weight=v.object_weight, losses=v.losses, steps=step, samples=step * args.batch,
-                echo=args.echo, scenes=batches_rendered * args.batch,
+                echo=args.echo, scenes=-(-step // args.echo) * args.batch,   # a new batch every echo-th step
                 train_seconds=round(time.time() - t0, 1), data_wait_seconds=round(wait_s, 1), final=final,
                 finished_utc=datetime.now(timezone.utc).isoformat(timespec="seconds")), indent=1))
 
@@ -282,7 +282,6 @@ def main() -> int:
                 region = view.pack(encoder(regions.to(device))) if regions is not None else None   # x0's layout
             rows = rows.to(device)
             cond = {"txt": txt_pool[rows], "pooled": pooled_pool[rows]}
-            batches_rendered += 1
         u = torch.rand(args.batch)
         t = torch.where(torch.rand(args.batch) < 0.5, u, torch.sigmoid(torch.randn(args.batch))).to(device)
         noise = torch.randn_like(x0)

@@ -641,10 +641,10 @@ def test_projecting_a_study_onto_two_rows_lets_a_two_row_run_join_it():
     from benchmarks.testbed.study import add_units, project_units
 
     def unit(methods, seed):
-        key = json.dumps({"methods": methods, "steps": 400}, sort_keys=True)
+        key = json.dumps({"methods": methods, "steps": 400, "default_probe": "base"}, sort_keys=True)
         rows = {"base (no LoRA)": {"velocity_progress": 0.0}, **{m: {"velocity_progress": 0.5} for m in methods}}
         return {"config_key": key, "subject": "teal_star", "train_seed": seed, "rows": rows,
-                "methods": {m: {} for m in methods}}
+                "methods": {m: {} for m in methods}, "selections": {"base": {}}}
 
     every = {"units": [unit(["full_lora", "blockskip_50", "no_residual_50"], 0)],
              "config": {"subjects": ["teal_star"], "train_seeds": [0], "methods": ["full_lora", "blockskip_50",

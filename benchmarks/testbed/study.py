@@ -617,19 +617,22 @@ def _teacher_words(teacher: dict) -> str:
 def project_units(result: dict, methods: list[str]) -> None:
     """Keep only `methods`' rows (and the anchors) of a saved result, in place, as if it had been run with
     `--methods` those: each method's LoRA trains on its own (same unit seed, same selection), so a unit's rows do not
-    depend on which other methods ran beside them. The units' config keys name `methods` afterwards, so
-    `add_units` joins a result of every row with one run on just these."""
-    missing = sorted({m for u in result["units"] for m in methods if m not in u["rows"]})
+    depend on which other methods ran beside them. The units' config keys and selections (only the probes those rows
+    use) become a run's on just these, so `add_units` joins a result of every row with one run on these."""
+    missing = sorted({m for u in result["units"] for m in methods if m not in u["methods"]})
     if missing:
         raise ValueError(f"project: the result has no row {', '.join(missing)}")
     for u in result["units"]:
-        drop = [n for n in u["methods"] if n not in methods]
-        for n in drop:
-            u["rows"].pop(n, None)
+        for n in u["methods"]:
+            if n not in methods:
+                u["rows"].pop(n, None)
         u["methods"] = {n: u["methods"][n] for n in methods}
         key = json.loads(u["config_key"])
         key["methods"] = list(methods)
         u["config_key"] = json.dumps(key, sort_keys=True)
+        probes = {METHODS[n].plan.partition(":")[2] or key["default_probe"] for n in methods
+                  if METHODS[n].plan.startswith("sel")}
+        u["selections"] = {p: v for p, v in u["selections"].items() if p in probes}
     result["config"]["methods"] = list(methods)
 
 
