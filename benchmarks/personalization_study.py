@@ -27,8 +27,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from _meta import provenance                                                   # noqa: E402
 
 from benchmarks.testbed.instrument import TeacherConfig                               # noqa: E402
-from benchmarks.testbed.study import (StudyConfig, add_units, check_names, project_units, run_study, summarize,  # noqa: E402
-                                      to_markdown)
+from benchmarks.testbed.study import (StudyConfig, add_rows, add_units, check_names, project_units,  # noqa: E402
+                                      run_study, summarize, to_markdown)
 
 
 def main() -> int:
@@ -69,14 +69,22 @@ def main() -> int:
                     help="with --from-json: first add the units of these saved results (the same config key: "
                          "methods, training and teacher settings, model weights; no unit twice), e.g. a run of more "
                          "training seeds into another folder")
+    ap.add_argument("--add-rows", nargs="*", default=[], metavar="JSON",
+                    help="with --from-json: first add the rows of these saved results, runs of other methods on the "
+                         "same units (subject x training seed; the same training, teacher and model weights; "
+                         "study.add_rows), e.g. the remaining rows on the seeds a two-row run covered; then "
+                         "--methods cuts and orders, then --add-units joins")
     args = ap.parse_args()
-    if args.add_units and not args.from_json:
-        print("personalization_study: --add-units needs --from-json (the result they are added to)", file=sys.stderr)
+    if (args.add_units or args.add_rows) and not args.from_json:
+        print("personalization_study: --add-units / --add-rows need --from-json (the result they are added to)",
+              file=sys.stderr)
         return 2
     if args.from_json:
         path = Path(args.from_json)
         result = json.loads(path.read_text())
         try:
+            for other in args.add_rows:
+                add_rows(result, json.loads(Path(other).read_text()), other)
             if args.methods:                     # project every result onto these rows first (study.project_units)
                 project_units(result, args.methods)
             for other in args.add_units:

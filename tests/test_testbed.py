@@ -659,3 +659,40 @@ def test_projecting_a_study_onto_two_rows_lets_a_two_row_run_join_it():
     assert [u["train_seed"] for u in two["units"]] == [1, 0] and two["config"]["train_seeds"] == [0, 1]
     with pytest.raises(ValueError, match="no row skip_first_50"):
         project_units(two, ["full_lora", "skip_first_50"])
+
+
+def test_rows_of_another_run_on_the_same_units_join_only_when_units_anchors_and_probes_agree():
+    """study.add_rows: a run of the remaining rows on the units a two-row run covered joins it into units of every
+    row (which project_units then orders, so add_units joins a run of every row); refused for other units, a row
+    twice, another teacher (anchor rows) or a probe that picked other splits."""
+    from benchmarks.testbed.study import add_rows, add_units, project_units
+
+    def run(methods, seeds=(1,), teacher=1.0, plan=(0, 6)):
+        def unit(seed):
+            key = json.dumps({"methods": methods, "steps": 400, "default_probe": "base"}, sort_keys=True)
+            rows = {"base (no LoRA)": {"velocity_progress": 0.0, "subject_sim": 0.3},
+                    "teacher": {"velocity_progress": 1.0, "subject_sim": 0.5 * teacher},
+                    "fresh photos": {"subject_sim": 0.9}, **{m: {"velocity_progress": 0.5} for m in methods}}
+            return {"config_key": key, "subject": "teal_star", "train_seed": seed, "rows": rows,
+                    "methods": {m: {} for m in methods}, "distances": {"velocity_base_teacher_mse": 0.04},
+                    "selections": {"base": {"50": {"plan": list(plan)}}}}
+        return {"units": [unit(s) for s in seeds], "config": {"subjects": ["teal_star"], "train_seeds": list(seeds),
+                                                              "methods": list(methods)}}
+
+    fresh = lambda r: json.loads(json.dumps(r))                      # noqa: E731
+    two, rest = run(["full_lora", "blockskip_50"]), run(["skip_first_50", "no_residual_50"])
+    for bad, match in [(run(["skip_first_50"], seeds=(2,)), "holds units"),
+                       (run(["blockskip_50", "skip_first_50"]), "row\\(s\\) blockskip_50"),
+                       (run(["skip_first_50"], teacher=1.1), "'teacher' row differs"),
+                       (run(["skip_first_50"], plan=(6, 0)), "other splits")]:
+        with pytest.raises(ValueError, match=match):
+            add_rows(fresh(two), bad, "bad.json")
+    joined = fresh(two)
+    add_rows(joined, rest, "rest.json")
+    every = ["full_lora", "blockskip_50", "no_residual_50", "skip_first_50"]
+    assert set(joined["units"][0]["rows"]) == {"base (no LoRA)", "teacher", "fresh photos", *every}
+    assert joined["merged"][0]["rows"] == ["skip_first_50", "no_residual_50"]
+    seed0 = run(every, seeds=(0,))
+    project_units(joined, every)                      # the CLI's order: --add-rows, then --methods, then --add-units
+    add_units(joined, seed0, "seed0.json")
+    assert [u["train_seed"] for u in joined["units"]] == [1, 0] and joined["config"]["methods"] == every

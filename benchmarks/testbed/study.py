@@ -659,6 +659,62 @@ def add_units(result: dict, other: dict, name: str) -> None:
                                            | {"units": len(other["units"]), "from": name})
 
 
+ANCHOR_ROWS = ("base (no LoRA)", "teacher", "fresh photos")
+
+
+def add_rows(result: dict, other: dict, name: str, rtol: float = 1e-6) -> None:
+    """Add the rows of a saved result `other` to `result`'s units, in place: a run of other methods on the same units
+    (subject x training seed), e.g. the remaining rows on the seeds a two-row run covered. Refused unless both hold
+    the same units, every config key agrees but for its methods, no row comes twice, the anchors and the base ->
+    teacher distances agree (to `rtol`: the same teacher, base and noise) and a probe both ran picked the same
+    splits. The units' methods become the union (`project_units` orders them); `merged` records the added result."""
+    def unit_key(u: dict) -> dict:
+        key = json.loads(u["config_key"])
+        key.pop("methods")
+        return key
+
+    def close(a: dict, b: dict) -> bool:
+        return a.keys() == b.keys() and all(abs(a[k] - b[k]) <= rtol * max(1.0, abs(a[k])) for k in a)
+
+    theirs = {(u["subject"], u["train_seed"]): u for u in other["units"]}
+    ours = {(u["subject"], u["train_seed"]): u for u in result["units"]}
+    if theirs.keys() != ours.keys():
+        raise ValueError(f"{name}: holds units {sorted(theirs)}, the result {sorted(ours)}; rows join the same units")
+    for unit, u in ours.items():
+        o, where = theirs[unit], f"{name}: unit {unit[0]} seed {unit[1]}"
+        if unit_key(u) != unit_key(o):
+            raise ValueError(f"{where} was run with another config (training, teacher or model weights); not added")
+        twice = sorted(set(u["methods"]) & set(o["methods"]))
+        if twice:
+            raise ValueError(f"{where} has row(s) {', '.join(twice)} the result has too")
+        for anchor in ANCHOR_ROWS:
+            if not close(u["rows"][anchor], o["rows"][anchor]):
+                raise ValueError(f"{where}: its {anchor!r} row differs from the result's (another teacher or base)")
+        if not close(u["distances"], o["distances"]):
+            raise ValueError(f"{where}: its base -> teacher distances differ from the result's")
+        for probe, picks in o["selections"].items():
+            mine = u["selections"].get(probe, picks)
+            if any(mine[r]["plan"] != picks[r]["plan"] for r in picks.keys() & mine.keys()):
+                raise ValueError(f"{where}: its {probe} probe picked other splits than the result's")
+            u["selections"][probe] = {**picks, **mine}
+    for unit, u in ours.items():
+        o = theirs[unit]
+        u["methods"].update(o["methods"])
+        u["rows"].update({n: o["rows"][n] for n in o["methods"]})
+        key = json.loads(u["config_key"])
+        key["methods"] = list(u["methods"])
+        u["config_key"] = json.dumps(key, sort_keys=True)
+    result["config"]["methods"] = list(dict.fromkeys(result["config"]["methods"] + other["config"]["methods"]))
+    result.setdefault("merged", []).append({k: other.get(k) for k in ("command", "machine", "date_utc", "seconds")}
+                                           | {"rows": list(other["config"]["methods"]), "from": name})
+
+
+def _merged_words(m: dict) -> str:
+    if "rows" in m:
+        return f"rows {', '.join(m['rows'])}, personalization_study.py --add-rows {m['from']}"
+    return f"{m['units']} units, personalization_study.py --add-units {m['from']}"
+
+
 def to_markdown(result: dict) -> str:
     cfg = result["config"]
     t = result["table"]
@@ -668,8 +724,8 @@ def to_markdown(result: dict) -> str:
              *([f"**Partial: {len(units)} of {result['units_planned']} units done.**", ""] if partial else []),
              f"Command: `{result['command']}`  ", f"Machine: {result['machine']}  ",
              f"Date (UTC): {result['date_utc']}; wall time {result['seconds']} s  ",
-             *[f"Added ({m['units']} units, personalization_study.py --add-units {m['from']}): `{m['command']}` on "
-               f"{m['machine']}, {m['date_utc']}, wall time {m['seconds']} s  " for m in result.get("merged", [])],
+             *[f"Added ({_merged_words(m)}): `{m['command']}` on {m['machine']}, {m['date_utc']}, wall time "
+               f"{m['seconds']} s  " for m in result.get("merged", [])],
              f"Units: {len(units)} = subjects {', '.join(cfg['subjects'])} x training seeds {cfg['train_seeds']}; "
              f"per unit {len(units[0]['prompts']['eval'])} eval prompts x sample seeds {cfg['seeds']} (paired "
              f"samples) and {cfg['photos_per_prompt']} fresh photos x {len(ins.PROBE_TIMES)} times per prompt "
