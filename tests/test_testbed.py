@@ -679,7 +679,7 @@ def test_rows_of_another_run_on_the_same_units_join_only_when_units_anchors_and_
         return {"units": [unit(s) for s in seeds], "config": {"subjects": ["teal_star"], "train_seeds": list(seeds),
                                                               "methods": list(methods)}}
 
-    fresh = lambda r: json.loads(json.dumps(r))                      # noqa: E731
+    fresh = lambda r: json.loads(json.dumps(r))
     two, rest = run(["full_lora", "blockskip_50"]), run(["skip_first_50", "no_residual_50"])
     for bad, match in [(run(["skip_first_50"], seeds=(2,)), "holds units"),
                        (run(["blockskip_50", "skip_first_50"]), "row\\(s\\) blockskip_50"),
