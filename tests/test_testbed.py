@@ -664,7 +664,8 @@ def test_projecting_a_study_onto_two_rows_lets_a_two_row_run_join_it():
 def test_rows_of_another_run_on_the_same_units_join_only_when_units_anchors_and_probes_agree():
     """study.add_rows: a run of the remaining rows on the units a two-row run covered joins it into units of every
     row (which project_units then orders, so add_units joins a run of every row); refused for other units, a row
-    twice, another teacher (anchor rows) or a probe that picked other splits."""
+    twice, another teacher (anchor rows) or a probe that picked other splits. The selection table shows the default
+    probe's score (it had shown '-': no row is named blockskip_50_base_probe)."""
     from benchmarks.testbed.study import add_rows, add_units, project_units
 
     def run(methods, seeds=(1,), teacher=1.0, plan=(0, 6)):
@@ -675,7 +676,7 @@ def test_rows_of_another_run_on_the_same_units_join_only_when_units_anchors_and_
                     "fresh photos": {"subject_sim": 0.9}, **{m: {"velocity_progress": 0.5} for m in methods}}
             return {"config_key": key, "subject": "teal_star", "train_seed": seed, "rows": rows,
                     "methods": {m: {} for m in methods}, "distances": {"velocity_base_teacher_mse": 0.04},
-                    "selections": {"base": {"50": {"plan": list(plan)}}}}
+                    "selections": {"base": {"50": {"plan": list(plan), "seconds": 1.0}}}}
         return {"units": [unit(s) for s in seeds], "config": {"subjects": ["teal_star"], "train_seeds": list(seeds),
                                                               "methods": list(methods)}}
 
@@ -696,3 +697,7 @@ def test_rows_of_another_run_on_the_same_units_join_only_when_units_anchors_and_
     project_units(joined, every)                      # the CLI's order: --add-rows, then --methods, then --add-units
     add_units(joined, seed0, "seed0.json")
     assert [u["train_seed"] for u in joined["units"]] == [1, 0] and joined["config"]["methods"] == every
+    # the selection table reads the base probe's score from blockskip_50, the row that used it (the default probe)
+    from benchmarks.testbed.study import selection_summary
+    assert [u["blockskip_50_base_probe_velocity_progress"] for u in selection_summary(joined["units"])["units"]] == [
+        0.5, 0.5]

@@ -572,8 +572,9 @@ def selection_summary(results: list[dict]) -> dict:
             for ratio_key, v in sel.items():
                 row[f"{probe}_{ratio_key}"] = v["plan"]
                 m = f"blockskip_{ratio_key}_{probe}_probe"
-                if m in r["rows"]:
-                    row[f"{m}_{PRIMARY}"] = round(r["rows"][m][PRIMARY], 4)
+                source = _row_name([r], m)            # the plain blockskip rows use the default probe
+                if source in r["rows"]:
+                    row[f"{m}_{PRIMARY}"] = round(r["rows"][source][PRIMARY], 4)
             row[f"{probe}_seconds"] = next(iter(sel.values()))["seconds"]
         rows.append(row)
     return {"units": rows}
