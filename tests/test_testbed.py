@@ -701,3 +701,24 @@ def test_rows_of_another_run_on_the_same_units_join_only_when_units_anchors_and_
     from benchmarks.testbed.study import selection_summary
     assert [u["blockskip_50_base_probe_velocity_progress"] for u in selection_summary(joined["units"])["units"]] == [
         0.5, 0.5]
+
+
+def test_study_grids_are_saved_in_a_palette_that_keeps_a_subjects_small_accent_colour(tmp_path):
+    """study.save_figure_png: a grid of textured tiles on flat backgrounds, each with a small orange centre (the teal
+    star's), is stored as a 256-colour palette PNG smaller than the RGB file, within a few levels on average and with
+    the rare orange kept orange."""
+    from PIL import Image
+
+    from benchmarks.testbed.study import save_figure_png
+    g = torch.Generator().manual_seed(0)
+    tiles = torch.rand(24, 3, 1, 1, generator=g).expand(24, 3, 32, 32).clone()
+    tiles[:, :, 8:24, 8:24] = torch.rand(24, 3, 16, 16, generator=g)
+    tiles[:, :, 14:17, 14:17] = torch.tensor([245, 135, 25]).view(1, 3, 1, 1) / 255
+    rgb = Image.fromarray((torch.cat(list(tiles), 2).clamp(0, 1) * 255).round().byte().permute(1, 2, 0).numpy())
+    rgb.save(tmp_path / "rgb.png")
+    save_figure_png(rgb, tmp_path / "grid.png")
+    saved = Image.open(tmp_path / "grid.png")
+    assert saved.mode == "P" and (tmp_path / "grid.png").stat().st_size < (tmp_path / "rgb.png").stat().st_size
+    err = np.abs(np.asarray(saved.convert("RGB"), np.int16) - np.asarray(rgb, np.int16))
+    assert err.mean() < 8, err.mean()
+    assert err[14:17].reshape(3, 24, 32, 3)[:, :, 14:17].max() <= 30

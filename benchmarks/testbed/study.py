@@ -587,9 +587,18 @@ def _save_grid(path: Path, refs: list[torch.Tensor], images: dict[str, torch.Ten
     rows = [ref_row] + list(images.values())
     padded = [torch.cat([r, torch.ones(cols - len(r), *r.shape[1:])]) if len(r) < cols else r[:cols] for r in rows]
     g = grid(torch.cat(padded), cols)
-    im = to_uint8_image(g)
-    im.resize((im.width * 3, im.height * 3), 0).save(path)
+    save_figure_png(to_uint8_image(g).resize((g.shape[-1] * 3, g.shape[-2] * 3), 0), path)
     (path.with_suffix(".txt")).write_text("rows: references, " + ", ".join(images) + "\n")
+
+
+def save_figure_png(im, path: Path) -> None:
+    """A figure for people, in a 256-colour palette: a study grid's file shrinks to about a fifth (the tree travels
+    to a device machine within 64 MiB beside the GPU payload), a few levels off on average. Max coverage, not median
+    cut: median cut hands out colours by pixel count, and on a study grid it turned the teal star's small orange
+    centre yellow."""
+    from PIL import Image
+    im.convert("RGB").quantize(256, method=Image.Quantize.MAXCOVERAGE, kmeans=1,
+                               dither=Image.Dither.NONE).save(path, optimize=True)
 
 
 def _rm_tree(p: Path) -> None:
