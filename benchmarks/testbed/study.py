@@ -624,6 +624,20 @@ def _teacher_words(teacher: dict) -> str:
     return "full fine-tune"
 
 
+def _key_with_methods(u: dict) -> dict:
+    """A unit's config key rewritten to name its current rows (`u["methods"]`, in their order); returns the key."""
+    key = json.loads(u["config_key"])
+    key["methods"] = list(u["methods"])
+    u["config_key"] = json.dumps(key, sort_keys=True)
+    return key
+
+
+def _record_merge(result: dict, other: dict, name: str, **what) -> None:
+    """`merged`: the command, machine and date of each result joined into this one, and what it added."""
+    result.setdefault("merged", []).append({k: other.get(k) for k in ("command", "machine", "date_utc", "seconds")}
+                                           | what | {"from": name})
+
+
 def project_units(result: dict, methods: list[str]) -> None:
     """Keep only `methods`' rows (and the anchors) of a saved result, in place, as if it had been run with
     `--methods` those: each method's LoRA trains on its own (same unit seed, same selection), so a unit's rows do not
@@ -637,9 +651,7 @@ def project_units(result: dict, methods: list[str]) -> None:
             if n not in methods:
                 u["rows"].pop(n, None)
         u["methods"] = {n: u["methods"][n] for n in methods}
-        key = json.loads(u["config_key"])
-        key["methods"] = list(methods)
-        u["config_key"] = json.dumps(key, sort_keys=True)
+        key = _key_with_methods(u)
         probes = {METHODS[n].plan.partition(":")[2] or key["default_probe"] for n in methods
                   if METHODS[n].plan.startswith("sel")}
         u["selections"] = {p: v for p, v in u["selections"].items() if p in probes}
@@ -665,8 +677,7 @@ def add_units(result: dict, other: dict, name: str) -> None:
     cfg["subjects"] = list(dict.fromkeys(cfg["subjects"] + other["config"]["subjects"]))
     cfg["train_seeds"] = sorted(set(cfg["train_seeds"]) | set(other["config"]["train_seeds"]))
     result["units_planned"] = len(cfg["subjects"]) * len(cfg["train_seeds"])
-    result.setdefault("merged", []).append({k: other.get(k) for k in ("command", "machine", "date_utc", "seconds")}
-                                           | {"units": len(other["units"]), "from": name})
+    _record_merge(result, other, name, units=len(other["units"]))
 
 
 ANCHOR_ROWS = ("base (no LoRA)", "teacher", "fresh photos")
@@ -711,12 +722,9 @@ def add_rows(result: dict, other: dict, name: str, rtol: float = 1e-6) -> None:
         o = theirs[unit]
         u["methods"].update(o["methods"])
         u["rows"].update({n: o["rows"][n] for n in o["methods"]})
-        key = json.loads(u["config_key"])
-        key["methods"] = list(u["methods"])
-        u["config_key"] = json.dumps(key, sort_keys=True)
+        _key_with_methods(u)
     result["config"]["methods"] = list(dict.fromkeys(result["config"]["methods"] + other["config"]["methods"]))
-    result.setdefault("merged", []).append({k: other.get(k) for k in ("command", "machine", "date_utc", "seconds")}
-                                           | {"rows": list(other["config"]["methods"]), "from": name})
+    _record_merge(result, other, name, rows=list(other["config"]["methods"]))
 
 
 def _merged_words(m: dict) -> str:
