@@ -31,6 +31,19 @@ from benchmarks.testbed.study import (StudyConfig, add_rows, add_units, check_na
                                       run_study, summarize, to_markdown)
 
 
+def load_result(path: Path) -> dict:
+    """A saved personalization_study.json; ValueError (one line) for a missing file or anything else."""
+    try:
+        result = json.loads(path.read_text())
+    except OSError as e:
+        raise ValueError(f"{path}: {e.strerror}") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not JSON ({e.msg}, line {e.lineno})") from None
+    if not isinstance(result, dict) or not {"units", "config"} <= result.keys():
+        raise ValueError(f"{path}: not a personalization_study result (no units / config)")
+    return result
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
@@ -81,14 +94,14 @@ def main() -> int:
         return 2
     if args.from_json:
         path = Path(args.from_json)
-        result = json.loads(path.read_text())
         try:
+            result = load_result(path)
             for other in args.add_rows:
-                add_rows(result, json.loads(Path(other).read_text()), other)
+                add_rows(result, load_result(Path(other)), other)
             if args.methods:                     # project every result onto these rows first (study.project_units)
                 project_units(result, args.methods)
             for other in args.add_units:
-                saved = json.loads(Path(other).read_text())
+                saved = load_result(Path(other))
                 if args.methods:
                     project_units(saved, args.methods)
                 add_units(result, saved, other)

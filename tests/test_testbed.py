@@ -722,3 +722,23 @@ def test_study_grids_are_saved_in_a_palette_that_keeps_a_subjects_small_accent_c
     err = np.abs(np.asarray(saved.convert("RGB"), np.int16) - np.asarray(rgb, np.int16))
     assert err.mean() < 8, err.mean()
     assert err[14:17].reshape(3, 24, 32, 3)[:, :, 14:17].max() <= 30
+
+
+def test_joining_a_missing_or_foreign_result_is_refused_in_one_line(tmp_path):
+    """personalization_study.py --from-json / --add-rows / --add-units: a missing file, a file that is not JSON or a
+    JSON that is not a study result -> exit 2 and one line naming the file, no traceback."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "personalization_study.py"
+    (tmp_path / "result.json").write_text(json.dumps({"units": [], "config": {"methods": []}}))
+    (tmp_path / "other.json").write_text(json.dumps({"rows": {}}))
+    (tmp_path / "text.json").write_text("not json")
+    for extra, says in [(["--add-rows", str(tmp_path / "missing.json")], "missing.json: No such file"),
+                        (["--add-units", str(tmp_path / "other.json")], "other.json: not a personalization_study"),
+                        (["--add-rows", str(tmp_path / "text.json")], "text.json: not JSON")]:
+        run = subprocess.run([sys.executable, str(script), "--from-json", str(tmp_path / "result.json"), *extra],
+                             capture_output=True, text=True)
+        lines = [ln for ln in run.stderr.splitlines() if ln.startswith("personalization_study:")]
+        assert run.returncode == 2 and len(lines) == 1 and says in lines[0], run.stderr[-500:]
+        assert "Traceback" not in run.stderr
