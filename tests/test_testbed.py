@@ -742,3 +742,15 @@ def test_joining_a_missing_or_foreign_result_is_refused_in_one_line(tmp_path):
         lines = [ln for ln in run.stderr.splitlines() if ln.startswith("personalization_study:")]
         assert run.returncode == 2 and len(lines) == 1 and says in lines[0], run.stderr[-500:]
         assert "Traceback" not in run.stderr
+
+
+def test_the_headline_ratio_splits_by_the_plan_blockskip_trained_with():
+    """study.ratio_by_plan: units grouped by BlockSkip 50%'s split, each group's means and their ratio."""
+    from benchmarks.testbed.study import ratio_by_plan
+
+    def unit(plan, bs, full):
+        return {"rows": {"blockskip_50": {"plan": list(plan), "velocity_progress": bs},
+                         "full_lora": {"velocity_progress": full}}}
+    got = ratio_by_plan([unit((0, 6), 0.4, 0.8), unit((5, 1), 0.9, 0.9), unit((0, 6), 0.6, 0.8)])
+    assert list(got) == ["0/6", "5/1"] and got["0/6"]["units"] == 2
+    assert got["0/6"]["ratio"] == pytest.approx(0.625) and got["5/1"]["ratio"] == pytest.approx(1.0)
