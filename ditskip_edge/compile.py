@@ -20,6 +20,7 @@ programs, and no photo, latent or residual: a phone runs the subject stage itsel
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import shutil
 import time
@@ -61,6 +62,9 @@ from .stage_worker import StageWorker, subject_independent
 
 log = logging.getLogger(__name__)
 
+CACHE_BATCH_SAMPLES = 16       # samples through the frozen full model per forward while the host computes the cache:
+                                # one at a time spends most of a small model's time in per-op overhead
+                                # (benchmarks/cache_batch.py); the device's subject stage runs one at a time
 CACHE_WARN_REL_ERROR = 0.05     # compile warns when a residual's coding error exceeds this (||d_hat - d|| / ||d||)
 MAX_PROMPT_CHARS = 2000
 MAX_LR = 1.0
@@ -200,19 +204,28 @@ def compile_subject_stage(writer: BundleWriter, spec: ModelSpec, transformer: nn
     cache = ResidualCacheWriter(writer.path(CACHE_DIR), identity, cache_codec)
     t0 = time.perf_counter()
 
-    def entry(s) -> dict[str, torch.Tensor]:
-        x0 = clean_latents(photos[s.photo].pixels, s, sampler, encoder)
-        cond = rows[s.photo] if captions is not None else rows[0]
-        residuals = compute_residuals(full_view, plan, x0, sample_noise(s, tuple(x0.shape)), torch.tensor([s.t]), cond)
-        return {"x0": x0, **residuals}
+    def entries(samples) -> list[dict[str, torch.Tensor]]:
+        """The cache entries of `samples`: their crops through the frozen full model together (one batch)."""
+        x0 = [clean_latents(photos[s.photo].pixels, s, sampler, encoder) for s in samples]
+        if len({tuple(x.shape) for x in x0}) > 1:          # crops of different latent sizes: one at a time
+            return [e for s in samples for e in entries([s])]
+        cond = {k: torch.cat([(rows[s.photo] if captions is not None else rows[0])[k] for s in samples])
+                for k in rows[0]}
+        noise = torch.cat([sample_noise(s, tuple(x.shape)) for s, x in zip(samples, x0)])
+        residuals = compute_residuals(full_view, plan, torch.cat(x0), noise, torch.tensor([s.t for s in samples]),
+                                      cond)
+        return [{"x0": x, **{k: v[i:i + 1] for k, v in residuals.items()}} for i, x in enumerate(x0)]
 
-    first = entry(schedule.samples[0])            # its size says whether the whole cache fits on the disk
-    _, entry_bytes = entry_layout(cache.codec, {k: tuple(v.shape) for k, v in first.items()})
+    batches = [schedule.samples[i:i + CACHE_BATCH_SAMPLES]
+               for i in range(0, schedule.num_samples, CACHE_BATCH_SAMPLES)]
+    first = entries(batches[0])                 # the first entry's size says whether the whole cache fits on the disk
+    _, entry_bytes = entry_layout(cache.codec, {k: tuple(v.shape) for k, v in first[0].items()})
     _check_disk(writer.root, entry_bytes, schedule.num_samples)
-    cache.add(0, first)
-    for s in tqdm(schedule.samples[1:], desc="residual cache", unit="sample", leave=False, initial=1,
-                  total=schedule.num_samples):
-        cache.add(s.index, entry(s))
+    with tqdm(total=schedule.num_samples, desc="residual cache", unit="sample", leave=False) as bar:
+        for batch, done in zip(batches, itertools.chain([first], map(entries, batches[1:]))):
+            for s, e in zip(batch, done):
+                cache.add(s.index, e)
+            bar.update(len(batch))
     index = cache.finish()
     for name, err in index["rel_error"].items():
         if err["max"] > CACHE_WARN_REL_ERROR:
