@@ -15,7 +15,9 @@ writes under `programs/executorch/subject/`:
                                SANA timestep + projected caption (+ its mask bias))
   block_NN.pte (+ .ptd)        stream.*, ctx.* -> stream.*: the frozen base model's block NN, one program per block the
                                residuals need (the front span; with a back span every block: the back residual's
-                               input is the kept span's output of the base model)
+                               input is the kept span's output of the base model). With external_weights, blocks of
+                               one structure share one export (program_reuse.py): identical .pte files, each block's
+                               own .ptd
 and adds one `runtime/contract.py` ProgramEntry each (names encode / embed / block, `block` = the index).
 
 The programs are inference exports (torch.no_grad, math attention), frozen weights at `precision` (fp32, or int8 /
@@ -46,6 +48,8 @@ from ditskip_edge.runtime.contract import (BLOCK, COND_PREFIX, CTX_PREFIX, EMBED
 from ditskip_edge.runtime.errors import UserError
 from ditskip_edge.runtime.tiling import tile_key, tile_shapes
 from ditskip_edge.skip_model import noisy_latents_and_target
+
+from .program_reuse import ProgramReuse, structure_of
 
 log = logging.getLogger(__name__)
 PROGRAM_DIR = f"{PROGRAMS_DIR}/executorch/subject"
@@ -272,6 +276,8 @@ def add_subject_programs(writer: BundleWriter, config: SubjectPrograms, transfor
     quant = QuantSpec(config.precision, group_size=config.group_size)
     entries: list[dict] = []
 
+    reuse = ProgramReuse(enabled=config.external_weights)     # the block programs: one export per structure
+
     def write(name: str, rel_stem: str, module, example, in_names, out_names, outputs, block=None, quantize=False,
               backend=config.backend, shared_data: str | None = None):
         if quantize and quant.bits is not None:
@@ -279,9 +285,18 @@ def add_subject_programs(writer: BundleWriter, config: SubjectPrograms, transfor
             for p in module.parameters():
                 p.requires_grad_(False)
             quantize_frozen_layers(module, quant)
-        log.info("exporting %s.pte", rel_stem)
-        pte, data, memory = export_forward(module, example, backend, config.external_weights, matmuls=quantize,
-                                           delegate_weights=shared_data is not None)
+        structure = structure_of(module) if block is not None else None
+        reused = reuse.program_for(structure, module) if block is not None else None
+        if reused is not None:
+            log.info("%s.pte: the program of an earlier block of the same structure, this block's own data file",
+                     rel_stem)
+            pte, data, memory = reused
+        else:
+            log.info("exporting %s.pte", rel_stem)
+            pte, data, memory = export_forward(module, example, backend, config.external_weights, matmuls=quantize,
+                                               delegate_weights=shared_data is not None)
+            if block is not None:
+                reuse.exported(structure, module, pte, data, memory)
         rel = f"{rel_stem}.pte"
         writer.path(rel).write_bytes(pte)
         data_files = []

@@ -5,6 +5,8 @@ Properties protected:
 - the runtime's numpy twins are the host's arithmetic: crop_patch is PatchSampler (<= 1e-6), the numpy codecs give
   the host encoders' codes bit for bit (lowrank: the same residual to rounding);
 - a model bundle (compile without --images) holds no photo bytes, no latent and no residual cache;
+- with mapped weights, blocks of one structure share one export (the same .pte), each with a data file of its own
+  block's weights;
 - residuals computed by the device programs equal the host's, fp32, <= 1e-4 relative per stream (flux-tiny with the
   block programs' weights in memory-mapped .ptd data files, sana-tiny with them inside the .pte);
 - a run trained from the device-computed cache gives the host-compiled bundle's losses (<= 1e-4 relative), and a
@@ -41,15 +43,27 @@ def _programs(precision="fp32"):
     return [ExecutorchPrograms((precision,), preprocess=False)]
 
 
+FLUX_MODEL_EXPORTS: list[str] = []     # the forward programs flux_model's compile exported, in order
+
+
 @pytest.fixture(scope="module")
 def flux_model(tmp_path_factory) -> Path:
     """flux-tiny model bundle, fp32, portable block programs with their weights in .ptd data files (XNNPACK encoder),
-    two prompts, fp32 cache codec."""
+    two prompts, fp32 cache codec. Each export_forward call is recorded in FLUX_MODEL_EXPORTS."""
+    import export.executorch_subject as es
     from export.executorch_subject import SubjectPrograms
-    return compile_tiny(tmp_path_factory.mktemp("fm") / "model", "flux-tiny", steps=STEPS, grad_accum=ACCUM,
-                        images=None, prompt=PROMPTS[0], more_prompts=[PROMPTS[1]], cache_codec="fp32",
-                        programs=_programs(), subject_programs=SubjectPrograms("fp32", backend="portable",
-                                                                               external_weights=True))
+    real = es.export_forward
+
+    def counted(module, *a, **k):
+        FLUX_MODEL_EXPORTS.append(f"block:{type(module.block).__name__}" if isinstance(module, es.BlockModule)
+                                  else type(module).__name__)
+        return real(module, *a, **k)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(es, "export_forward", counted)
+        return compile_tiny(tmp_path_factory.mktemp("fm") / "model", "flux-tiny", steps=STEPS, grad_accum=ACCUM,
+                            images=None, prompt=PROMPTS[0], more_prompts=[PROMPTS[1]], cache_codec="fp32",
+                            programs=_programs(), subject_programs=SubjectPrograms("fp32", backend="portable",
+                                                                                   external_weights=True))
 
 
 @pytest.fixture(scope="module")
@@ -158,6 +172,30 @@ def test_training_a_model_bundle_is_refused_with_one_line(flux_model, capsys):
 
 
 # ---------------------------------------------------------------- device residuals and training = the host's
+
+def test_blocks_of_one_structure_share_one_export_and_each_data_file_holds_its_own_blocks_weights(flux_model):
+    """flux-tiny's 6 blocks (2 double, 4 single, weights mapped): each structure is exported twice (program_reuse's
+    proof), the other two single blocks reuse the single blocks' program: the same .pte bytes, and a data file of
+    their own holding exactly their block's weights under the program's names (the device residuals test runs
+    them)."""
+    from export.executorch_subject import BlockModule
+    from export.program_reuse import constant_bytes, retarget_data
+    from ditskip_edge.models.loading import build_transformer
+    from ditskip_edge.models.specs import builtin_spec
+    from ditskip_edge.models.views import make_view
+    exported = [e for e in FLUX_MODEL_EXPORTS if e.startswith("block:")]
+    assert sorted(exported) == ["block:FluxSingleTransformerBlock"] * 2 + ["block:FluxTransformerBlock"] * 2
+    blocks = {p["block"]: p for p in json.loads((flux_model / "manifest.json").read_text())["programs"]
+              if p["name"] == "block"}
+    assert sorted(blocks) == list(range(6))
+    pte = {i: (flux_model / p["path"]).read_bytes() for i, p in blocks.items()}
+    data = {i: (flux_model / p["data"][0]).read_bytes() for i, p in blocks.items()}
+    assert len({pte[i] for i in (2, 3, 4, 5)}) == 1 and pte[0] == pte[1] != pte[2]
+    assert len(set(data.values())) == 6
+    view = make_view("flux", build_transformer(builtin_spec("flux-tiny")))
+    for i, block in enumerate(view.blocks):
+        assert retarget_data(data[i], constant_bytes(BlockModule(view, block, [], [], None))) == data[i]
+
 
 def test_device_residuals_equal_the_hosts_per_stream_flux(flux_device, flux_host):
     worst = _check_residuals_match(flux_device, flux_host)
