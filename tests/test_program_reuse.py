@@ -9,6 +9,7 @@ Properties protected:
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn as nn
 
@@ -31,21 +32,34 @@ class Affine(nn.Module):
 EXAMPLE = (torch.randn(2, 8),)
 
 
-def _export(module):
-    pte, data, memory = export_forward(module, EXAMPLE, "portable", external_weights=True)
+def _export(module, matmuls: bool = False):
+    pte, data, memory = export_forward(module, EXAMPLE, "portable", external_weights=True, matmuls=matmuls)
     return bytes(pte), data, memory
 
 
-def test_a_reused_program_is_byte_for_byte_what_exporting_the_module_writes():
+def _quantized(module: nn.Module, precision: str) -> nn.Module:
+    from ditskip_edge.quantize import QuantSpec, quantize_frozen_layers
+    if precision != "fp32":
+        for p in module.parameters():
+            p.requires_grad_(False)
+        quantize_frozen_layers(module, QuantSpec(precision, group_size=8))
+    return module
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int8", "int4"])
+def test_a_reused_program_is_byte_for_byte_what_exporting_the_module_writes(precision):
+    """fp32 as exported for the encoder and embed programs; int8 / int4 (quantize.py's codes and scales are plain
+    buffers) through the block programs' matmul lowering."""
     reuse = ProgramReuse()
-    modules = [Affine(seed) for seed in range(3)]
+    matmuls = precision != "fp32"
+    modules = [_quantized(Affine(seed), precision) for seed in range(3)]
     for m in modules[:2]:
         assert reuse.program_for(structure_of(m), m) is None
-        reuse.exported(structure_of(m), m, *_export(m))
+        reuse.exported(structure_of(m), m, *_export(m, matmuls))
     pte, data, _ = reuse.program_for(structure_of(modules[2]), modules[2])
-    want_pte, want_data, _ = _export(modules[2])
+    want_pte, want_data, _ = _export(modules[2], matmuls)
     assert pte == want_pte and data == want_data and reuse.reused == 1
-    assert data != _export(modules[0])[1]
+    assert data != _export(modules[0], matmuls)[1]
 
 
 def test_differing_programs_or_unknown_names_prove_nothing_and_a_wrong_size_is_refused():
