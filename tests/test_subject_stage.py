@@ -223,7 +223,8 @@ def test_tiled_encode_device_residuals_equal_the_hosts_sana(tmp_path):
     """compile --encode-tile-px 128 on sana-tiny (256-px crops: 3 x 3 tiles of 4 shapes): one encode program per tile
     shape, their weights in one shared data file; the device's x0 (tiles blended by runtime/tiling.py) and residuals
     equal the host's, which encodes with diffusers' own tiled_encode, and the host's preprocess program (tiled encode
-    traced) gives the cache's x0; the tiled x0 is not the untiled one (tiling really happened)."""
+    traced; exported per photo size, so checked on a bundle of one photo) gives the cache's x0; the tiled x0 is not
+    the untiled one (tiling really happened)."""
     from export.executorch_stage import ExecutorchPrograms
     from export.executorch_subject import SubjectPrograms
     from ditskip_edge.runtime.bundle import Bundle
@@ -239,19 +240,23 @@ def test_tiled_encode_device_residuals_equal_the_hosts_sana(tmp_path):
     encoders = [p for p in manifest["programs"] if p["name"].startswith("encode.")]
     assert len(encoders) == 4 and {tuple(p["data"]) for p in encoders} == {("programs/executorch/subject/encoder.ptd",)}
     assert max(p["memory"]["pte_bytes"] for p in encoders) < manifest["files"][encoders[0]["data"][0]]["bytes"] / 2
-    host = compile_tiny(tmp_path / "host", "sana-tiny", programs=[ExecutorchPrograms(("fp32",), preprocess=True)],
-                        **kw)
+    host = compile_tiny(tmp_path / "host", "sana-tiny", programs=[], **kw)
     untiled = compile_tiny(tmp_path / "untiled", "sana-tiny", programs=[], **{**kw, "encode_tile_px": None})
+    (tmp_path / "one_photo").mkdir()
+    shutil.copy(PHOTOS / "toy_0.png", tmp_path / "one_photo")
+    one = compile_tiny(tmp_path / "one", "sana-tiny", images=tmp_path / "one_photo",
+                       programs=[ExecutorchPrograms(("fp32",), preprocess=True)], **kw)
     personalize(model, PHOTOS, tmp_path / "device", SubjectConfig(progress=False))
     assert json.loads((tmp_path / "device/manifest.json").read_text())["encode_tiling"] == rec
     worst = _check_residuals_match(tmp_path / "device", host)
     assert set(worst) == {"front.img", "back.img"}
     host_x0 = [e["x0"] for e in _decoded(host)]
     assert min(_rel(a, e["x0"]) for a, e in zip(host_x0, _decoded(untiled))) > 1e-3
-    b = Bundle.open(host)
+    b = Bundle.open(one)
     pre = Preprocessor(b)
-    for s, x0 in zip(b.schedule.samples, host_x0):
-        assert _rel(pre(s), x0) <= 1e-4
+    assert len([p for p in b.programs if p["name"] == "preprocess"]) == 1
+    for s, e in zip(b.schedule.samples, _decoded(one)):
+        assert _rel(pre(s), e["x0"]) <= 1e-4
 
 
 def test_the_portable_tiled_encoder_reads_one_shared_mapped_weights_file_and_gives_diffusers_tiled_x0(tmp_path):
