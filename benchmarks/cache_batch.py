@@ -100,8 +100,9 @@ def main() -> int:
     models = [time_model(m, args.batches, args.samples, args.repeats) for m in args.models]
     doc = {"provenance": provenance(), "samples": args.samples, "repeats": args.repeats, "models": models,
            "reading": f"compile uses {CACHE_BATCH_SAMPLES} samples per forward (`compile.CACHE_BATCH_SAMPLES`). The "
-                      "tiny models spend most of a one-sample forward in per-op overhead, which a batch shares; a "
-                      "full-size model's forward is compute-bound and gains little, but loses nothing either."}
+                      "models here spend most of a one-sample forward in per-op overhead, which a batch shares; the "
+                      "results differ from one at a time by rounding only (the order of sums). A full-size model's "
+                      "forward is compute-bound, so its gain should be small; not measured (no weights here)."}
     print(write_result(doc, args.out, to_markdown))
     return 0
 
