@@ -65,6 +65,9 @@ log = logging.getLogger(__name__)
 CACHE_BATCH_SAMPLES = 16       # samples through the frozen full model per forward while the host computes the cache:
                                 # one at a time spends most of a small model's time in per-op overhead
                                 # (benchmarks/cache_batch.py); the device's subject stage runs one at a time
+CACHE_BATCH_TOKENS = 2048       # ... and at most this many stream tokens per forward, so a full-size model (FLUX.1-dev
+                                # at 256 px: 768 tokens a sample -> 2 samples) adds little to the host's peak; its
+                                # forward is compute-bound, so larger batches would gain little there anyway
 CACHE_WARN_REL_ERROR = 0.05     # compile warns when a residual's coding error exceeds this (||d_hat - d|| / ||d||)
 MAX_PROMPT_CHARS = 2000
 MAX_LR = 1.0
@@ -216,8 +219,9 @@ def compile_subject_stage(writer: BundleWriter, spec: ModelSpec, transformer: nn
                                       cond)
         return [{"x0": x, **{k: v[i:i + 1] for k, v in residuals.items()}} for i, x in enumerate(x0)]
 
-    batches = [schedule.samples[i:i + CACHE_BATCH_SAMPLES]
-               for i in range(0, schedule.num_samples, CACHE_BATCH_SAMPLES)]
+    first_x0 = clean_latents(photos[schedule.samples[0].photo].pixels, schedule.samples[0], sampler, encoder)
+    per_batch = cache_batch_samples(full_view, first_x0, rows[0])
+    batches = [schedule.samples[i:i + per_batch] for i in range(0, schedule.num_samples, per_batch)]
     first = entries(batches[0])                 # the first entry's size says whether the whole cache fits on the disk
     _, entry_bytes = entry_layout(cache.codec, {k: tuple(v.shape) for k, v in first[0].items()})
     _check_disk(writer.root, entry_bytes, schedule.num_samples)
@@ -243,6 +247,15 @@ def compile_subject_stage(writer: BundleWriter, spec: ModelSpec, transformer: nn
     writer.manifest.update(schedule=schedule.to_json()["config"], subject_stage=stage, bundle_kind=SUBJECT_BUNDLE,
                            encode_tiling=tiling)
     return stage
+
+
+def cache_batch_samples(view, x0: torch.Tensor, cond: dict[str, torch.Tensor]) -> int:
+    """Samples per forward of the frozen full model while the host computes the cache: CACHE_BATCH_SAMPLES, fewer
+    when one sample's streams (the tokens every block carries: image, and FLUX's text) exceed CACHE_BATCH_TOKENS / it."""
+    with torch.no_grad():
+        streams, _ = view.embed(view.pack(x0), torch.tensor([0.5]), cond)
+    tokens = sum(int(v.shape[1]) for v in streams.values())
+    return max(1, min(CACHE_BATCH_SAMPLES, CACHE_BATCH_TOKENS // tokens))
 
 
 def resolve_plan(req: CompileRequest, spec: ModelSpec, num_blocks: int, transformer=None, vae=None,

@@ -327,3 +327,35 @@ def test_a_resume_after_a_torn_journal_line_keeps_every_entry_journalled_after_i
     assert index["entries"] == once["entries"] and index["shards"] == once["shards"]
     for shard in (tmp_path / "once").glob("shard_*"):
         assert (resumed / shard.name).read_bytes() == shard.read_bytes()
+
+
+def test_the_host_cache_batches_within_its_token_budget_and_equals_one_sample_at_a_time(tmp_path, monkeypatch):
+    """compile's residual cache, computed 16 samples per forward of the frozen model (flux-tiny: 72 stream tokens a
+    sample, within CACHE_BATCH_TOKENS), equals the cache computed one sample per forward (a budget below one sample's
+    tokens) to rounding; the batch follows the budget."""
+    import numpy as np
+
+    import ditskip_edge.compile as c
+    from conftest import compile_tiny
+    from ditskip_edge.models.loading import build_transformer, resolve_spec
+    from ditskip_edge.models.text import encode_prompt
+    from ditskip_edge.models.views import make_view
+    from ditskip_edge.runtime.bundle import Bundle
+    from ditskip_edge.runtime.codecs import decode_entry
+    spec = resolve_spec("flux-tiny")
+    view = make_view(spec.arch, build_transformer(spec))
+    x0, cond = torch.zeros(1, 16, 16, 16), encode_prompt(spec, "a photo of sks toy")
+    assert c.cache_batch_samples(view, x0, cond) == c.CACHE_BATCH_SAMPLES == 16
+    monkeypatch.setattr(c, "CACHE_BATCH_TOKENS", 3 * 72)
+    assert c.cache_batch_samples(view, x0, cond) == 3
+    caches = {}
+    for budget in (2048, 1):
+        monkeypatch.setattr(c, "CACHE_BATCH_TOKENS", budget)
+        cache = Bundle.open(compile_tiny(tmp_path / str(budget), steps=10, grad_accum=2, cache_codec="fp32")).cache()
+        caches[budget] = [{"x0": e["x0"], **decode_entry(cache.codec, e, cache.shapes)}
+                          for e in (cache.read_encoded(k) for k in range(len(cache)))]
+    assert len(caches[1]) == 20
+    for batched, single in zip(caches[2048], caches[1]):
+        for name, want in single.items():
+            got = batched[name]
+            assert float(np.linalg.norm(got - want)) <= 1e-5 * float(np.linalg.norm(want)) + 1e-12, name
