@@ -25,7 +25,8 @@ from benchmarks._meta import provenance, provenance_md, write_result   # noqa: E
 
 def time_model(name: str, batches: list[int], samples: int, repeats: int) -> dict:
     import torch
-    from ditskip_edge.models.loading import build_transformer, resolve_spec
+    from ditskip_edge.models.latents import LatentEncoder
+    from ditskip_edge.models.loading import build_transformer, build_vae, resolve_spec
     from ditskip_edge.models.text import encode_prompt
     from ditskip_edge.models.views import block_names_of, make_view
     from ditskip_edge.plan import SkipPlan, skip_budget
@@ -36,12 +37,11 @@ def time_model(name: str, batches: list[int], samples: int, repeats: int) -> dic
     num_blocks = len(block_names_of(transformer))
     n_skip = skip_budget(num_blocks, 0.5)
     plan = SkipPlan(num_blocks, n_skip // 2, n_skip - n_skip // 2, "explicit")
-    c = int(spec.transformer_config["in_channels"]) if spec.arch == "sana" else \
-        int(spec.transformer_config["in_channels"]) // 4
-    side = spec.train_px // spec.vae_scale_factor
+    with torch.no_grad():                # the latent shape of a training crop, from the model's own encoder
+        shape = LatentEncoder(spec.arch, build_vae(spec))(torch.zeros(1, 3, spec.train_px, spec.train_px)).shape[1:]
     gen = torch.Generator().manual_seed(0)
-    x0 = torch.randn(samples, c, side, side, generator=gen)
-    noise = torch.randn(samples, c, side, side, generator=gen)
+    x0 = torch.randn(samples, *shape, generator=gen)
+    noise = torch.randn(samples, *shape, generator=gen)
     t = torch.rand(samples, generator=gen)
     cond1 = encode_prompt(spec, "a photo of sks toy")
 
@@ -65,7 +65,7 @@ def time_model(name: str, batches: list[int], samples: int, repeats: int) -> dic
         scale = max(float(v.abs().max()) for e in reference for v in e.values())
         diff = max(float((e[k] - r[k]).abs().max()) for e, r in zip(reference, res) for k in e)
         rows.append({"batch": b, "ms_per_sample": round(1000 * best / samples, 2), "max_diff_rel": diff / scale})
-    return {"model": name, "plan": f"{plan.n_front}/{plan.n_back} of {num_blocks}", "latent": [c, side, side],
+    return {"model": name, "plan": f"{plan.n_front}/{plan.n_back} of {num_blocks}", "latent": list(shape),
             "rows": rows}
 
 

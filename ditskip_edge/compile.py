@@ -207,11 +207,15 @@ def compile_subject_stage(writer: BundleWriter, spec: ModelSpec, transformer: nn
     cache = ResidualCacheWriter(writer.path(CACHE_DIR), identity, cache_codec)
     t0 = time.perf_counter()
 
-    def entries(samples) -> list[dict[str, torch.Tensor]]:
-        """The cache entries of `samples`: their crops through the frozen full model together (one batch)."""
-        x0 = [clean_latents(photos[s.photo].pixels, s, sampler, encoder) for s in samples]
+    def latents(s) -> torch.Tensor:
+        return clean_latents(photos[s.photo].pixels, s, sampler, encoder)
+
+    def entries(samples, x0: list[torch.Tensor] | None = None) -> list[dict[str, torch.Tensor]]:
+        """The cache entries of `samples` (x0: their clean latents, if already encoded): their crops through the
+        frozen full model together (one batch)."""
+        x0 = x0 or [latents(s) for s in samples]
         if len({tuple(x.shape) for x in x0}) > 1:          # crops of different latent sizes: one at a time
-            return [e for s in samples for e in entries([s])]
+            return [e for s, x in zip(samples, x0) for e in entries([s], [x])]
         cond = {k: torch.cat([(rows[s.photo] if captions is not None else rows[0])[k] for s in samples])
                 for k in rows[0]}
         noise = torch.cat([sample_noise(s, tuple(x.shape)) for s, x in zip(samples, x0)])
@@ -219,10 +223,11 @@ def compile_subject_stage(writer: BundleWriter, spec: ModelSpec, transformer: nn
                                       cond)
         return [{"x0": x, **{k: v[i:i + 1] for k, v in residuals.items()}} for i, x in enumerate(x0)]
 
-    first_x0 = clean_latents(photos[schedule.samples[0].photo].pixels, schedule.samples[0], sampler, encoder)
+    first_x0 = latents(schedule.samples[0])
     per_batch = cache_batch_samples(full_view, first_x0, rows[0])
     batches = [schedule.samples[i:i + per_batch] for i in range(0, schedule.num_samples, per_batch)]
-    first = entries(batches[0])                 # the first entry's size says whether the whole cache fits on the disk
+    # the first entry's size says whether the whole cache fits on the disk
+    first = entries(batches[0], [first_x0, *map(latents, batches[0][1:])])
     _, entry_bytes = entry_layout(cache.codec, {k: tuple(v.shape) for k, v in first[0].items()})
     _check_disk(writer.root, entry_bytes, schedule.num_samples)
     with tqdm(total=schedule.num_samples, desc="residual cache", unit="sample", leave=False) as bar:

@@ -276,7 +276,7 @@ def add_subject_programs(writer: BundleWriter, config: SubjectPrograms, transfor
     quant = QuantSpec(config.precision, group_size=config.group_size)
     entries: list[dict] = []
 
-    reuse = ProgramReuse(enabled=config.external_weights)     # the block programs: one export per structure
+    reuse = ProgramReuse()            # the block programs: one export per structure (with external_weights)
 
     def write(name: str, rel_stem: str, module, example, in_names, out_names, outputs, block=None, quantize=False,
               backend=config.backend, shared_data: str | None = None):

@@ -13,20 +13,18 @@ subject stage (FLUX.1-dev needs all 57 blocks; ~20 s each for sana-tiny's blocks
 
 A structure is proven reusable by its first two exports, never assumed: their .pte files are byte-identical, and
 retargeting the first's data file to each block's own constants gives exactly what ExecuTorch wrote for it (so every
-stored byte is a plain constant of the module under its FQN: nothing folded, transformed or left in the .pte). A
-structure that fails the proof (quantized weights, constants inside the .pte, XNNPACK-packed data) is exported block
-by block, as before.
+stored byte is a plain constant of the module under its FQN: nothing folded, transformed or left in the .pte;
+quantize.py's int8 / int4 codes and scales are plain buffers and pass). A structure that fails the proof (a constant
+baked into the graph, a stored name the module lacks) and a program without a data file (weights inside the .pte) are
+exported block by block, as before.
 """
 
 from __future__ import annotations
 
 import itertools
-import logging
 
 import torch
 import torch.nn as nn
-
-log = logging.getLogger(__name__)
 
 
 def constant_bytes(module: nn.Module) -> dict[str, bytes] | None:
@@ -72,8 +70,7 @@ class ProgramReuse:
 
     PROOF_EXPORTS = 2
 
-    def __init__(self, enabled: bool = True):
-        self.enabled = enabled
+    def __init__(self):
         self._exports: dict[tuple, list[tuple]] = {}
         self._proven: dict[tuple, tuple] = {}
         self.reused = 0
@@ -92,7 +89,7 @@ class ProgramReuse:
         return pte, new, memory
 
     def exported(self, structure: tuple, module: nn.Module, pte: bytes, data: bytes | None, memory: dict) -> None:
-        if not self.enabled or data is None:
+        if data is None:                  # weights inside the .pte: every block's program is its own
             return
         seen = self._exports.setdefault(structure, [])
         if len(seen) >= self.PROOF_EXPORTS:
