@@ -64,6 +64,8 @@ def main() -> int:
     ap.add_argument("--models", nargs="+", default=list(SPLITS))
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "block_program_reuse"))
     args = ap.parse_args()
+    if not (Path(args.before) / "ditskip_edge" / "compile.py").is_file():
+        ap.error(f"--before {args.before}: not a ditskip-edge checkout")
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
         for model in args.models:

@@ -5,7 +5,8 @@ An ExecuTorch program with external constants (`ExecutorchBackendConfig(external
 in its .pte: it names each constant (the module's FQN) and reads its bytes from the .ptd by that name. Two blocks of
 the same structure then make byte-identical .pte files, and block k's .ptd is block j's with each named tensor's
 bytes swapped for block k's (`retarget_data`). Exporting and lowering a block is the slow part of compiling the
-subject stage (FLUX.1-dev needs all 57 blocks; ~20 s each for sana-tiny's blocks on 2 cores), so
+subject stage (FLUX.1-dev needs up to all 57 blocks; a sana-tiny model bundle compiles in 95 s instead of 139,
+benchmarks/results/block_program_reuse.md), so
 
     reuse = ProgramReuse()
     for each block: reuse.program_for(structure, module) -> (pte, data, memory) or None (export it, then
