@@ -53,7 +53,7 @@ PICTURE_GUIDANCE = 6.0
 
 
 def score_cell(images: torch.Tensor, subject, refs, backgrounds: list[str], seeds: list[int]) -> dict:
-    scores = score_images(list(images), backgrounds, refs, subject.colour, subject.shape)
+    scores = score_images(list(images), backgrounds, refs, subject.colour, subject.shape, subject.marking)
     recognised = scores.pop("per_image")["recognised"]
     return {**scores, "demo_seed_recognised": int(sum(r for r, s in zip(recognised, seeds) if s == 0))}
 
@@ -76,12 +76,14 @@ def split_name(text: str) -> str:
 
 
 def train_lora(subject, captions: str, steps: int, split: tuple[int, int] | None, work: Path,
-               lr: float = LR) -> tuple[Path, dict]:
-    """The demo's compile + train on `captions`-style reference captions; returns the LoRA file and the plan."""
+               lr: float = LR, seed: int = 0, dynamic_patches: bool = False) -> tuple[Path, dict]:
+    """The demo's compile + train on `captions`-style reference captions (`seed`: the schedule's); returns the LoRA
+    file and the plan."""
     photos, bundle = work / "photos", work / "bundle"
     write_reference_photos(subject, photos, 5, captions=True, described=CAPTIONS[captions])
     request = compile_args(subject_prompt(subject, described=CAPTIONS[captions]), photos, bundle, jobs=1,
-                           steps=steps, generation=False, split=split, lr=lr)
+                           steps=steps, generation=False, split=split, lr=lr, seed=seed,
+                           dynamic_patches=dynamic_patches)
     if cli_main(request) != 0 or cli_main(["train", str(bundle), "--no-resume"]) != 0:
         raise SystemExit(f"demo_recipe: the {captions} / {steps}-step bundle failed (see above)")
     summary = json.loads((bundle / "runs" / "eager" / "summary.json").read_text())
@@ -170,7 +172,8 @@ def markdown(doc: dict) -> str:
              f"Subject `{doc['subject']}`; eval prompts: the 4 backgrounds no reference shows "
              f"({', '.join(doc['eval_backgrounds'])}) x {doc['seeds']} seeds, the same noise in every row. A fresh "
              f"photo of the subject on these backgrounds scores similarity {cell(doc['fresh_photo_sim'])}. "
-             "recognised = nearest shape, colour and background all as asked; demo seed = prompts recognised at "
+             "recognised = nearest shape, colour, marking (`metrics.marking_present`; before 2026-12-05 not "
+             "required) and background all as asked; demo seed = prompts recognised at "
              "seed 0 (of 4). 95% CIs over images.", "",
              "| row | split | guidance | similarity | colour | shape | background | recognised | demo seed |",
              "|---|---|---|---|---|---|---|---|---|"]

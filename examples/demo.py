@@ -20,7 +20,8 @@ with BlockSkip 50%, and show the subject being learned.
 
 The model knows stars and the colour teal, but has never drawn a teal star, its orange centre, or the word "sks";
 the references never show the four prompted backgrounds. "recognised" counts the pictures whose object is nearest
-a star of the 10 scene shapes, teal, on the prompted background. Output goes to demo_out/ (replaced each run).
+a star of the 10 scene shapes, teal, with its orange centre (the detail no prompt names: the base model draws none),
+on the prompted background. Output goes to demo_out/ (replaced each run).
 """
 
 from __future__ import annotations
@@ -54,15 +55,18 @@ TRAIN = ["--grad-accum", "4", "--rank", "8", "--lora-targets", "all-linear", "--
 
 
 def compile_args(prompt: str, photos: Path, bundle: Path, jobs: int = 2, steps: int = STEPS,
-                 generation: bool = True, split: tuple[int, int] | None = None, lr: float = LR) -> list[str]:
+                 generation: bool = True, split: tuple[int, int] | None = None, lr: float = LR,
+                 seed: int = 0, dynamic_patches: bool = False) -> list[str]:
     """The demo's `ditskip-edge compile` request (benchmarks/compile_jobs.py times the same one;
     benchmarks/demo_recipe.py varies it, without the generation programs). `split` (front, back): skip those
-    blocks instead of selecting a 50% split."""
+    blocks instead of selecting a 50% split; `seed`: the schedule's (timesteps, crops, noise); `dynamic_patches`:
+    train on the method's timestep-dependent crops instead of the whole photos."""
+    train = [a for a in TRAIN if a != "--no-dynamic-patches"] if dynamic_patches else TRAIN
     draw = ["--generation", "--guidance", str(GUIDANCE)] if generation else []
     skip = ["--skip-ratio", "0.5"] if split is None else ["--skip-front", str(split[0]), "--skip-back", str(split[1])]
     return ["compile", "--model", "flux-testbed", "--images", str(photos), "--prompt", prompt, *skip,
-            "--photo-captions", "--steps", str(steps), "--lr", f"{lr:g}", *TRAIN, *draw, "--jobs", str(jobs),
-            "--out", str(bundle), "--force"]
+            "--photo-captions", "--steps", str(steps), "--lr", f"{lr:g}", *train, *draw, "--jobs", str(jobs),
+            "--seed", str(seed), "--out", str(bundle), "--force"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
                  [f"references (training photos)\non {', '.join(ref_bgs)}", "after: their own captions\n(the "
                   "references' backgrounds)", "before: base model", "after: BlockSkip 50% LoRA",
                   "a fresh photo on that background"], bgs).save(png)
-        s0, s1, s2 = (score_images(list(x), bgs, refs, subject.colour, subject.shape)
+        s0, s1, s2 = (score_images(list(x), bgs, refs, subject.colour, subject.shape, subject.marking)
                       for x in (before, after, fresh))
         s_trained = score_images(list(as_trained), ref_bgs, refs, subject.colour)
         sim = [s["subject_sim"]["mean"] for s in (s0, s1, s2)]
@@ -138,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
               f"subject similarity to the references (1 = identical; a fresh photo of the subject on these "
               f"backgrounds scores {sim[2]:.2f}, another subject at most {others:.2f}):\n"
               f"        before {sim[0]:.2f} -> after {sim[1]:.2f} ({sim[1] / sim[2]:.0%} of a fresh photo's score)\n"
-              f"recognised (the {subject.class_word}'s shape, its colour, the prompted background): before "
+              f"recognised (the {subject.class_word}'s shape, its colour, its {subject.marking_name}, the prompted "
+              f"background): before "
               f"{recognised[0]} -> after {recognised[1]} of {len(texts)} prompts\n"
               f"background as prompted: before {s0['background_ok']['mean']:.2f} -> after "
               f"{s1['background_ok']['mean']:.2f}\n"

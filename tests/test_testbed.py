@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import numpy as np
@@ -577,6 +578,39 @@ def test_a_subject_is_recognised_only_with_its_shape_its_colour_and_the_prompted
     assert not subject_recognised(drawn("circle", subject.colour), "star", subject.colour, "green")
 
 
+@pytest.mark.parametrize("name", sorted(SUBJECTS))
+def test_recognising_a_subject_asks_for_its_marking_which_a_plain_object_of_its_class_and_colour_lacks(name):
+    """metrics.marking_present (part of make demo's "recognised"): a fresh photo of the subject at the demo's 32 px
+    shows its marking (dots, centre, stripes, checks) on every eval background, black included; the same shape in the
+    same colour without the marking does not, though it passes the shape, colour and background checks, and on
+    black the blend of its edge with the background (which lies near the crescent's dark checks) is not counted.
+    Per-pixel colour noise on the object (sd 35 of 255 per channel, as the testbed draws) neither hides a marking
+    (unless its colour lies near the background's) nor makes one."""
+    from benchmarks.testbed.instrument import fresh_photos
+    from benchmarks.testbed.metrics import (FG_DISTANCE, foreground_mask, reference_marking_share, subject_recognised,
+                                            to_rgb255)
+    from benchmarks.testbed.scenes import EVAL_BACKGROUNDS, Scene
+    subject = SUBJECTS[name]
+    share = reference_marking_share(reference_images(subject, 5), subject.marking, subject.colour, 32)
+    assert share > 0.1
+    for bg in EVAL_BACKGROUNDS:
+        photo = fresh_photos(subject, bg, 1, 32)[0]
+        assert subject_recognised(photo, subject.shape, subject.colour, bg, subject.marking, share)
+        noise = torch.randn(photo.shape, generator=torch.Generator().manual_seed(0)) * (35 / 127.5)
+        noise = noise * torch.from_numpy(foreground_mask(to_rgb255(photo)))          # on the object, as drawn
+        near_background = np.linalg.norm(np.subtract(subject.marking, PALETTE[bg])) < 2 * FG_DISTANCE
+        assert near_background or subject_recognised(                # (the star's orange centre on yellow: noise
+            (photo + noise).clamp(-1, 1), subject.shape, subject.colour, bg, subject.marking, share), \
+            "per-pixel colour noise (as the testbed draws) hides the marking"      # turns it into background)
+        plain = render(Scene(subject.shape, subject.colour, "plain", subject.colour, PALETTE[bg], (0.5, 0.5), 17.0),
+                       64)
+        plain = torch.nn.functional.interpolate(plain[None], size=(32, 32), mode="area")[0]
+        assert subject_recognised(plain, subject.shape, subject.colour, bg)
+        assert not subject_recognised(plain, subject.shape, subject.colour, bg, subject.marking, share)
+        assert not subject_recognised((plain + noise).clamp(-1, 1), subject.shape, subject.colour, bg,
+                                      subject.marking, share)
+
+
 def test_a_prompt_longer_than_the_testbeds_text_encoder_is_warned_about_naming_exactly_the_words_it_loses(caplog):
     """flux-testbed's MiniLM reads 16 tokens (CLS + 14 + SEP): a longer caption loses its end. The warning names the
     dropped words, and the conditioning is exactly that of the prompt without them; a prompt that fits is silent."""
@@ -633,6 +667,35 @@ def test_the_demos_compile_request_is_blockskip_50_with_the_demos_guidance_and_a
     unchanged = {"--skip-ratio", "0.5", "--skip-front", "1", "--skip-back", "5", "--generation", "--guidance",
                  str(GUIDANCE), str(STEPS), "7", "--jobs", "2"}
     assert [a for a in demo if a not in unchanged] == [a for a in recipe if a not in unchanged]
+    assert parsed.seed == 0 and parsed.no_dynamic_patches
+    dynamic = build_parser().parse_args(compile_args("a teal sks star in the center", tmp_path / "photos",
+                                                     tmp_path / "bundle", seed=3, dynamic_patches=True))
+    assert dynamic.seed == 3 and not dynamic.no_dynamic_patches
+
+
+def test_demo_subjects_counts_a_run_as_shown_only_with_3_of_4_prompts_at_noise_seed_0_per_subject_and_recipe():
+    """benchmarks/demo_subjects.py summarize: the unit is the training run; 'shown' counts the runs whose noise
+    seed 0 (make demo's pictures) recognises >= 3 of the 4 prompts, per subject and recipe, the base apart; the
+    recognised mean is over runs, not images."""
+    from benchmarks.demo_subjects import recipe_arg, summarize
+
+    def run(subject, recipe, seed, seed0, share):
+        return {"subject": subject, "recipe": recipe, "train_seed": seed, "demo_seed_recognised": seed0,
+                "recognised": share, "similarity": 0.5, "marking": share, "shape_colour_background": 1.0,
+                "train_seconds_per_step": 0.2 if recipe else 0.0}
+    runs = [run("teal_star", None, None, 2, 0.5), run("teal_star", "400x0.002", 0, 3, 0.75),
+            run("teal_star", "400x0.002", 1, 2, 0.25), run("teal_star", "400x0.002", 2, 4, 1.0),
+            run("pink_heart", "400x0.002", 0, 4, 1.0)]
+    rows = {(r["subject"], r["recipe"]): r for r in summarize(runs)}
+    assert set(rows) == {("teal_star", "base"), ("teal_star", "400x0.002"), ("pink_heart", "400x0.002")}
+    star = rows[("teal_star", "400x0.002")]
+    assert star["runs"] == 3 and star["runs_shown"] == 2 and star["demo_seed_recognised"] == [3, 2, 4]
+    assert star["recognised"]["mean"] == pytest.approx(2.0 / 3.0, abs=1e-4) and star["recognised"]["ci95"] > 0
+    assert rows[("teal_star", "base")]["runs_shown"] == 0 and rows[("pink_heart", "400x0.002")]["runs_shown"] == 1
+    assert recipe_arg("200x4e-3") == "200x4e-3" and recipe_arg("200x4e-3+dynamic") == "200x4e-3+dynamic"
+    for bad in ("200", "0x1e-3", "200x-1", "ax1", "200x4e-3+fixed"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            recipe_arg(bad)
 
 
 def test_projecting_a_study_onto_two_rows_lets_a_two_row_run_join_it():

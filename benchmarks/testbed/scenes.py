@@ -207,6 +207,17 @@ class Subject:
         """The palette name of the subject's main colour ("teal"): a word the model knows."""
         return next(name for name, rgb in PALETTE.items() if rgb == self.colour)
 
+    @property
+    def marking(self) -> RGB:
+        """The colour of the detail that makes this instance (its texture's, or its inner shape's): no prompt names
+        it (`metrics.marking_present`)."""
+        return self.texture_colour if self.texture != "plain" else self.inner[1]
+
+    @property
+    def marking_name(self) -> str:
+        """What the marking is, in words: "dots", "stripes", "checks" or "centre"."""
+        return {"dotted": "dots", "striped": "stripes", "checkered": "checks", "plain": "centre"}[self.texture]
+
     def scene(self, background: RGB, centre: tuple[float, float], half_extent_px: float) -> Scene:
         return Scene(self.shape, self.colour, self.texture, self.texture_colour, background, centre,
                      half_extent_px, self.inner)
