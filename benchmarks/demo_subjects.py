@@ -179,8 +179,9 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--subjects", nargs="+", default=list(SUBJECTS), choices=sorted(SUBJECTS))
     ap.add_argument("--train-seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--recipes", nargs="*", type=recipe_arg, default=[DEMO_RECIPE, "200x4e-3"],
-                    help=f"STEPSxLR, optimizer steps of 4 samples x learning rate (the demo's: {DEMO_RECIPE})")
+    ap.add_argument("--recipes", nargs="*", type=recipe_arg, default=["400x2e-3", "200x4e-3"],
+                    help=f"STEPSxLR, optimizer steps of 4 samples x learning rate (the demo's: {DEMO_RECIPE}; "
+                         "400x2e-3 its recipe before 2026-12-05)")
     ap.add_argument("--noise-seeds", type=int, default=4, help="noise seeds per eval prompt")
     ap.add_argument("--jobs", type=int, default=2, help="worker processes (one torch thread each)")
     ap.add_argument("--teacher-dir", default=None,

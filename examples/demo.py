@@ -45,12 +45,14 @@ DEVICE_PROMPTS = 1                 # prompts the device runtime also draws (demo
 # the recipe benchmarks/results/testbed_ceiling.md found draws the star at this model's sizes: a LoRA on every linear
 # layer of the kept blocks, trained on the whole photos (at 64 px data / 32 px train a low-noise patch is half the
 # photo: the star seen in pieces), each with its own caption
-STEPS = 400                        # x 4 samples (800 drew no more of the subject: benchmarks/results/demo_recipe*.md)
+STEPS = 200                        # x 4 samples, at LR: over 4 subjects x 3 training seeds no worse than 400 at 2e-3
+                                   # (benchmarks/results/demo_subjects.md; 800 drew no more: demo_recipe*.md), and
+                                   # half the train and residual-cache time
 GUIDANCE = 6.0                     # classifier-free guidance of the pictures (diffusers' and the device's): the
                                    # prompted background and the subject's colour word held against the LoRA
                                    # (benchmarks/results/demo_recipe.md)
-LR = 2e-3                          # the LoRA's learning rate: the best of 1e-3 / 2e-3 / 5e-3 on the testbed's
-                                   # current weights (5e-3 on the weaker ones before; benchmarks/results/demo_recipe*.md)
+LR = 4e-3                          # the LoRA's learning rate: twice the best of 1e-3 / 2e-3 / 5e-3 at 400 steps on the
+                                   # testbed's current weights (benchmarks/results/demo_recipe.md), for half the steps
 TRAIN = ["--grad-accum", "4", "--rank", "8", "--lora-targets", "all-linear", "--no-dynamic-patches"]
 
 
@@ -134,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
         s_trained = score_images(list(as_trained), ref_bgs, refs, subject.colour)
         sim = [s["subject_sim"]["mean"] for s in (s0, s1, s2)]
         recognised = [int(sum(s["per_image"]["recognised"])) for s in (s0, s1)]
+        marked = [int(sum(s["per_image"]["marking_ok"])) for s in (s0, s1)]
+        unmarked = [int(sum(a * b * c for a, b, c in zip(s["per_image"]["subject_shape"], s["per_image"]["colour_ok"],
+                                                         s["per_image"]["background_ok"]))) for s in (s0, s1)]
         others = max(subject_similarity(fresh_photos(o, bg, 1, spec.train_px)[0], refs, SubjectEmbedder())
                      for o in SUBJECTS.values() if o.name != name for bg in bgs)
         print(f"\nbundle: {bundle} (skipped: {plan['n_front']} front / {plan['n_back']} back of "
@@ -144,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
               f"        before {sim[0]:.2f} -> after {sim[1]:.2f} ({sim[1] / sim[2]:.0%} of a fresh photo's score)\n"
               f"recognised (the {subject.class_word}'s shape, its colour, its {subject.marking_name}, the prompted "
               f"background): before "
-              f"{recognised[0]} -> after {recognised[1]} of {len(texts)} prompts\n"
+              f"{recognised[0]} -> after {recognised[1]} of {len(texts)} prompts (its {subject.marking_name} alone: "
+              f"{marked[0]} -> {marked[1]}; shape, colour and background alone: {unmarked[0]} -> {unmarked[1]})\n"
               f"background as prompted: before {s0['background_ok']['mean']:.2f} -> after "
               f"{s1['background_ok']['mean']:.2f}\n"
               f"on the references' own captions (their backgrounds): similarity "

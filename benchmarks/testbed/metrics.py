@@ -27,7 +27,7 @@ Prompt fidelity
 - `subject_recognised`: shape, colour and background all as asked, and with a marking colour, the marking present
   (the demo's "recognised in k of 4 prompts"). Without the marking, a prompt naming the colour and the class already
   gets a base model "recognised" where it draws the class well (the bowtie: 0.88 of the base's pictures,
-  `benchmarks/results/demo_subjects.log`), and the verdict says nothing about personalization.
+  `benchmarks/results/demo_subjects.md`), and the verdict says nothing about personalization.
 
 `mean_ci` gives a mean and a 95% Student-t interval (over images, seeds x prompts, or over study units; before
 2026-12-01 a normal approximation, too narrow for a few units).
