@@ -137,8 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         sim = [s["subject_sim"]["mean"] for s in (s0, s1, s2)]
         recognised = [int(sum(s["per_image"]["recognised"])) for s in (s0, s1)]
         marked = [int(sum(s["per_image"]["marking_ok"])) for s in (s0, s1)]
-        unmarked = [int(sum(a * b * c for a, b, c in zip(s["per_image"]["subject_shape"], s["per_image"]["colour_ok"],
-                                                         s["per_image"]["background_ok"]))) for s in (s0, s1)]
+        unmarked = [int(sum(s["per_image"]["shape_colour_background"])) for s in (s0, s1)]
         others = max(subject_similarity(fresh_photos(o, bg, 1, spec.train_px)[0], refs, SubjectEmbedder())
                      for o in SUBJECTS.values() if o.name != name for bg in bgs)
         print(f"\nbundle: {bundle} (skipped: {plan['n_front']} front / {plan['n_back']} back of "

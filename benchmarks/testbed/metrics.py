@@ -224,8 +224,8 @@ def score_images(images: list[torch.Tensor], backgrounds: list[str], references:
                  colour: RGB, shape: str | None = None, marking: RGB | None = None) -> dict:
     """Per-image scores -> {metric: mean_ci} for generated images of one subject (one method). With the subject's
     `shape` also "subject_shape" (nearest of the scene shapes) and "recognised" (`subject_recognised`, from the
-    same per-image checks); with its `marking` also "marking_ok" (`marking_present`), which "recognised" then
-    requires."""
+    same per-image checks; "shape_colour_background", the verdict without the marking); with its `marking` also
+    "marking_ok" (`marking_present`), which "recognised" then requires."""
     emb = SubjectEmbedder()
     ref_mask = reference_mask(references)
     per = {"subject_sim": [subject_similarity(im, references, emb) for im in images],
@@ -234,10 +234,11 @@ def score_images(images: list[torch.Tensor], backgrounds: list[str], references:
            "background_ok": [background_match(im, bg) for im, bg in zip(images, backgrounds)]}
     if shape is not None:
         per["subject_shape"] = [float(nearest_shape(im) == shape) for im in images]
+        per["shape_colour_background"] = [float(s > 0 and c > 0 and b > 0) for s, c, b in
+                                          zip(per["subject_shape"], per["colour_ok"], per["background_ok"])]
         marked = [1.0] * len(images)
         if marking is not None:
             share = reference_marking_share(references, marking, colour, images[0].shape[-1])
             per["marking_ok"] = marked = [marking_present(im, marking, colour, share) for im in images]
-        per["recognised"] = [float(s > 0 and c > 0 and b > 0 and m > 0) for s, c, b, m in
-                             zip(per["subject_shape"], per["colour_ok"], per["background_ok"], marked)]
+        per["recognised"] = [float(u > 0 and m > 0) for u, m in zip(per["shape_colour_background"], marked)]
     return {"per_image": per, **{k: mean_ci(v) for k, v in per.items()}}
