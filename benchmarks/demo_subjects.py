@@ -98,28 +98,24 @@ def run_one(task: dict) -> dict:
     texts, seeds, backgrounds = eval_batch(subject, task["noise_seeds"])
     work = Path(tempfile.mkdtemp(prefix="demo_subjects_"))
     try:
-        model_path = None
+        seconds_per_step = 0.0
         if task["recipe"] is None:
-            lora, seconds_per_step = None, 0.0
+            model = load_model(spec)
         elif task["recipe"] == TEACHER:
-            from benchmarks.testbed.instrument import TeacherConfig, teacher_path
-            model_path = teacher_path(spec, subject, 5, TeacherConfig(), Path(task["teacher_dir"]))
-            if not model_path.is_file():
+            from benchmarks.testbed.instrument import TeacherConfig, load_weights, teacher_path
+            weights = teacher_path(spec, subject, 5, TeacherConfig(), Path(task["teacher_dir"]))
+            if not weights.is_file():
                 raise SystemExit(f"demo_subjects: no teacher for {subject.name} of these weights in "
                                  f"{task['teacher_dir']} (personalization_study.py trains them)")
+            model = load_weights(spec, weights)
             texts = [subject_prompt(subject, bg) for bg in backgrounds]       # the teacher's own (plain) prompts
-            lora, seconds_per_step = None, 0.0
         else:
             steps, lr = task["recipe"].removesuffix(DYNAMIC).split("x")
             lora, _ = train_lora(subject, "described", int(steps), None, work, float(lr), seed=task["train_seed"],
                                  dynamic_patches=task["recipe"].endswith(DYNAMIC))
+            model = load_model(spec, lora)
             seconds_per_step = json.loads((work / "bundle" / "runs" / "eager" / "summary.json").read_text())[
                 "seconds_per_step"]
-        if model_path is not None:
-            from benchmarks.testbed.instrument import load_weights
-            model = load_weights(spec, model_path)
-        else:
-            model = load_model(spec, lora)
         images = generate(spec, model, texts, seeds, guidance=GUIDANCE)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -211,6 +207,8 @@ def main() -> int:
                    "teacher_dir": args.teacher_dir} for s in args.subjects]
     tasks += [{"subject": s, "recipe": r, "train_seed": seed, "noise_seeds": args.noise_seeds}
               for r in args.recipes for s in args.subjects for seed in args.train_seeds]
+    if not tasks:
+        ap.error("nothing to run: give --recipes, --teacher-dir, or leave out --no-base")
     for task in tasks:
         task["images_dir"] = images_dir
     t0 = time.time()
