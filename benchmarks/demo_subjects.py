@@ -192,6 +192,8 @@ def main() -> int:
     args = ap.parse_args()
     out = Path(args.out)
     if args.rescore:
+        if not (out / f"{args.stem}.json").is_file():
+            ap.error(f"--rescore: no {out / args.stem}.json (a result of this script) to score again")
         doc = json.loads((out / f"{args.stem}.json").read_text())
         runs = rescore(doc, out)
         doc.update(rows=summarize(runs), runs=[{k: v for k, v in r.items() if k != "picture"} for r in runs],

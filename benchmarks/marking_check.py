@@ -42,6 +42,8 @@ def main() -> int:
     args = ap.parse_args()
     import json
     result = Path(args.result)
+    if not result.is_file():
+        ap.error(f"--result {result}: no such file (a benchmarks/demo_subjects.py result)")
     runs = json.loads(result.read_text())["runs"]
     rows = []
     for name in dict.fromkeys(r["subject"] for r in runs):
