@@ -45,7 +45,7 @@ from benchmarks.testbed.instrument import fresh_photos                          
 from benchmarks.testbed.metrics import SubjectEmbedder, mean_ci, score_images, subject_similarity  # noqa: E402
 from benchmarks.testbed.scenes import (SUBJECTS, eval_prompts, reference_images, subject_prompt,  # noqa: E402
                                       write_reference_photos)
-from examples.demo import LR, compile_args                                              # noqa: E402
+from examples.demo import LR, RANK, compile_args                                            # noqa: E402
 
 CAPTIONS = {"plain": False, "described": True}       # caption style -> scenes.subject_prompt(described=)
 GUIDANCES = (3.0, 6.0)
@@ -76,14 +76,15 @@ def split_name(text: str) -> str:
 
 
 def train_lora(subject, captions: str, steps: int, split: tuple[int, int] | None, work: Path,
-               lr: float = LR, seed: int = 0, dynamic_patches: bool = False) -> tuple[Path, dict]:
-    """The demo's compile + train on `captions`-style reference captions (`seed`: the schedule's); returns the LoRA
-    file and the plan."""
-    photos, bundle = work / "photos", work / "bundle"
-    write_reference_photos(subject, photos, 5, captions=True, described=CAPTIONS[captions])
-    request = compile_args(subject_prompt(subject, described=CAPTIONS[captions]), photos, bundle, jobs=1,
+               lr: float = LR, seed: int = 0, dynamic_patches: bool = False, rank: int = RANK, photos: int = 5,
+               t_sampling: str = "uniform") -> tuple[Path, dict]:
+    """The demo's compile + train on `photos` reference photos with `captions`-style captions (`seed`: the
+    schedule's; the rest as `examples.demo.compile_args`); returns the LoRA file and the plan."""
+    folder, bundle = work / "photos", work / "bundle"
+    write_reference_photos(subject, folder, photos, captions=True, described=CAPTIONS[captions])
+    request = compile_args(subject_prompt(subject, described=CAPTIONS[captions]), folder, bundle, jobs=1,
                            steps=steps, generation=False, split=split, lr=lr, seed=seed,
-                           dynamic_patches=dynamic_patches)
+                           dynamic_patches=dynamic_patches, rank=rank, t_sampling=t_sampling)
     if cli_main(request) != 0 or cli_main(["train", str(bundle), "--no-resume"]) != 0:
         raise SystemExit(f"demo_recipe: the {captions} / {steps}-step bundle failed (see above)")
     summary = json.loads((bundle / "runs" / "eager" / "summary.json").read_text())

@@ -33,6 +33,7 @@ import shutil
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -46,23 +47,55 @@ from ditskip_edge.generate import grid                                          
 from ditskip_edge.images import to_uint8_image                                          # noqa: E402
 from benchmarks.testbed.metrics import mean_ci, score_images                             # noqa: E402
 from benchmarks.testbed.scenes import SUBJECTS, eval_prompts, reference_images, subject_prompt  # noqa: E402
-from examples.demo import GUIDANCE, LR, STEPS                                             # noqa: E402
+from examples.demo import GUIDANCE, LR, RANK, STEPS                                           # noqa: E402
 
 DEMO_RECIPE = f"{STEPS}x{LR:g}"
-DYNAMIC = "+dynamic"                  # a recipe suffix: dynamic patches (the method's crops) instead of whole photos
 TEACHER = "teacher"                   # the instrument's teacher as a row: what a long LoRA on every block draws
 RECOGNISED_PROMPTS_SHOWN = 3          # the issue's bar: the subject recognisable in >= 3 of the 4 prompts
+RECIPE_FORM = "STEPSxLR[+dynamic][+r<rank>][+p<photos>][+logit][+g<guidance>]"
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A row of the demo's path: optimizer steps (x 4 samples) x learning rate, and what differs from the demo."""
+    steps: int
+    lr: float
+    dynamic_patches: bool = False       # +dynamic: the method's timestep-dependent crops, not the whole photos
+    rank: int = RANK                    # +r16: the LoRA's rank
+    photos: int = 5                     # +p10: reference photos (beyond 5 they repeat the 5 backgrounds)
+    t_sampling: str = "uniform"         # +logit: logit-normal timesteps (SD3 / FLUX), not uniform
+    guidance: float = GUIDANCE          # +g4: the pictures' classifier-free guidance
+
+
+def parse_recipe(text: str) -> Recipe:
+    """"400x2e-3", "200x4e-3+dynamic", "200x4e-3+r16+p10+logit+g4" -> Recipe; ValueError on anything else."""
+    head, *options = text.split("+")
+    steps, lr = head.split("x")
+    recipe = Recipe(int(steps), float(lr))
+    if recipe.steps < 1 or not recipe.lr > 0:
+        raise ValueError(text)
+    for option in options:
+        if option == "dynamic":
+            recipe = replace(recipe, dynamic_patches=True)
+        elif option == "logit":
+            recipe = replace(recipe, t_sampling="logit_normal")
+        elif option[:1] == "r" and option[1:].isdigit() and int(option[1:]) >= 1:
+            recipe = replace(recipe, rank=int(option[1:]))
+        elif option[:1] == "p" and option[1:].isdigit() and int(option[1:]) >= 1:
+            recipe = replace(recipe, photos=int(option[1:]))
+        elif option[:1] == "g" and float(option[1:]) > 0:
+            recipe = replace(recipe, guidance=float(option[1:]))
+        else:
+            raise ValueError(text)
+    return recipe
 
 
 def recipe_arg(text: str) -> str:
-    """--recipes "400x2e-3": optimizer steps (x 4 samples) x learning rate; "400x2e-3+dynamic": on the method's
-    timestep-dependent crops instead of the demo's whole photos."""
+    """--recipes "400x2e-3": optimizer steps (x 4 samples) x learning rate, options after "+" (`Recipe`)."""
     try:
-        steps, lr = text.removesuffix(DYNAMIC).split("x")
-        if int(steps) < 1 or float(lr) <= 0:
-            raise ValueError
+        parse_recipe(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected STEPSxLR[{DYNAMIC}], e.g. 400x2e-3") from None
+        raise argparse.ArgumentTypeError(f"{text!r}: expected {RECIPE_FORM}, e.g. 400x2e-3 or 200x4e-3+r16") from None
     return text
 
 
@@ -98,7 +131,7 @@ def run_one(task: dict) -> dict:
     texts, seeds, backgrounds = eval_batch(subject, task["noise_seeds"])
     work = Path(tempfile.mkdtemp(prefix="demo_subjects_"))
     try:
-        seconds_per_step = 0.0
+        seconds_per_step, guidance = 0.0, GUIDANCE
         if task["recipe"] is None:
             model = load_model(spec)
         elif task["recipe"] == TEACHER:
@@ -110,13 +143,15 @@ def run_one(task: dict) -> dict:
             model = load_weights(spec, weights)
             texts = [subject_prompt(subject, bg) for bg in backgrounds]       # the teacher's own (plain) prompts
         else:
-            steps, lr = task["recipe"].removesuffix(DYNAMIC).split("x")
-            lora, _ = train_lora(subject, "described", int(steps), None, work, float(lr), seed=task["train_seed"],
-                                 dynamic_patches=task["recipe"].endswith(DYNAMIC))
+            recipe = parse_recipe(task["recipe"])
+            lora, _ = train_lora(subject, "described", recipe.steps, None, work, recipe.lr, seed=task["train_seed"],
+                                 dynamic_patches=recipe.dynamic_patches, rank=recipe.rank, photos=recipe.photos,
+                                 t_sampling=recipe.t_sampling)
             model = load_model(spec, lora)
             seconds_per_step = json.loads((work / "bundle" / "runs" / "eager" / "summary.json").read_text())[
                 "seconds_per_step"]
-        images = generate(spec, model, texts, seeds, guidance=GUIDANCE)
+            guidance = recipe.guidance
+        images = generate(spec, model, texts, seeds, guidance=guidance)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     png = Path(task["images_dir"]) / images_name(task)
@@ -278,6 +313,11 @@ def markdown(doc: dict) -> str:
                   "on every block, 800 steps of 4 at lr 5e-3 with pretraining scenes mixed in, merged), drawn on its "
                   "own plain prompts (\"a large sks <shape> in the center, on a <colour> background\"): what a long "
                   "fine-tune draws on this model."]
+    if any("+" in r["recipe"] for r in doc["rows"]):
+        lines += ["", "Recipe options (`Recipe`): +r<n> the LoRA's rank (the demo's: 8), +p<n> reference photos (the "
+                  "demo's: 5; beyond 5 they repeat the 5 backgrounds at other sizes and places), +logit logit-normal "
+                  "training timesteps (the demo's: uniform), +g<x> the pictures' guidance, +dynamic the method's "
+                  "timestep-dependent crops instead of the whole photos."]
     lines += ["", f"Picture `{doc.get('stem', 'demo_subjects')}.png`: per subject the rows above (the recipes' "
               f"training seed {min(doc['train_seeds'])}), noise seed 0, then a fresh photo; columns the eval "
               "backgrounds."]

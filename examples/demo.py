@@ -53,21 +53,25 @@ GUIDANCE = 6.0                     # classifier-free guidance of the pictures (d
                                    # (benchmarks/results/demo_recipe.md)
 LR = 4e-3                          # the LoRA's learning rate: twice the best of 1e-3 / 2e-3 / 5e-3 at 400 steps on the
                                    # testbed's current weights (benchmarks/results/demo_recipe.md), for half the steps
-TRAIN = ["--grad-accum", "4", "--rank", "8", "--lora-targets", "all-linear", "--no-dynamic-patches"]
+RANK = 8                           # the LoRA's rank
+TRAIN = ["--grad-accum", "4", "--lora-targets", "all-linear", "--no-dynamic-patches"]
 
 
 def compile_args(prompt: str, photos: Path, bundle: Path, jobs: int = 2, steps: int = STEPS,
                  generation: bool = True, split: tuple[int, int] | None = None, lr: float = LR,
-                 seed: int = 0, dynamic_patches: bool = False) -> list[str]:
+                 seed: int = 0, dynamic_patches: bool = False, rank: int = RANK,
+                 t_sampling: str = "uniform") -> list[str]:
     """The demo's `ditskip-edge compile` request (benchmarks/compile_jobs.py times the same one;
     benchmarks/demo_recipe.py varies it, without the generation programs). `split` (front, back): skip those
     blocks instead of selecting a 50% split; `seed`: the schedule's (timesteps, crops, noise); `dynamic_patches`:
-    train on the method's timestep-dependent crops instead of the whole photos."""
+    train on the method's timestep-dependent crops instead of the whole photos; `rank`: the LoRA's;
+    `t_sampling`: the training timesteps' distribution (compile --t-sampling)."""
     train = [a for a in TRAIN if a != "--no-dynamic-patches"] if dynamic_patches else TRAIN
     draw = ["--generation", "--guidance", str(GUIDANCE)] if generation else []
     skip = ["--skip-ratio", "0.5"] if split is None else ["--skip-front", str(split[0]), "--skip-back", str(split[1])]
     return ["compile", "--model", "flux-testbed", "--images", str(photos), "--prompt", prompt, *skip,
-            "--photo-captions", "--steps", str(steps), "--lr", f"{lr:g}", *train, *draw, "--jobs", str(jobs),
+            "--photo-captions", "--steps", str(steps), "--lr", f"{lr:g}", "--rank", str(rank),
+            "--t-sampling", t_sampling, *train, *draw, "--jobs", str(jobs),
             "--seed", str(seed), "--out", str(bundle), "--force"]
 
 

@@ -677,7 +677,7 @@ def test_demo_subjects_counts_a_run_as_shown_only_with_3_of_4_prompts_at_noise_s
     """benchmarks/demo_subjects.py summarize: the unit is the training run; 'shown' counts the runs whose noise
     seed 0 (make demo's pictures) recognises >= 3 of the 4 prompts, per subject and recipe, the base apart; the
     recognised mean is over runs, not images."""
-    from benchmarks.demo_subjects import recipe_arg, summarize
+    from benchmarks.demo_subjects import Recipe, parse_recipe, recipe_arg, summarize
 
     def run(subject, recipe, seed, seed0, share):
         return {"subject": subject, "recipe": recipe, "train_seed": seed, "demo_seed_recognised": seed0,
@@ -693,7 +693,11 @@ def test_demo_subjects_counts_a_run_as_shown_only_with_3_of_4_prompts_at_noise_s
     assert star["recognised"]["mean"] == pytest.approx(2.0 / 3.0, abs=1e-4) and star["recognised"]["ci95"] > 0
     assert rows[("teal_star", "base")]["runs_shown"] == 0 and rows[("pink_heart", "400x0.002")]["runs_shown"] == 1
     assert recipe_arg("200x4e-3") == "200x4e-3" and recipe_arg("200x4e-3+dynamic") == "200x4e-3+dynamic"
-    for bad in ("200", "0x1e-3", "200x-1", "ax1", "200x4e-3+fixed"):
+    assert parse_recipe("200x4e-3") == Recipe(200, 4e-3)
+    assert parse_recipe("200x4e-3+r16+p10+logit+g4+dynamic") == Recipe(200, 4e-3, dynamic_patches=True, rank=16,
+                                                                       photos=10, t_sampling="logit_normal",
+                                                                       guidance=4.0)
+    for bad in ("200", "0x1e-3", "200x-1", "ax1", "200x4e-3+fixed", "200x4e-3+r0", "200x4e-3+p", "200x4e-3+g-1"):
         with pytest.raises(argparse.ArgumentTypeError):
             recipe_arg(bad)
 
