@@ -52,7 +52,7 @@ from examples.demo import GUIDANCE, LR, RANK, STEPS                             
 DEMO_RECIPE = f"{STEPS}x{LR:g}"
 TEACHER = "teacher"                   # the instrument's teacher as a row: what a long LoRA on every block draws
 RECOGNISED_PROMPTS_SHOWN = 3          # the issue's bar: the subject recognisable in >= 3 of the 4 prompts
-RECIPE_FORM = "STEPSxLR[+dynamic][+r<rank>][+p<photos>][+logit][+g<guidance>]"
+RECIPE_FORM = "STEPSxLR[+dynamic][+r<rank>][+p<photos>][+logit][+g<guidance>][+s<front>-<back>]"
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,7 @@ class Recipe:
     photos: int = 5                     # +p10: reference photos (beyond 5 they repeat the 5 backgrounds)
     t_sampling: str = "uniform"         # +logit: logit-normal timesteps (SD3 / FLUX), not uniform
     guidance: float = GUIDANCE          # +g4: the pictures' classifier-free guidance
+    split: tuple[int, int] | None = None    # +s5-1: skip 5 front / 1 back blocks instead of selecting a 50% split
 
 
 def parse_recipe(text: str) -> Recipe:
@@ -85,6 +86,8 @@ def parse_recipe(text: str) -> Recipe:
             recipe = replace(recipe, photos=int(option[1:]))
         elif option[:1] == "g" and float(option[1:]) > 0:
             recipe = replace(recipe, guidance=float(option[1:]))
+        elif option[:1] == "s" and option[1:].count("-") == 1 and option[1:].replace("-", "").isdigit():
+            recipe = replace(recipe, split=tuple(int(n) for n in option[1:].split("-")))
         else:
             raise ValueError(text)
     return recipe
@@ -144,7 +147,8 @@ def run_one(task: dict) -> dict:
             texts = [subject_prompt(subject, bg) for bg in backgrounds]       # the teacher's own (plain) prompts
         else:
             recipe = parse_recipe(task["recipe"])
-            lora, _ = train_lora(subject, "described", recipe.steps, None, work, recipe.lr, seed=task["train_seed"],
+            lora, _ = train_lora(subject, "described", recipe.steps, recipe.split, work, recipe.lr,
+                                 seed=task["train_seed"],
                                  dynamic_patches=recipe.dynamic_patches, rank=recipe.rank, photos=recipe.photos,
                                  t_sampling=recipe.t_sampling)
             model = load_model(spec, lora)
@@ -317,7 +321,8 @@ def markdown(doc: dict) -> str:
         lines += ["", "Recipe options (`Recipe`): +r<n> the LoRA's rank (the demo's: 8), +p<n> reference photos (the "
                   "demo's: 5; beyond 5 they repeat the 5 backgrounds at other sizes and places), +logit logit-normal "
                   "training timesteps (the demo's: uniform), +g<x> the pictures' guidance, +dynamic the method's "
-                  "timestep-dependent crops instead of the whole photos."]
+                  "timestep-dependent crops instead of the whole photos, +s<f>-<b> skip f front / b back blocks instead of "
+                  "selecting a 50% split (+s0-0: a LoRA on every block, no skipping)."]
     lines += ["", f"Picture `{doc.get('stem', 'demo_subjects')}.png`: per subject the rows above (the recipes' "
               f"training seed {min(doc['train_seeds'])}), noise seed 0, then a fresh photo; columns the eval "
               "backgrounds."]

@@ -697,7 +697,9 @@ def test_demo_subjects_counts_a_run_as_shown_only_with_3_of_4_prompts_at_noise_s
     assert parse_recipe("200x4e-3+r16+p10+logit+g4+dynamic") == Recipe(200, 4e-3, dynamic_patches=True, rank=16,
                                                                        photos=10, t_sampling="logit_normal",
                                                                        guidance=4.0)
-    for bad in ("200", "0x1e-3", "200x-1", "ax1", "200x4e-3+fixed", "200x4e-3+r0", "200x4e-3+p", "200x4e-3+g-1"):
+    assert parse_recipe("200x4e-3+s5-1").split == (5, 1) and parse_recipe("200x4e-3+s0-0").split == (0, 0)
+    for bad in ("200", "0x1e-3", "200x-1", "ax1", "200x4e-3+fixed", "200x4e-3+r0", "200x4e-3+p", "200x4e-3+g-1",
+                "200x4e-3+s5", "200x4e-3+s5-1-0"):
         with pytest.raises(argparse.ArgumentTypeError):
             recipe_arg(bad)
 
