@@ -196,7 +196,8 @@ def summarize(runs: list[dict]) -> list[dict]:
     rows = []
     for subject in dict.fromkeys(r["subject"] for r in runs):
         for recipe in dict.fromkeys(r["recipe"] for r in runs):
-            mine = [r for r in runs if r["subject"] == subject and r["recipe"] == recipe]
+            mine = sorted((r for r in runs if r["subject"] == subject and r["recipe"] == recipe),
+                          key=lambda r: -1 if r["train_seed"] is None else r["train_seed"])   # runs finish in any order
             if not mine:
                 continue
             shown = sum(r["demo_seed_recognised"] >= RECOGNISED_PROMPTS_SHOWN for r in mine)
