@@ -212,6 +212,30 @@ def summarize(runs: list[dict]) -> list[dict]:
     return rows
 
 
+def paired(a: list[dict], b: list[dict]) -> dict:
+    """Recipe b - recipe a over the runs both have (subject x training seed): recognised and similarity per run,
+    mean +- 95% Student-t CI over those pairs; refuses recipes with no run in common."""
+    key = {(r["subject"], r["train_seed"]): r for r in a}
+    pairs = [(key[(r["subject"], r["train_seed"])], r) for r in b if (r["subject"], r["train_seed"]) in key]
+    if not pairs:
+        raise SystemExit("demo_subjects --paired: the two recipes have no run (subject x training seed) in common")
+    return {"runs": len(pairs), **{m: mean_ci([y[m] - x[m] for x, y in pairs]) for m in ("recognised", "similarity")},
+            "shown": [sum(r["demo_seed_recognised"] >= RECOGNISED_PROMPTS_SHOWN for r in side)
+                      for side in zip(*pairs)]}
+
+
+def paired_runs(arg: str, out: Path) -> tuple[str, list[dict]]:
+    """"demo_subjects:200x4e-3" -> the runs of that recipe in <out>/demo_subjects.json."""
+    stem, _, recipe = arg.partition(":")
+    path = out / f"{stem}.json"
+    if not path.is_file() or not recipe:
+        raise SystemExit(f"demo_subjects --paired: {arg!r}: expected STEM:RECIPE with <out>/STEM.json a result")
+    runs = [r for r in json.loads(path.read_text())["runs"] if r["recipe"] == recipe]
+    if not runs:
+        raise SystemExit(f"demo_subjects --paired: no {recipe} run in {path}")
+    return arg, runs
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--subjects", nargs="+", default=list(SUBJECTS), choices=sorted(SUBJECTS))
@@ -228,9 +252,22 @@ def main() -> int:
     ap.add_argument("--stem", default="demo_subjects", help="result files <out>/<stem>.{json,md,png}")
     ap.add_argument("--rescore", action="store_true",
                     help="score <out>/<stem>.json's runs again from their saved images (no training)")
+    ap.add_argument("--paired", nargs=2, metavar="STEM:RECIPE",
+                    help="no training: recipe B - recipe A over their common runs, from two saved results, e.g. "
+                         "demo_subjects:200x4e-3 demo_subjects_unskipped:200x4e-3+s0-0 (writes <out>/<stem>.json, by default "
+                         "demo_subjects_paired.json)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     args = ap.parse_args()
     out = Path(args.out)
+    if args.paired:
+        (name_a, a), (name_b, b) = (paired_runs(x, out) for x in args.paired)
+        stem = "demo_subjects_paired" if args.stem == "demo_subjects" else args.stem
+        if stem in (x.partition(":")[0] for x in args.paired):
+            ap.error(f"--paired: --stem {stem} would overwrite an input")
+        doc = {"run": provenance(), "a": name_a, "b": name_b, **paired(a, b)}
+        (out / f"{stem}.json").write_text(json.dumps(doc, indent=1))
+        print(json.dumps(doc, indent=1))
+        return 0
     if args.rescore:
         if not (out / f"{args.stem}.json").is_file():
             ap.error(f"--rescore: no {out / args.stem}.json (a result of this script) to score again")

@@ -705,6 +705,24 @@ def test_demo_subjects_counts_a_run_as_shown_only_with_3_of_4_prompts_at_noise_s
             recipe_arg(bad)
 
 
+def test_demo_subjects_pairs_two_recipes_by_subject_and_training_seed():
+    """benchmarks/demo_subjects.py paired: b - a over the runs both recipes have (subject x training seed), whatever
+    their order; a run only one side has is left out; no common run is refused."""
+    from benchmarks.demo_subjects import paired
+
+    def run(subject, seed, recognised, seed0):
+        return {"subject": subject, "train_seed": seed, "recognised": recognised, "similarity": 0.5,
+                "demo_seed_recognised": seed0}
+    a = [run("teal_star", 0, 0.25, 1), run("teal_star", 1, 0.0, 0), run("pink_heart", 0, 0.5, 3)]
+    b = [run("pink_heart", 0, 0.75, 4), run("teal_star", 1, 0.5, 3), run("teal_star", 0, 0.75, 2),
+         run("teal_star", 2, 1.0, 4)]
+    d = paired(a, b)
+    assert d["runs"] == 3 and d["recognised"]["mean"] == pytest.approx((0.25 + 0.5 + 0.5) / 3, abs=1e-4)
+    assert d["similarity"]["mean"] == 0.0 and d["shown"] == [1, 2]
+    with pytest.raises(SystemExit, match="no run"):
+        paired(a, [run("cyan_crescent", 0, 1.0, 4)])
+
+
 def test_projecting_a_study_onto_two_rows_lets_a_two_row_run_join_it():
     """study.project_units: a unit of every row, cut to full LoRA and BlockSkip 50%, carries the config key of a run
     with just those two (so add_units joins them), keeps the anchors and refuses a row the result lacks."""
