@@ -20,16 +20,15 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks._meta import provenance, provenance_md, write_result                    # noqa: E402
 from benchmarks.demo_subjects import eval_batch, load_images                             # noqa: E402
-from benchmarks.testbed.metrics import (COLOUR_TOLERANCE, MARKING_SHARE_OF_REFERENCES, foreground_mask,  # noqa: E402
-                                        marking_share, reference_marking_share, to_rgb255)
+from benchmarks.testbed.metrics import (COLOUR_TOLERANCE, MARKING_SHARE_OF_REFERENCES, marking_share,  # noqa: E402
+                                        object_interior, reference_marking_share, to_rgb255)
 from benchmarks.testbed.scenes import SUBJECTS, reference_images                         # noqa: E402
 
 
 def within_tolerance_share(image, marking) -> float:
     """The first version: the interior's share within COLOUR_TOLERANCE of the marking."""
-    from scipy.ndimage import binary_erosion
     rgb = to_rgb255(image)
-    inner = binary_erosion(foreground_mask(rgb), structure=np.ones((3, 3), bool), border_value=0)
+    inner = object_interior(rgb)
     if not inner.any():
         return 0.0
     return float((np.linalg.norm(rgb[inner] - np.asarray(marking, np.float32), axis=-1) <= COLOUR_TOLERANCE).mean())

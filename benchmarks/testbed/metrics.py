@@ -165,15 +165,21 @@ def background_match(image: torch.Tensor, colour_name: str) -> float:
     return float(nearest_palette_name(background_colour(to_rgb255(image))) == colour_name)
 
 
-def marking_share(image: torch.Tensor, marking: RGB, colour: RGB) -> float:
-    """The share of the object's interior (the foreground eroded by one pixel, 3x3) nearer the marking than the main
-    `colour` and within MARKING_TOLERANCE of it (0 without an interior)."""
+def object_interior(rgb: np.ndarray) -> np.ndarray:
+    """The object's interior: the foreground eroded by one pixel (3x3), so an edge's blend with the background is not
+    counted; empty where the foreground is under MIN_FG_FRACTION (no object)."""
     from scipy.ndimage import binary_erosion
-    rgb = to_rgb255(image)
     mask = foreground_mask(rgb)
     if mask.mean() < MIN_FG_FRACTION:
-        return 0.0
-    inner = binary_erosion(mask, structure=np.ones((3, 3), bool), border_value=0)
+        return np.zeros_like(mask)
+    return binary_erosion(mask, structure=np.ones((3, 3), bool), border_value=0)
+
+
+def marking_share(image: torch.Tensor, marking: RGB, colour: RGB) -> float:
+    """The share of the object's interior (`object_interior`) nearer the marking than the main `colour` and within
+    MARKING_TOLERANCE of it (0 without an interior)."""
+    rgb = to_rgb255(image)
+    inner = object_interior(rgb)
     if not inner.any():
         return 0.0
     to_marking = np.linalg.norm(rgb[inner] - np.asarray(marking, np.float32), axis=-1)
