@@ -45,7 +45,7 @@ from benchmarks.testbed.instrument import fresh_photos                          
 from benchmarks.testbed.metrics import SubjectEmbedder, mean_ci, score_images, subject_similarity  # noqa: E402
 from benchmarks.testbed.scenes import (SUBJECTS, eval_prompts, reference_images, subject_prompt,  # noqa: E402
                                       write_reference_photos)
-from examples.demo import LR, RANK, compile_args                                            # noqa: E402
+from examples.demo import LR, PHOTOS, RANK, compile_args                                            # noqa: E402
 
 CAPTIONS = {"plain": False, "described": True}       # caption style -> scenes.subject_prompt(described=)
 GUIDANCES = (3.0, 6.0)
@@ -76,7 +76,7 @@ def split_name(text: str) -> str:
 
 
 def train_lora(subject, captions: str, steps: int, split: tuple[int, int] | None, work: Path,
-               lr: float = LR, seed: int = 0, dynamic_patches: bool = False, rank: int = RANK, photos: int = 5,
+               lr: float = LR, seed: int = 0, dynamic_patches: bool = False, rank: int = RANK, photos: int = PHOTOS,
                t_sampling: str = "uniform") -> tuple[Path, dict]:
     """The demo's compile + train on `photos` reference photos with `captions`-style captions (`seed`: the
     schedule's; the rest as `examples.demo.compile_args`); returns the LoRA file and the plan."""

@@ -47,7 +47,7 @@ from ditskip_edge.generate import grid                                          
 from ditskip_edge.images import to_uint8_image                                          # noqa: E402
 from benchmarks.testbed.metrics import mean_ci, score_images                             # noqa: E402
 from benchmarks.testbed.scenes import SUBJECTS, eval_prompts, reference_images, subject_prompt  # noqa: E402
-from examples.demo import GUIDANCE, LR, RANK, STEPS                                           # noqa: E402
+from examples.demo import GUIDANCE, LR, PHOTOS, RANK, STEPS                                           # noqa: E402
 
 DEMO_RECIPE = f"{STEPS}x{LR:g}"
 TEACHER = "teacher"                   # the instrument's teacher as a row: what a long LoRA on every block draws
@@ -62,7 +62,7 @@ class Recipe:
     lr: float
     dynamic_patches: bool = False       # +dynamic: the method's timestep-dependent crops, not the whole photos
     rank: int = RANK                    # +r16: the LoRA's rank
-    photos: int = 5                     # +p10: reference photos (beyond 5 they repeat the 5 backgrounds)
+    photos: int = PHOTOS                # +p10: reference photos (beyond 5 they repeat the 5 backgrounds)
     t_sampling: str = "uniform"         # +logit: logit-normal timesteps (SD3 / FLUX), not uniform
     guidance: float = GUIDANCE          # +g4: the pictures' classifier-free guidance
     split: tuple[int, int] | None = None    # +s5-1: skip 5 front / 1 back blocks instead of selecting a 50% split
@@ -192,6 +192,11 @@ def rescore(doc: dict, out: Path) -> list[dict]:
     return runs
 
 
+def runs_shown(runs: list[dict]) -> int:
+    """The runs whose noise seed 0 (`make demo`'s pictures) has >= RECOGNISED_PROMPTS_SHOWN prompts recognised."""
+    return sum(r["demo_seed_recognised"] >= RECOGNISED_PROMPTS_SHOWN for r in runs)
+
+
 def summarize(runs: list[dict]) -> list[dict]:
     rows = []
     for subject in dict.fromkeys(r["subject"] for r in runs):
@@ -200,14 +205,13 @@ def summarize(runs: list[dict]) -> list[dict]:
                           key=lambda r: -1 if r["train_seed"] is None else r["train_seed"])   # runs finish in any order
             if not mine:
                 continue
-            shown = sum(r["demo_seed_recognised"] >= RECOGNISED_PROMPTS_SHOWN for r in mine)
             rows.append({"subject": subject, "recipe": recipe or "base", "runs": len(mine),
                          "recognised": mean_ci([r["recognised"] for r in mine]),
                          "similarity": mean_ci([r["similarity"] for r in mine]),
                          "marking": mean_ci([r["marking"] for r in mine]),
                          "shape_colour_background": mean_ci([r["shape_colour_background"] for r in mine]),
                          "demo_seed_recognised": [r["demo_seed_recognised"] for r in mine],
-                         "runs_shown": shown,
+                         "runs_shown": runs_shown(mine),
                          "train_seconds_per_step": max(r["train_seconds_per_step"] for r in mine)})
     return rows
 
@@ -220,11 +224,10 @@ def paired(a: list[dict], b: list[dict]) -> dict:
     if not pairs:
         raise SystemExit("demo_subjects --paired: the two recipes have no run (subject x training seed) in common")
     return {"runs": len(pairs), **{m: mean_ci([y[m] - x[m] for x, y in pairs]) for m in ("recognised", "similarity")},
-            "shown": [sum(r["demo_seed_recognised"] >= RECOGNISED_PROMPTS_SHOWN for r in side)
-                      for side in zip(*pairs)]}
+            "shown": [runs_shown(side) for side in zip(*pairs)]}
 
 
-def paired_runs(arg: str, out: Path) -> tuple[str, list[dict]]:
+def paired_runs(arg: str, out: Path) -> list[dict]:
     """"demo_subjects:200x4e-3" -> the runs of that recipe in <out>/demo_subjects.json."""
     stem, _, recipe = arg.partition(":")
     path = out / f"{stem}.json"
@@ -233,7 +236,7 @@ def paired_runs(arg: str, out: Path) -> tuple[str, list[dict]]:
     runs = [r for r in json.loads(path.read_text())["runs"] if r["recipe"] == recipe]
     if not runs:
         raise SystemExit(f"demo_subjects --paired: no {recipe} run in {path}")
-    return arg, runs
+    return runs
 
 
 def main() -> int:
@@ -249,36 +252,39 @@ def main() -> int:
                     help="also draw each subject's instrument teacher (a rank-8 LoRA on every block, 800 steps, "
                          "merged; personalization_study.py's) from this folder, on its own plain prompts")
     ap.add_argument("--no-base", action="store_true", help="skip the base model's row")
-    ap.add_argument("--stem", default="demo_subjects", help="result files <out>/<stem>.{json,md,png}")
+    ap.add_argument("--stem", default=None,
+                    help="result files <out>/<stem>.{json,md,png} (default demo_subjects; demo_subjects_paired.json "
+                         "with --paired)")
     ap.add_argument("--rescore", action="store_true",
                     help="score <out>/<stem>.json's runs again from their saved images (no training)")
     ap.add_argument("--paired", nargs=2, metavar="STEM:RECIPE",
                     help="no training: recipe B - recipe A over their common runs, from two saved results, e.g. "
-                         "demo_subjects:200x4e-3 demo_subjects_unskipped:200x4e-3+s0-0 (writes <out>/<stem>.json, by default "
-                         "demo_subjects_paired.json)")
+                         "demo_subjects:200x4e-3 demo_subjects_unskipped:200x4e-3+s0-0 (writes <out>/<stem>.json, "
+                         "by default demo_subjects_paired.json)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     args = ap.parse_args()
     out = Path(args.out)
     if args.paired:
-        (name_a, a), (name_b, b) = (paired_runs(x, out) for x in args.paired)
-        stem = "demo_subjects_paired" if args.stem == "demo_subjects" else args.stem
-        if stem in (x.partition(":")[0] for x in args.paired):
-            ap.error(f"--paired: --stem {stem} would overwrite an input")
-        doc = {"run": provenance(), "a": name_a, "b": name_b, **paired(a, b)}
-        (out / f"{stem}.json").write_text(json.dumps(doc, indent=1))
+        paired_stem = args.stem or "demo_subjects_paired"
+        if paired_stem in (x.partition(":")[0] for x in args.paired):
+            ap.error(f"--paired: --stem {paired_stem} would overwrite an input")
+        a, b = (paired_runs(x, out) for x in args.paired)
+        doc = {"run": provenance(), "a": args.paired[0], "b": args.paired[1], **paired(a, b)}
+        (out / f"{paired_stem}.json").write_text(json.dumps(doc, indent=1))
         print(json.dumps(doc, indent=1))
         return 0
+    stem = args.stem or "demo_subjects"
     if args.rescore:
-        if not (out / f"{args.stem}.json").is_file():
-            ap.error(f"--rescore: no {out / args.stem}.json (a result of this script) to score again")
-        doc = json.loads((out / f"{args.stem}.json").read_text())
+        if not (out / f"{stem}.json").is_file():
+            ap.error(f"--rescore: no {out / stem}.json (a result of this script) to score again")
+        doc = json.loads((out / f"{stem}.json").read_text())
         runs = rescore(doc, out)
         doc.update(rows=summarize(runs), runs=[{k: v for k, v in r.items() if k != "picture"} for r in runs],
                    rescored=provenance())
-        print(write_result(doc, out / args.stem, markdown))
-        picture(runs, list(dict.fromkeys(r["recipe"] for r in runs if r["recipe"])), out / f"{args.stem}.png")
+        print(write_result(doc, out / stem, markdown))
+        picture(runs, list(dict.fromkeys(r["recipe"] for r in runs if r["recipe"])), out / f"{stem}.png")
         return 0
-    images_dir = str(out / f"{args.stem}_images")
+    images_dir = str(out / f"{stem}_images")
     tasks = [] if args.no_base else [{"subject": s, "recipe": None, "train_seed": None,
                                       "noise_seeds": args.noise_seeds} for s in args.subjects]
     if args.teacher_dir:
@@ -298,11 +304,11 @@ def main() -> int:
             print(json.dumps({k: v for k, v in run.items() if k not in ("picture", "per_image_recognised", "images_dir")}),
                   f"({len(runs)}/{len(tasks)}, {time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
     out.mkdir(parents=True, exist_ok=True)
-    doc = {"run": provenance(), "stem": args.stem, "guidance": GUIDANCE, "noise_seeds": args.noise_seeds,
+    doc = {"run": provenance(), "stem": stem, "guidance": GUIDANCE, "noise_seeds": args.noise_seeds,
            "train_seeds": args.train_seeds, "rows": summarize(runs),
            "runs": [{k: v for k, v in r.items() if k not in ("picture", "images_dir")} for r in runs]}
-    print(write_result(doc, out / args.stem, markdown))
-    picture(runs, [TEACHER] * bool(args.teacher_dir) + args.recipes, out / f"{args.stem}.png")
+    print(write_result(doc, out / stem, markdown))
+    picture(runs, [TEACHER] * bool(args.teacher_dir) + args.recipes, out / f"{stem}.png")
     return 0
 
 
@@ -356,11 +362,11 @@ def markdown(doc: dict) -> str:
                   "own plain prompts (\"a large sks <shape> in the center, on a <colour> background\"): what a long "
                   "fine-tune draws on this model."]
     if any("+" in r["recipe"] for r in doc["rows"]):
-        lines += ["", "Recipe options (`Recipe`): +r<n> the LoRA's rank (the demo's: 8), +p<n> reference photos (the "
-                  "demo's: 5; beyond 5 they repeat the 5 backgrounds at other sizes and places), +logit logit-normal "
-                  "training timesteps (the demo's: uniform), +g<x> the pictures' guidance, +dynamic the method's "
-                  "timestep-dependent crops instead of the whole photos, +s<f>-<b> skip f front / b back blocks instead of "
-                  "selecting a 50% split (+s0-0: a LoRA on every block, no skipping)."]
+        lines += ["", f"Recipe options (`Recipe`): +r<n> the LoRA's rank (the demo's: {RANK}), +p<n> reference "
+                  f"photos (the demo's: {PHOTOS}; beyond 5 they repeat the 5 backgrounds at other sizes and places), "
+                  "+logit logit-normal training timesteps (the demo's: uniform), +g<x> the pictures' guidance, "
+                  "+dynamic the method's timestep-dependent crops instead of the whole photos, +s<f>-<b> skip f front "
+                  "/ b back blocks instead of selecting a 50% split (+s0-0: a LoRA on every block, no skipping)."]
     lines += ["", f"Picture `{doc.get('stem', 'demo_subjects')}.png`: per subject the rows above (the recipes' "
               f"training seed {min(doc['train_seeds'])}), noise seed 0, then a fresh photo; columns the eval "
               "backgrounds."]

@@ -54,6 +54,7 @@ GUIDANCE = 6.0                     # classifier-free guidance of the pictures (d
 LR = 4e-3                          # the LoRA's learning rate: twice the best of 1e-3 / 2e-3 / 5e-3 at 400 steps on the
                                    # testbed's current weights (benchmarks/results/demo_recipe.md), for half the steps
 RANK = 8                           # the LoRA's rank
+PHOTOS = 5                         # reference photos of the subject (on 5 backgrounds, none of the eval ones)
 TRAIN = ["--grad-accum", "4", "--lora-targets", "all-linear", "--no-dynamic-patches"]
 
 
@@ -98,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
 
     shutil.rmtree(OUT, ignore_errors=True)       # replaced each run: no picture of an earlier run stays behind
     photos = OUT / "photos"
-    refs = write_reference_photos(subject, photos, 5, captions=True, described=True)
+    refs = write_reference_photos(subject, photos, PHOTOS, captions=True, described=True)
     bundle = OUT / "bundle"
     if cli_main(compile_args(subject_prompt(subject, described=True), photos, bundle, steps=args.steps)) != 0:
         return 1
