@@ -388,13 +388,36 @@ def entry_bytes_for(codec: str, shapes: dict) -> int:
     return entry_layout(CacheCodec.parse(codec), {k: tuple(v) for k, v in shapes.items()})[1]
 
 
+def model_stage_input(tmp: Path, root: Path, seed: int, sizes=((24, 28), (26, 24)), events: Path | None = None):
+    """SubjectCheck.kt model's input for the model bundle at `root`: stand-in photos of these (h, w) sizes (uniform
+    in [-1, 1], as raw little-endian f32 files), their names and SHA-256 stand-ins, and where the stand-in programs'
+    load / release events go. Returns (spec path, photos, names, shas)."""
+    r = np.random.default_rng(seed)
+    photos = [r.uniform(-1, 1, size=(3, h, w)).astype(F32) for h, w in sizes]
+    names = [f"photo{i}.jpg" for i in range(len(photos))]
+    shas = [hashlib.sha256(str(i).encode()).hexdigest() for i in range(len(photos))]
+    listed = []
+    for i, p in enumerate(photos):
+        (tmp / f"p{i}.f32").write_bytes(p.astype("<f4").tobytes())
+        listed.append([names[i], shas[i], p.shape[1], p.shape[2], str(tmp / f"p{i}.f32")])
+    spec = tmp / "model.json"
+    spec.write_text(json.dumps({"bundle": str(root), "photos": listed, **({"events": str(events)} if events else {})}))
+    return spec, photos, names, shas
+
+
+def stage_run(digest: str, names: list[str], shas: list[str]) -> dict:
+    """subject.py run_identity of a model bundle (its manifest digest) with these photos, prompt "p", stored mode."""
+    from ditskip_edge.runtime.subject import run_identity
+    return run_identity(SimpleNamespace(manifest_sha256=digest),
+                        [SimpleNamespace(name=n, sha256=h) for n, h in zip(names, shas)], "p", "stored")
+
+
 def test_the_kotlin_model_bundle_reader_runs_the_stage_of_subject_py(jar, tmp_path, monkeypatch):
     """ModelBundle.writeCache on a model bundle folder (stand-in programs) = subject.py write_cache with that bundle's
     fields and run identity: the manifest's schedule, plan, codec, entry shapes, prompt conditioning and digest."""
     from safetensors.numpy import save_file
 
     from ditskip_edge.runtime.bundle import CACHE_DIR, _read_manifest
-    from ditskip_edge.runtime.subject import run_identity
     root = tmp_path / "model"
     root.mkdir()
     r = np.random.default_rng(9)
@@ -412,18 +435,9 @@ def test_the_kotlin_model_bundle_reader_runs_the_stage_of_subject_py(jar, tmp_pa
               "programs": standin_programs(shapes, codec, 4)}
     digest = write_manifest(root, fields)
     assert _read_manifest(root, verify=False)[1] == digest
-    photos = [r.uniform(-1, 1, size=(3, h, w)).astype(F32) for h, w in ((16, 20), (18, 16))]
-    names, shas = ["one.jpg", "two.jpg"], [hashlib.sha256(str(i).encode()).hexdigest() for i in range(2)]
-    run = run_identity(SimpleNamespace(manifest_sha256=digest),
-                       [SimpleNamespace(name=n, sha256=h) for n, h in zip(names, shas)], "p", "stored")
+    spec, photos, names, shas = model_stage_input(tmp_path, root, 10, sizes=((16, 20), (18, 16)))
     python_stage(monkeypatch, tmp_path / "py", (4, 1, 2), codec, shapes, sched, photos, names, cond, model, 64 << 20,
-                 run=run)
-    spec_photos = []
-    for i, p in enumerate(photos):
-        (tmp_path / f"p{i}.f32").write_bytes(p.astype("<f4").tobytes())
-        spec_photos.append([names[i], shas[i], p.shape[1], p.shape[2], str(tmp_path / f"p{i}.f32")])
-    spec = tmp_path / "model.json"
-    spec.write_text(json.dumps({"bundle": str(root), "photos": spec_photos}))
+                 run=stage_run(digest, names, shas))
     assert kotlin(jar, "model", spec, tmp_path / "kt", 1).stdout.split() == ["resumed", "0", "computed", "1"]
     assert kotlin(jar, "model", spec, tmp_path / "kt").stdout.split() == ["resumed", "1", "computed", "3"]
     assert_same_cache(tmp_path / "py" / CACHE_DIR, tmp_path / "kt" / CACHE_DIR)
@@ -1051,25 +1065,14 @@ def test_the_kotlin_stage_runs_a_tiled_encode_as_subject_py(jar, tmp_path, monke
     order, and released before the next shape and before embed runs (one program loaded at a time); the tiled x0 is
     not the untiled stand-in's (tiling really happened)."""
     from ditskip_edge.runtime.bundle import CACHE_DIR
-    from ditskip_edge.runtime.subject import run_identity
     from ditskip_edge.runtime.tiling import tile_key, tile_shapes
     root = tmp_path / "model"
     fields, tiling, shapes, sched, codec, cond = tiled_model_bundle(root)
     digest = write_manifest(root, fields)
-    r = np.random.default_rng(23)
-    photos = [r.uniform(-1, 1, size=(3, h, w)).astype(F32) for h, w in ((24, 28), (26, 24))]
-    names, shas = ["one.jpg", "two.jpg"], [hashlib.sha256(str(i).encode()).hexdigest() for i in range(2)]
-    run = run_identity(SimpleNamespace(manifest_sha256=digest),
-                       [SimpleNamespace(name=n, sha256=h) for n, h in zip(names, shas)], "p", "stored")
-    python_stage(monkeypatch, tmp_path / "py", (4, 1, 2), codec, shapes, sched, photos, names, cond,
-                 fields["model"], 64 << 20, run=run, tiling=tiling)
-    spec_photos = []
-    for i, p in enumerate(photos):
-        (tmp_path / f"p{i}.f32").write_bytes(p.astype("<f4").tobytes())
-        spec_photos.append([names[i], shas[i], p.shape[1], p.shape[2], str(tmp_path / f"p{i}.f32")])
-    spec = tmp_path / "model.json"
     events = tmp_path / "events.txt"
-    spec.write_text(json.dumps({"bundle": str(root), "photos": spec_photos, "events": str(events)}))
+    spec, photos, names, shas = model_stage_input(tmp_path, root, 23, events=events)
+    python_stage(monkeypatch, tmp_path / "py", (4, 1, 2), codec, shapes, sched, photos, names, cond,
+                 fields["model"], 64 << 20, run=stage_run(digest, names, shas), tiling=tiling)
     assert kotlin(jar, "model", spec, tmp_path / "kt", 1).stdout.split() == ["resumed", "0", "computed", "1"]
     assert kotlin(jar, "model", spec, tmp_path / "kt").stdout.split() == ["resumed", "1", "computed", "3"]
     assert_same_cache(tmp_path / "py" / CACHE_DIR, tmp_path / "kt" / CACHE_DIR)
@@ -1096,25 +1099,15 @@ def test_a_tiled_model_bundle_missing_a_tile_program_is_refused_in_one_line(jar,
     write_manifest(root, fields)
     with pytest.raises(BundleError) as py_err:                                  # the Python runtime's refusal
         subject_programs(Bundle.open(root))
-    r = np.random.default_rng(1)
-    spec_photos = []
-    for i, (h, w) in enumerate(((24, 28), (26, 24))):
-        (tmp_path / f"p{i}.f32").write_bytes(r.uniform(-1, 1, size=(3, h, w)).astype("<f4").tobytes())
-        spec_photos.append([f"{i}.jpg", "0" * 64, h, w, str(tmp_path / f"p{i}.f32")])
-    spec = tmp_path / "model.json"
-    spec.write_text(json.dumps({"bundle": str(root), "photos": spec_photos}))
-    res = kotlin(jar, "model", spec, tmp_path / "kt", ok=False)
-    assert res.returncode != 0 and not (tmp_path / "kt").exists()
-    line = next(ln for ln in res.stderr.splitlines() if "IllegalArgumentException" in ln)
-    msg = line.split("IllegalArgumentException: ", 1)[1]
+    msg = kotlin_refusal(jar, tmp_path, root)
     assert msg == str(py_err.value), (msg, str(py_err.value))
-    assert "no encode.8x4 program" in msg and "\n" not in msg
+    assert "no encode.8x4 program" in msg
     fields, tiling, *_ = tiled_model_bundle(tmp_path / "model2")
     fields["encode_tiling"] = {**tiling, "tile_px": 12, "stride_px": 8}         # tiles of another size
     write_manifest(tmp_path / "model2", fields)
-    spec.write_text(json.dumps({"bundle": str(tmp_path / "model2"), "photos": spec_photos}))
-    res = kotlin(jar, "model", spec, tmp_path / "kt", ok=False)
-    assert res.returncode != 0 and "encode_tiling lists tiles" in res.stderr and "every 8 px" in res.stderr
+    (tmp_path / "second").mkdir()
+    msg = kotlin_refusal(jar, tmp_path / "second", tmp_path / "model2")
+    assert "encode_tiling lists tiles" in msg and "every 8 px" in msg
 
 
 def test_kotlin_shape_batched_encode_is_tiling_py_s(jar, tmp_path):
@@ -1169,25 +1162,15 @@ def test_the_kotlin_stage_runs_a_staged_encode_as_subject_py(jar, tmp_path, monk
     tile shape, per stage the stage program is loaded once and released before the next one loads (one encode
     program at a time), and released before embed runs; the staged x0 is not the unstaged stand-in's."""
     from ditskip_edge.runtime.bundle import CACHE_DIR, Bundle
-    from ditskip_edge.runtime.subject import check_programs, run_identity
+    from ditskip_edge.runtime.subject import check_programs
     root = tmp_path / "model"
     fields, tiling, shapes, sched, codec, cond = tiled_model_bundle(root, stages=3, tiled=tiled)
     digest = write_manifest(root, fields)
     check_programs(Bundle.open(root))                                          # the Python runtime takes it
-    r = np.random.default_rng(29)
-    photos = [r.uniform(-1, 1, size=(3, h, w)).astype(F32) for h, w in ((24, 28), (26, 24))]
-    names, shas = ["one.jpg", "two.jpg"], [hashlib.sha256(str(i).encode()).hexdigest() for i in range(2)]
-    run = run_identity(SimpleNamespace(manifest_sha256=digest),
-                       [SimpleNamespace(name=n, sha256=h) for n, h in zip(names, shas)], "p", "stored")
-    python_stage(monkeypatch, tmp_path / "py", (4, 1, 2), codec, shapes, sched, photos, names, cond,
-                 fields["model"], 64 << 20, run=run, tiling=tiling)
-    spec_photos = []
-    for i, p in enumerate(photos):
-        (tmp_path / f"p{i}.f32").write_bytes(p.astype("<f4").tobytes())
-        spec_photos.append([names[i], shas[i], p.shape[1], p.shape[2], str(tmp_path / f"p{i}.f32")])
-    spec = tmp_path / "model.json"
     events = tmp_path / "events.txt"
-    spec.write_text(json.dumps({"bundle": str(root), "photos": spec_photos, "events": str(events)}))
+    spec, photos, names, shas = model_stage_input(tmp_path, root, 29, events=events)
+    python_stage(monkeypatch, tmp_path / "py", (4, 1, 2), codec, shapes, sched, photos, names, cond,
+                 fields["model"], 64 << 20, run=stage_run(digest, names, shas), tiling=tiling)
     assert kotlin(jar, "model", spec, tmp_path / "kt", 1).stdout.split() == ["resumed", "0", "computed", "1"]
     assert events.read_text().splitlines() == staged_events(tiled, 3)
     assert kotlin(jar, "model", spec, tmp_path / "kt").stdout.split() == ["resumed", "1", "computed", "3"]
@@ -1202,14 +1185,9 @@ def test_the_kotlin_stage_runs_a_staged_encode_as_subject_py(jar, tmp_path, monk
 
 
 def kotlin_refusal(jar: Path, tmp: Path, root: Path) -> str:
-    """ModelBundle.writeCache's refusal of the model bundle at `root` (SubjectCheck.kt model): its one line."""
-    r = np.random.default_rng(1)
-    spec_photos = []
-    for i, (h, w) in enumerate(((24, 28), (26, 24))):
-        (tmp / f"p{i}.f32").write_bytes(r.uniform(-1, 1, size=(3, h, w)).astype("<f4").tobytes())
-        spec_photos.append([f"{i}.jpg", "0" * 64, h, w, str(tmp / f"p{i}.f32")])
-    spec = tmp / "model.json"
-    spec.write_text(json.dumps({"bundle": str(root), "photos": spec_photos}))
+    """ModelBundle.writeCache's refusal of the model bundle at `root` (SubjectCheck.kt model), before any work: its
+    one line."""
+    spec, *_ = model_stage_input(tmp, root, 1)
     res = kotlin(jar, "model", spec, tmp / "kt", ok=False)
     assert res.returncode != 0 and not (tmp / "kt").exists()
     line = next(ln for ln in res.stderr.splitlines() if "IllegalArgumentException" in ln)
