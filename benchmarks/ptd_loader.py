@@ -43,40 +43,12 @@ MIB = 2**20
 def export_wide_step(out_dir, heads: int = 6, precision: str = "int8") -> tuple[Path, Path, list[np.ndarray]]:
     """One FLUX double block (heads x 64 wide), LoRA rank 4 with random B, frozen weights quantized to `precision`,
     exported as the project exports a train step with external weights. Returns (.pte, .ptd, inputs)."""
-    import torch
-    from diffusers import FluxTransformer2DModel
-
-    from ditskip_edge.cache.codecs import decoder_for
-    from ditskip_edge.lora import LoraSpec, add_lora
-    from ditskip_edge.models.views import make_view
-    from ditskip_edge.plan import SkipPlan
-    from ditskip_edge.quantize import QuantSpec, quantize_frozen_layers
-    from ditskip_edge.skip_model import SkipModel
-    from ditskip_edge.training_step import TrainingStep
+    sys.path.insert(0, str(ROOT / "tests"))
+    from conftest import flux_step_module
+    from ditskip_edge.quantize import QuantSpec
     from export.executorch_program import ExportConfig, export_training_program
-    from export.step_module import FlatTrainingStep, StepModule, flatten_step_inputs, program_lora_keys
-    torch.manual_seed(0)
-    tr = FluxTransformer2DModel(patch_size=1, in_channels=16, num_layers=1, num_single_layers=0,
-                                attention_head_dim=64, num_attention_heads=heads, joint_attention_dim=32,
-                                pooled_projection_dim=32, guidance_embeds=False, axes_dims_rope=[8, 28, 28]).eval()
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for p in tr.parameters():
-            if p.abs().sum() == 0:
-                p.normal_(0, 0.02, generator=g)
-    add_lora(tr, "flux", ["transformer_blocks.0"], LoraSpec(rank=4, alpha=4.0))
-    with torch.no_grad():
-        for n, p in tr.named_parameters():
-            if "lora_B" in n:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.05)
-    skip = SkipModel(make_view("flux", tr, [0]), SkipPlan(1, 0, 0))
-    n_q = quantize_frozen_layers(skip.view, QuantSpec(precision))
-    g = torch.Generator().manual_seed(1)
-    x0, noise = torch.randn(1, 4, 8, 8, generator=g), torch.randn(1, 4, 8, 8, generator=g)
-    cond = {"txt": torch.randn(1, 4, 32, generator=g), "pooled": torch.randn(1, 32, generator=g)}
-    names, example = flatten_step_inputs(x0, noise, torch.tensor([0.6]), cond, {})
-    flat = FlatTrainingStep(TrainingStep(skip, decoder_for("fp32", {})), names)
-    step = StepModule(flat, names, example, program_lora_keys(flat, tr), tr, n_q)
+    step = flux_step_module(precision, heads=heads, head_dim=64)
+    example = step.example
     prog = export_training_program(step, ExportConfig(quant=QuantSpec(precision), external_weights=True,
                                                       trace_need=False))
     pte, ptd = prog.write(Path(out_dir) / "train_step.pte")

@@ -35,7 +35,49 @@ def tiny_dc_ae():
     return AutoencoderDC.from_config(cfg).eval()
 
 
-def compile_tiny(out: Path, model: str = "flux-tiny", n_front: int = 1, n_back: int = 2, steps: int = 6,
+def flux_step_module(precision: str, heads: int, head_dim: int, single_layers: int = 0, rope=(8, 28, 28)):
+    """The export tests' training step (export.step_module.StepModule): FLUX with one double block (+ single_layers
+    single blocks) of heads x head_dim width, no skip, LoRA rank 4 on every block with random B (a zero B makes every
+    lora_A gradient zero), frozen weights quantized to `precision`, the inputs of one sample at t = 0.6. Seeded: the
+    same module on every call. rope: the rotary axes' dims (they sum to head_dim)."""
+    import torch
+    from diffusers import FluxTransformer2DModel
+
+    from ditskip_edge.cache.codecs import decoder_for
+    from ditskip_edge.lora import LoraSpec, add_lora
+    from ditskip_edge.models.views import make_view
+    from ditskip_edge.plan import SkipPlan
+    from ditskip_edge.quantize import QuantSpec, quantize_frozen_layers
+    from ditskip_edge.skip_model import SkipModel
+    from ditskip_edge.training_step import TrainingStep
+    from export.step_module import FlatTrainingStep, StepModule, flatten_step_inputs, program_lora_keys
+    g = torch.Generator().manual_seed(0)
+    torch.manual_seed(0)
+    tr = FluxTransformer2DModel(patch_size=1, in_channels=16, num_layers=1, num_single_layers=single_layers,
+                                attention_head_dim=head_dim, num_attention_heads=heads, joint_attention_dim=32,
+                                pooled_projection_dim=32, guidance_embeds=False, axes_dims_rope=list(rope)).eval()
+    with torch.no_grad():
+        for p in tr.parameters():
+            if p.abs().sum() == 0:
+                p.normal_(0, 0.02, generator=g)
+    blocks = ["transformer_blocks.0"] + [f"single_transformer_blocks.{i}" for i in range(single_layers)]
+    add_lora(tr, "flux", blocks, LoraSpec(rank=4, alpha=4.0))
+    with torch.no_grad():
+        for n, p in tr.named_parameters():
+            if "lora_B" in n:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.05)
+    skip = SkipModel(make_view("flux", tr, list(range(len(blocks)))), SkipPlan(len(blocks), 0, 0))
+    n_q = quantize_frozen_layers(skip.view, QuantSpec(precision))
+    g = torch.Generator().manual_seed(1)
+    x0, noise = torch.randn(1, 4, 8, 8, generator=g), torch.randn(1, 4, 8, 8, generator=g)
+    cond = {"txt": torch.randn(1, 4, 32, generator=g), "pooled": torch.randn(1, 32, generator=g)}
+    names, example = flatten_step_inputs(x0, noise, torch.tensor([0.6]), cond, {})
+    flat = FlatTrainingStep(TrainingStep(skip, decoder_for("fp32", {})), names)
+    return StepModule(flat, names, example, program_lora_keys(flat, tr), tr, n_q)
+
+
+def compile_tiny(
+out: Path, model: str = "flux-tiny", n_front: int = 1, n_back: int = 2, steps: int = 6,
                  grad_accum: int = 1, **kw) -> Path:
     """A tiny bundle through the compiler's API. kw: CompileRequest fields (programs=[ExecutorchPrograms(...)],
     cache_codec, ...), and seed / images / prompt (images=None: a model bundle)."""

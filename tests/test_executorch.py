@@ -269,34 +269,8 @@ def test_bundle_that_does_not_match_its_manifest_is_refused(et_bundle, tmp_path)
 
 def _wide_flux_step(precision: str):
     """One FLUX double block at width 512 (8 heads x 64), no skip: enough weight mass for the size ratios."""
-    from diffusers import FluxTransformer2DModel
-
-    from ditskip_edge.lora import LoraSpec, add_lora
-    from ditskip_edge.plan import SkipPlan
-    from ditskip_edge.cache.codecs import decoder_for
-    from ditskip_edge.quantize import QuantSpec, quantize_frozen_layers
-    from ditskip_edge.models.views import make_view
-    from ditskip_edge.skip_model import SkipModel
-    from ditskip_edge.training_step import TrainingStep
-    from export.step_module import FlatTrainingStep, StepModule, flatten_step_inputs, program_lora_keys
-    torch.manual_seed(0)
-    tr = FluxTransformer2DModel(patch_size=1, in_channels=16, num_layers=1, num_single_layers=0,
-                                attention_head_dim=64, num_attention_heads=8, joint_attention_dim=32,
-                                pooled_projection_dim=32, guidance_embeds=False, axes_dims_rope=[8, 28, 28]).eval()
-    with torch.no_grad():
-        for p in tr.parameters():
-            if p.abs().sum() == 0:
-                p.normal_(0, 0.02)
-    add_lora(tr, "flux", ["transformer_blocks.0"], LoraSpec(rank=4, alpha=4.0))
-    _randomize_lora_b(tr)
-    skip = SkipModel(make_view("flux", tr, [0]), SkipPlan(1, 0, 0))
-    n_q = quantize_frozen_layers(skip.view, QuantSpec(precision))
-    g = torch.Generator().manual_seed(1)
-    x0, noise = torch.randn(1, 4, 8, 8, generator=g), torch.randn(1, 4, 8, 8, generator=g)
-    cond = {"txt": torch.randn(1, 4, 32, generator=g), "pooled": torch.randn(1, 32, generator=g)}
-    names, example = flatten_step_inputs(x0, noise, torch.tensor([0.6]), cond, {})
-    flat = FlatTrainingStep(TrainingStep(skip, decoder_for("fp32", {})), names)
-    return StepModule(flat, names, example, program_lora_keys(flat, tr), tr, n_q)
+    from conftest import flux_step_module
+    return flux_step_module(precision, heads=8, head_dim=64)
 
 
 @pytest.fixture(scope="module")

@@ -29,40 +29,10 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def _two_block_flux_step():
-    """FLUX, one double + one single block at width 32, int8 frozen weights, LoRA rank 4 with random B (a zero B
-    makes every lora_A gradient zero), no skip: the smallest step with a block boundary to rematerialize."""
-    from diffusers import FluxTransformer2DModel
-
-    from ditskip_edge.cache.codecs import decoder_for
-    from ditskip_edge.lora import LoraSpec, add_lora
-    from ditskip_edge.models.views import make_view
-    from ditskip_edge.plan import SkipPlan
-    from ditskip_edge.quantize import QuantSpec, quantize_frozen_layers
-    from ditskip_edge.skip_model import SkipModel
-    from ditskip_edge.training_step import TrainingStep
-    from export.step_module import FlatTrainingStep, StepModule, flatten_step_inputs, program_lora_keys
-    torch.manual_seed(0)
-    tr = FluxTransformer2DModel(patch_size=1, in_channels=16, num_layers=1, num_single_layers=1,
-                                attention_head_dim=16, num_attention_heads=2, joint_attention_dim=32,
-                                pooled_projection_dim=32, guidance_embeds=False, axes_dims_rope=[4, 6, 6]).eval()
-    with torch.no_grad():
-        for p in tr.parameters():
-            if p.abs().sum() == 0:
-                p.normal_(0, 0.02)
-    add_lora(tr, "flux", ["transformer_blocks.0", "single_transformer_blocks.0"], LoraSpec(rank=4, alpha=4.0))
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for n, p in tr.named_parameters():
-            if "lora_B" in n:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.05)
-    skip = SkipModel(make_view("flux", tr, [0, 1]), SkipPlan(2, 0, 0))
-    n_q = quantize_frozen_layers(skip.view, QuantSpec("int8"))
-    g = torch.Generator().manual_seed(1)
-    x0, noise = torch.randn(1, 4, 8, 8, generator=g), torch.randn(1, 4, 8, 8, generator=g)
-    cond = {"txt": torch.randn(1, 4, 32, generator=g), "pooled": torch.randn(1, 32, generator=g)}
-    names, example = flatten_step_inputs(x0, noise, torch.tensor([0.6]), cond, {})
-    flat = FlatTrainingStep(TrainingStep(skip, decoder_for("fp32", {})), names)
-    return StepModule(flat, names, example, program_lora_keys(flat, tr), tr, n_q)
+    """FLUX, one double + one single block at width 32, int8 frozen weights, LoRA rank 4 with random B, no skip: the
+    smallest step with a block boundary to rematerialize."""
+    from conftest import flux_step_module
+    return flux_step_module("int8", heads=2, head_dim=16, single_layers=1, rope=(4, 6, 6))
 
 
 def _run(prog, inputs, tmp_path=None):
