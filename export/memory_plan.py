@@ -121,17 +121,24 @@ def _origin(n) -> str:
     return str(getattr(n.target, "__name__", n.target))
 
 
-def peak_instruction(specs) -> int:
-    """The instruction index where the most planned bytes are alive."""
+def _live_bytes(specs):
+    """(instruction, planned bytes alive from it on) at each lifetime start or end, in instruction order (ends
+    before starts at one instruction)."""
     events = []
     for s in specs:
         events.append((s.lifetime[0], s.allocated_memory))
         events.append((s.lifetime[1] + 1, -s.allocated_memory))
     events.sort(key=lambda e: (e[0], e[1]))
-    live = peak = 0
-    at = 0
+    live = 0
     for t, d in events:
         live += d
+        yield t, live
+
+
+def peak_instruction(specs) -> int:
+    """The instruction index where the most planned bytes are alive."""
+    peak = at = 0
+    for t, live in _live_bytes(specs):
         if live > peak:
             peak, at = live, t
     return at
@@ -139,16 +146,7 @@ def peak_instruction(specs) -> int:
 
 def lower_bound(specs) -> int:
     """Most bytes alive at one node (sum of allocated sizes of the tensors whose lifetimes contain it)."""
-    events = []
-    for s in specs:
-        events.append((s.lifetime[0], s.allocated_memory))
-        events.append((s.lifetime[1] + 1, -s.allocated_memory))
-    events.sort(key=lambda e: (e[0], e[1]))
-    live = peak = 0
-    for _, d in events:
-        live += d
-        peak = max(peak, live)
-    return peak
+    return max((live for _, live in _live_bytes(specs)), default=0)
 
 
 def planning_pass(name: str = "best", alloc_graph_input: bool = True,
