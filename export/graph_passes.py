@@ -269,26 +269,27 @@ def recompute_frozen_in_backward(ep: ExportedProgram) -> int:
         if not bwd_users:
             continue
         copies: dict[Node, Node] = {}
-
-        def copy(x: Node) -> Node:
-            nonlocal n_copied
-            if x.op == "placeholder":
-                return x
-            if x not in copies:
-                args = torch.fx.node.map_arg(x.args, copy)
-                kwargs = torch.fx.node.map_arg(x.kwargs, copy)
-                new = g.call_function(x.target, args, kwargs)
-                new.meta = dict(x.meta)
-                copies[x] = new
-                n_copied += 1
-            return copies[x]
-
         with g.inserting_before(bwd_users[0]):
-            twin = copy(n)
+            twin = recompute_copier(g, copies, reuse=lambda x: x.op == "placeholder")(n)
+        n_copied += len(copies)
         for u in bwd_users:
             u.replace_input_with(n, twin)
     _finish(ep)
     return n_copied
+
+
+def recompute_copier(g: Graph, copies: dict[Node, Node], reuse):
+    """copy(x): a node computing x again, from copies of its inputs made the same way (memoized in `copies`,
+    inserted at g's insertion point), stopping at the nodes for which reuse(node) holds: those are read as they are."""
+    def copy(x):
+        if not isinstance(x, Node) or reuse(x):
+            return x
+        if x not in copies:
+            new = g.call_function(x.target, torch.fx.node.map_arg(x.args, copy), torch.fx.node.map_arg(x.kwargs, copy))
+            new.meta = dict(x.meta)
+            copies[x] = new
+        return copies[x]
+    return copy
 
 
 def tag_delegate_constants(ep: ExportedProgram, tag: str) -> int:

@@ -144,20 +144,10 @@ def rematerialize_blocks(ep: ExportedProgram, spec: RematSpec) -> dict:
             continue
         first = min((us[0] for us in bwd_read.values()), key=pos.get)
         copies: dict[Node, Node] = {}
-
-        def copy(x: Node) -> Node:
-            if not isinstance(x, Node) or x.op == "placeholder" or _is_mark(x):
-                return x
-            if x not in in_group and x not in const:
-                return x                       # kept from the forward: context, checkpoints, other groups
-            if x not in copies:
-                args = torch.fx.node.map_arg(x.args, copy)
-                kwargs = torch.fx.node.map_arg(x.kwargs, copy)
-                new = g.call_function(x.target, args, kwargs)
-                new.meta = dict(x.meta)
-                copies[x] = new
-            return copies[x]
-
+        # read as they are: inputs, checkpoints (marks) and what the forward keeps (context, other groups)
+        copy = graph_passes.recompute_copier(
+            g, copies, reuse=lambda x, in_group=in_group: x.op == "placeholder" or _is_mark(x)
+            or (x not in in_group and x not in const))
         with g.inserting_before(first):
             for n in ns:                       # forward order, so every copy's inputs are copied before it
                 if n in bwd_read:
