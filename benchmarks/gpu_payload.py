@@ -25,8 +25,11 @@ into pieces under --send with a record of every piece's and the whole file's SHA
 pieces put together and checked against that record before anything is written):
 
     python3 benchmarks/gpu_payload.py run --send "$OUT" -- --device cuda --workers 15 --batch 1024 --lr 2e-4 \
-        --captions 65536 --minutes 7 --echo 3 --object-weight 4 \
+        --minutes 7 --echo 3 --object-weight 4 \
         --init ditskip_edge/assets/flux-testbed/transformer.safetensors                        # there
+
+(--captions and --seed go before `--`: `run` checks the rebuilt encoder against that caption pool and passes them
+on to pretrain_testbed.py.)
     python benchmarks/gpu_payload.py receive FILES_AT --to /tmp/stage5/transformer.safetensors  # here
 """
 
