@@ -27,10 +27,10 @@ pieces put together and checked against that record before anything is written):
     python3 benchmarks/gpu_payload.py run --send "$OUT" -- --device cuda --workers 15 --batch 1024 --lr 2e-4 \
         --minutes 7 --echo 3 --object-weight 4 \
         --init ditskip_edge/assets/flux-testbed/transformer.safetensors                        # there
-
-(--captions and --seed go before `--`: `run` checks the rebuilt encoder against that caption pool and passes them
-on to pretrain_testbed.py.)
     python benchmarks/gpu_payload.py receive FILES_AT --to /tmp/stage5/transformer.safetensors  # here
+
+--captions and --seed go before `--`: `run` checks the rebuilt encoder against that caption pool and passes them on
+to pretrain_testbed.py. Its --work folder must be empty or absent (everything pretraining leaves there is sent).
 """
 
 from __future__ import annotations
@@ -201,14 +201,18 @@ def receive(pieces_dir: Path, to: Path, name: str | None = None) -> dict:
 
 def run(args, pretrain_args: list[str]) -> int:
     """There: unpack, pretrain (its log streams through), then send the weights and pretrain_log.json."""
-    unpack(Path(args.payload), args.captions, args.seed, Path(args.site), Path(args.minilm_dir))
     work = Path(args.work)
+    if work.exists() and any(work.iterdir()):
+        raise SystemExit(f"gpu_payload run: --work {work} is not empty (all it holds after pretraining is sent)")
+    unpack(Path(args.payload), args.captions, args.seed, Path(args.site), Path(args.minilm_dir))
     weights = work / "transformer.safetensors"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([args.site, str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    paths = [args.site, str(ROOT), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
     cmd = [sys.executable, str(ROOT / "benchmarks" / "pretrain_testbed.py"), "--captions", str(args.captions),
            "--seed", str(args.seed), *pretrain_args, "--out", str(weights)]
     print(" ".join(cmd), flush=True)
-    subprocess.run(cmd, check=True, env=env, cwd=ROOT)
+    if subprocess.run(cmd, env=env, cwd=ROOT).returncode != 0:
+        raise SystemExit("gpu_payload run: pretraining failed (its log above); nothing sent")
     send_dir = Path(args.send)
     for f in sorted(work.glob("*.safetensors")):
         send(f, send_dir)

@@ -76,8 +76,7 @@ def flux_step_module(precision: str, heads: int, head_dim: int, single_layers: i
     return StepModule(flat, names, example, program_lora_keys(flat, tr), tr, n_q)
 
 
-def compile_tiny(
-out: Path, model: str = "flux-tiny", n_front: int = 1, n_back: int = 2, steps: int = 6,
+def compile_tiny(out: Path, model: str = "flux-tiny", n_front: int = 1, n_back: int = 2, steps: int = 6,
                  grad_accum: int = 1, **kw) -> Path:
     """A tiny bundle through the compiler's API. kw: CompileRequest fields (programs=[ExecutorchPrograms(...)],
     cache_codec, ...), and seed / images / prompt (images=None: a model bundle)."""
