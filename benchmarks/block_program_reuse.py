@@ -35,7 +35,8 @@ def compile_once(checkout: Path, model: str, out: Path) -> dict:
     cmd = [sys.executable, "-m", "ditskip_edge.cli", "compile", "--model", model, "--prompt", "a photo of sks toy",
            "--skip-front", str(front), "--skip-back", str(back), "--runtime", "executorch", "--out", str(out),
            "--force", "--json"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(checkout)}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(checkout),
+           "DITSKIP_EDGE_PROGRAM_CACHE": "off"}       # every run lowers its programs (export/program_cache.py)
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, env=env, cwd=checkout, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wall = time.perf_counter() - t0

@@ -33,7 +33,7 @@ def compile_once(photos: Path, out: Path, jobs: int) -> dict:
     from examples.demo import SUBJECT, compile_args
     cmd = [sys.executable, "-m", "ditskip_edge.cli",
            *compile_args(subject_prompt(SUBJECTS[SUBJECT], described=True), photos, out, jobs), "--json"]
-    env = {**os.environ, "OMP_NUM_THREADS": str(jobs)}
+    env = {**os.environ, "OMP_NUM_THREADS": str(jobs), "DITSKIP_EDGE_PROGRAM_CACHE": "off"}   # lower every run
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)

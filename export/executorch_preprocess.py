@@ -34,11 +34,44 @@ def export_module(module: nn.Module, example: tuple, backend: str = "portable", 
     inputs out of the memory plan: the runtime then uses the caller's memory (e.g. a memory-mapped weights file) in
     place instead of copying it into the program's arena. mm_rewrite: addmm -> mm + add (graph_passes; the portable
     addmm kernel is naive)."""
+    return _lower_module(_trace(module, example), backend, planned_inputs, mm_rewrite, fold_constants)
+
+
+def export_module_program(module: nn.Module, example: tuple, backend: str = "portable", planned_inputs: bool = True,
+                          mm_rewrite: bool = False, fold_constants: bool = False) -> tuple[bytes, dict]:
+    """export_module's program as (.pte bytes, memory: pte_bytes, planned_arena_bytes, non_const_buffer_sizes,
+    constant_bytes), read from the program cache (program_cache.py) when it holds it."""
+    from .program_cache import ProgramCache
+    ep = _trace(module, example)
+    options = {"backend": backend, "planned_inputs": planned_inputs, "mm_rewrite": mm_rewrite,
+               "fold_constants": fold_constants}
+
+    def build():
+        et = _lower_module(ep, backend, planned_inputs, mm_rewrite, fold_constants)
+        return {"program.pte": et.buffer}, {"memory": program_memory(et)}
+    files, meta = ProgramCache.from_env().program("inference", ep, options, build)
+    return files["program.pte"], meta["memory"]
+
+
+def program_memory(et) -> dict:
+    """An ExecutorchProgramManager's sizes: the .pte, its planned arena (and the arena's buffers), its constants."""
+    plan = et.executorch_program.execution_plan[0]
+    fep = et.exported_program()
+    const = sum(v.numel() * v.element_size() for v in list(fep.state_dict.values()) + list(fep.constants.values())
+                if torch.is_tensor(v))
+    return {"pte_bytes": len(et.buffer), "planned_arena_bytes": int(sum(plan.non_const_buffer_sizes)),
+            "non_const_buffer_sizes": [int(x) for x in plan.non_const_buffer_sizes], "constant_bytes": const}
+
+
+def _trace(module: nn.Module, example: tuple):
+    with torch.no_grad(), contiguous_pixel_shuffles():
+        return torch.export.export(module.eval(), example, strict=False)
+
+
+def _lower_module(ep, backend: str, planned_inputs: bool, mm_rewrite: bool, fold_constants: bool):
     from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge
     from executorch.exir.passes import MemoryPlanningPass
     from .graph_passes import addmm_to_mm_add, remove_unused_constants
-    with torch.no_grad(), contiguous_pixel_shuffles():
-        ep = torch.export.export(module.eval(), example, strict=False)
     # decomposed here only where something before to_edge must see the linears' addmm / transposed weights: a
     # delegate (partitioning) or constant folding (a transposed frozen weight becomes a constant); otherwise the
     # rewrite runs on the edge program, and the graph is decomposed once (to_edge) instead of twice
@@ -65,15 +98,8 @@ def export_module(module: nn.Module, example: tuple, backend: str = "portable", 
 
 
 def export_preprocess(sampler: PatchSampler, encoder: LatentEncoder, photo_shape_hw: tuple[int, int],
-                      backend: str = "portable"):
-    """(ExecutorchProgramManager, memory dict) for photos of photo_shape_hw."""
+                      backend: str = "portable") -> tuple[bytes, dict]:
+    """(.pte bytes, memory dict) of the preprocess program for photos of photo_shape_hw."""
     h, w = photo_shape_hw
     example = (torch.zeros(1, 3, h, w), torch.tensor([0.0, 0.0, float(min(h, w))]))
-    et = export_module(Preprocess(sampler, encoder), example, backend)
-    plan = et.executorch_program.execution_plan[0]
-    fep = et.exported_program()
-    const = sum(v.numel() * v.element_size() for v in list(fep.state_dict.values()) + list(fep.constants.values())
-                if torch.is_tensor(v))
-    memory = {"pte_bytes": len(et.buffer), "planned_arena_bytes": int(sum(plan.non_const_buffer_sizes)),
-              "non_const_buffer_sizes": [int(x) for x in plan.non_const_buffer_sizes], "constant_bytes": const}
-    return et, memory
+    return export_module_program(Preprocess(sampler, encoder), example, backend)

@@ -141,17 +141,29 @@ def _op_placement(edge_program) -> dict:
             "portable_ops": dict(sorted(portable.items()))}
 
 
-def export_joint(step: StepModule, cfg: ExportConfig):
-    """torch.export + joint forward-backward + graph passes. Returns (ExportedProgram, pass counts)."""
+def trace_step(step: StepModule, cfg: ExportConfig):
+    """torch.export of the step's forward (with the block marks when remat is on): the graph the program cache keys
+    on (program_cache.py), before any pass."""
     import contextlib
-
-    from torch.export.experimental import _export_forward_backward
 
     from . import remat
     spec = RematSpec.parse(cfg.remat)
     marks = remat.block_marks(step.module) if spec.enabled else contextlib.nullcontext()
     with sdpa_kernel([SDPBackend.MATH]), torch.no_grad(), marks:
-        ep = torch.export.export(step.module, tuple(step.example), strict=False)
+        return torch.export.export(step.module, tuple(step.example), strict=False)
+
+
+def export_joint(step: StepModule, cfg: ExportConfig):
+    """torch.export + joint forward-backward + graph passes. Returns (ExportedProgram, pass counts)."""
+    return joint_with_passes(trace_step(step, cfg), cfg)
+
+
+def joint_with_passes(ep, cfg: ExportConfig):
+    """The traced forward (trace_step) -> joint forward-backward + graph passes: (ExportedProgram, pass counts)."""
+    from torch.export.experimental import _export_forward_backward
+
+    from . import remat
+    spec = RematSpec.parse(cfg.remat)
     with sdpa_kernel([SDPBackend.MATH]):
         ep = _export_forward_backward(ep)
     passes = {"empty_permuted": graph_passes.replace_empty_permuted(ep),
@@ -230,8 +242,25 @@ def _data_files(et) -> dict[str, bytes]:
 
 
 def export_training_program(step: StepModule, cfg: ExportConfig) -> TrainingProgram:
+    """The step's training program; the lowering read from the program cache when it holds this traced step."""
+    from .program_cache import ProgramCache
+    ep = trace_step(step, cfg)
+    files, meta = ProgramCache.from_env().program("train_step", ep, cfg, lambda: _lower_step(ep, step, cfg))
+    return TrainingProgram(buffer=files[PTE_FILE], backend=cfg.backend, precision=cfg.quant.precision,
+                           inputs=input_specs(step.names, step.example), remat=str(RematSpec.parse(cfg.remat)),
+                           lora_keys=step.lora_keys, memory=meta["memory"], ops=meta["ops"], passes=meta["passes"],
+                           data={name.removeprefix(DATA_PREFIX): b for name, b in files.items()
+                                 if name.startswith(DATA_PREFIX)})
+
+
+PTE_FILE, DATA_PREFIX = "program.pte", "data."
+
+
+def _lower_step(ep, step: StepModule, cfg: ExportConfig) -> tuple[dict[str, bytes], dict]:
+    """joint + passes + lowering + memory report of the traced step: ({PTE_FILE, DATA_PREFIX + data file name: bytes},
+    {"memory", "ops", "passes"})."""
     from .executorch_memory import memory_report
-    ep, passes = export_joint(step, cfg)
+    ep, passes = joint_with_passes(ep, cfg)
     edge = lower(ep, cfg, passes)
     ops = _op_placement(edge.exported_program())
     et = edge.to_executorch(backend_config(cfg))
@@ -242,6 +271,5 @@ def export_training_program(step: StepModule, cfg: ExportConfig) -> TrainingProg
         from .executorch_memory import traced_need
         memory.update(traced_need(step, cfg))
         memory["arena_over_traced"] = round(memory["planned_arena_bytes"] / memory["traced_equivalent_bytes"], 3)
-    return TrainingProgram(buffer=buf, backend=cfg.backend, precision=cfg.quant.precision,
-                           inputs=input_specs(step.names, step.example), remat=str(RematSpec.parse(cfg.remat)),
-                           lora_keys=step.lora_keys, memory=memory, ops=ops, passes=passes, data=data)
+    files = {PTE_FILE: buf, **{DATA_PREFIX + name: b for name, b in data.items()}}
+    return files, {"memory": memory, "ops": ops, "passes": passes}

@@ -85,10 +85,10 @@ def preprocess_entries(writer: BundleWriter, b: OpenBundle, backend: str) -> lis
             shapes.append((im.size[1], im.size[0]))
     entries = []
     for h, w in sorted(set(shapes)):
-        et, memory = export_preprocess(sampler, encoder, (h, w), backend)
+        pte, memory = export_preprocess(sampler, encoder, (h, w), backend)
         x0_shape = list(encoder(sampler(torch.zeros(1, 3, h, w), torch.tensor([0.0, 0.0, float(min(h, w))]))).shape)
         rel = f"{PROGRAM_DIR}/{PREPROCESS}_{h}x{w}.pte"
-        writer.path(rel).write_bytes(et.buffer)
+        writer.path(rel).write_bytes(pte)
         entries.append(ProgramEntry(
             name=PREPROCESS, runtime="executorch", path=rel,
             inputs=[{"name": "photo", "shape": [1, 3, h, w], "dtype": "float32"},

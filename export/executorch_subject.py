@@ -152,8 +152,8 @@ def export_forward(module: nn.Module, example: tuple, backend: str, external_wei
     lowering), the best-fit memory plan. Without it XNNPACK's linear cannot take a dequantized (runtime) weight: the
     matmuls ran as `addmm` on the CPU kernels and all of a block's dequantized weights were alive at once (the
     ~300M FLUX layout's double block: a 203 MB arena for 38 MB of int8 weights, 189 s per sample)."""
-    from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge
     from .graph_passes import remove_unused_constants, tag_delegate_constants
+    from .program_cache import ProgramCache
     # ExecuTorch gives each program input the dim order of its example's strides, and the runtimes hand programs
     # row-major buffers: a channels_last example (DC-AE's 1024-channel stages' eager outputs are) made a program
     # that read its contiguous input as channels_last - XNNPACK ~1.2 relative off, portable refusing its first
@@ -165,6 +165,20 @@ def export_forward(module: nn.Module, example: tuple, backend: str, external_wei
     if tag_delegate:
         tag_delegate_constants(ep, DELEGATE_WEIGHTS_TAG)
     remove_unused_constants(ep)                     # e.g. the head's weights in the embed program's view
+    options = {"backend": backend, "external_weights": external_weights, "matmuls": matmuls,
+               "tag_delegate": tag_delegate}
+    files, meta = ProgramCache.from_env().program("forward", ep, options,
+                                                  lambda: _lower_forward(ep, backend, external_weights, matmuls,
+                                                                         tag_delegate))
+    return files[PTE_FILE], files.get(DATA_FILE), meta["memory"]
+
+
+PTE_FILE, DATA_FILE = "program.pte", "weights.ptd"
+
+
+def _lower_forward(ep, backend: str, external_weights: bool, matmuls: bool, tag_delegate: bool):
+    """export_forward's lowering of the traced `ep`: ({PTE_FILE: .pte, DATA_FILE: .ptd if any}, {"memory": ...})."""
+    from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge
     cc = EdgeCompileConfig(_check_ir_validity=False)
     if matmuls:
         from . import graph_passes
@@ -182,15 +196,16 @@ def export_forward(module: nn.Module, example: tuple, backend: str, external_wei
             for key in ("source_fn_stack", "torch_fn", "nn_module_stack"):
                 n.meta.pop(key, None)
         et = lower(ep, cfg).to_executorch(backend_config(cfg))
-        return _forward_program(et, external_weights)
-    if backend == "xnnpack":
-        from .lowering import to_edge_lowered
-        from .xnnpack_partition import rounding_only_partitioner   # fp32 XNNPACK kernels that only reorder sums
-        edge, _ = to_edge_lowered(ep, [rounding_only_partitioner()], compile_config=cc)
     else:
-        edge = to_edge(ep, compile_config=cc)
-    et = edge.to_executorch(ExecutorchBackendConfig(external_constants=external_weights and not tag_delegate))
-    return _forward_program(et, external_weights)
+        if backend == "xnnpack":
+            from .lowering import to_edge_lowered
+            from .xnnpack_partition import rounding_only_partitioner   # fp32 XNNPACK kernels that only reorder sums
+            edge, _ = to_edge_lowered(ep, [rounding_only_partitioner()], compile_config=cc)
+        else:
+            edge = to_edge(ep, compile_config=cc)
+        et = edge.to_executorch(ExecutorchBackendConfig(external_constants=external_weights and not tag_delegate))
+    pte, data, memory = _forward_program(et, external_weights)
+    return {PTE_FILE: pte, **({DATA_FILE: data} if data is not None else {})}, {"memory": memory}
 
 
 def _forward_program(et, external_weights: bool):

@@ -57,7 +57,7 @@ from ditskip_edge.runtime.errors import UserError
 from ditskip_edge.runtime.tiling import tile_key, tile_shapes
 from ditskip_edge.runtime.weights import write_weights
 
-from .executorch_preprocess import export_module
+from .executorch_preprocess import export_module_program
 from .generation_modules import (ACTIVATIONS, Decode, GenEmbed, GenHead, LiftedBlock, MiniLMEncoder, PipelineEncoder,
                                  PlainDecode, block_kind, block_states, decoder_states)
 
@@ -147,14 +147,11 @@ def _export(writer: BundleWriter, rel: str, module, names: list[str], example: t
     with torch.no_grad():
         outs = module(*example)
     outs = outs if isinstance(outs, tuple) else (outs,)
-    et = export_module(module, example, planned_inputs=False, mm_rewrite=True, fold_constants=fold_constants)
-    writer.path(rel).write_bytes(et.buffer)
-    plan = et.executorch_program.execution_plan[0]
-    fep = et.exported_program()
-    constants = sum(v.numel() * v.element_size() for v in list(fep.state_dict.values()) + list(fep.constants.values())
-                    if torch.is_tensor(v))
-    memory = {"pte_bytes": len(et.buffer), "planned_arena_bytes": int(sum(plan.non_const_buffer_sizes)),
-              "constant_bytes": constants, "inputs_planned": False, **(extra or {})}
+    pte, sizes = export_module_program(module, example, planned_inputs=False, mm_rewrite=True,
+                                       fold_constants=fold_constants)
+    writer.path(rel).write_bytes(pte)
+    memory = {"pte_bytes": sizes["pte_bytes"], "planned_arena_bytes": sizes["planned_arena_bytes"],
+              "constant_bytes": sizes["constant_bytes"], "inputs_planned": False, **(extra or {})}
     return ProgramEntry(name=name, runtime="executorch", path=rel, inputs=_specs(names, example),
                         outputs=_specs(out_names, outs), precision=precision, data=data or [],
                         memory=memory).to_json()

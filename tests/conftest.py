@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,22 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 PHOTOS = ROOT / "examples" / "photos"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def program_cache_of_this_run(tmp_path_factory) -> Iterator[Path]:
+    """One program cache (export/program_cache.py) for the whole run, shared by the worker processes and the tests'
+    subprocesses, empty at its start: a program two tests export alike is lowered once (the suite exports the same
+    training step for several bundles), and nothing is read from, or left in, the user's own cache."""
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "program_cache"
+    before = os.environ.get("DITSKIP_EDGE_PROGRAM_CACHE")
+    os.environ["DITSKIP_EDGE_PROGRAM_CACHE"] = str(folder)
+    yield folder
+    if before is None:
+        os.environ.pop("DITSKIP_EDGE_PROGRAM_CACHE", None)
+    else:
+        os.environ["DITSKIP_EDGE_PROGRAM_CACHE"] = before
 
 
 def tiny_dc_ae():

@@ -51,7 +51,6 @@ def flux_model(tmp_path_factory) -> Path:
     """flux-tiny model bundle, fp32, portable block programs with their weights in .ptd data files (XNNPACK encoder),
     two prompts, fp32 cache codec. Each export_forward call is recorded in FLUX_MODEL_EXPORTS."""
     import export.executorch_subject as es
-    from export.executorch_subject import SubjectPrograms
     real = es.export_forward
 
     def counted(module, *a, **k):
@@ -60,10 +59,14 @@ def flux_model(tmp_path_factory) -> Path:
         return real(module, *a, **k)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(es, "export_forward", counted)
-        return compile_tiny(tmp_path_factory.mktemp("fm") / "model", "flux-tiny", steps=STEPS, grad_accum=ACCUM,
-                            images=None, prompt=PROMPTS[0], more_prompts=[PROMPTS[1]], cache_codec="fp32",
-                            programs=_programs(), subject_programs=SubjectPrograms("fp32", backend="portable",
-                                                                                   external_weights=True))
+        return _compile_flux_model(tmp_path_factory.mktemp("fm") / "model")
+
+
+def _compile_flux_model(out: Path) -> Path:
+    from export.executorch_subject import SubjectPrograms
+    return compile_tiny(out, "flux-tiny", steps=STEPS, grad_accum=ACCUM, images=None, prompt=PROMPTS[0],
+                        more_prompts=[PROMPTS[1]], cache_codec="fp32", programs=_programs(),
+                        subject_programs=SubjectPrograms("fp32", backend="portable", external_weights=True))
 
 
 @pytest.fixture(scope="module")
@@ -162,6 +165,29 @@ def test_a_model_bundle_holds_no_photo_no_latent_and_no_cache(flux_model):
         blob = (flux_model / rel).read_bytes()
         assert not any(n in blob for n in needles), rel
     assert not any(name in (flux_model / "manifest.json").read_text() for name in os.listdir(PHOTOS))
+
+
+def test_a_second_compile_of_a_model_bundle_lowers_nothing_and_writes_the_same_programs(flux_model, tmp_path,
+                                                                                        monkeypatch):
+    """The program cache (export/program_cache.py; this run's, conftest.program_cache_of_this_run) holds every
+    program flux_model's compile lowered: the same request again lowers none (the training step's and the forward
+    programs' lowering refuse here) and writes the same .pte / .ptd bytes and the same program records."""
+    from export import executorch_program, executorch_subject
+
+    def refuse(*a, **k):
+        raise AssertionError("lowered although the program cache holds this program")
+    monkeypatch.setattr(executorch_program, "_lower_step", refuse)
+    monkeypatch.setattr(executorch_subject, "_lower_forward", refuse)
+    again = _compile_flux_model(tmp_path / "again")
+
+    def programs(bundle: Path) -> tuple[list[dict], dict[str, bytes]]:
+        records = json.loads((bundle / "manifest.json").read_text())["programs"]
+        files = {str(f.relative_to(bundle)): f.read_bytes() for f in sorted(bundle.rglob("*")) if f.suffix in
+                 (".pte", ".ptd")}
+        return records, files
+    records, files = programs(again)
+    assert (records, files) == programs(flux_model)
+    assert {r["name"] for r in records} >= {"train_step", "encode", "embed", "block"} and len(files) > 8
 
 
 def test_training_a_model_bundle_is_refused_with_one_line(flux_model, capsys):

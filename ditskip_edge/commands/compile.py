@@ -3,6 +3,8 @@ runs the subject stage: python -m ditskip_edge.runtime personalize)."""
 
 from __future__ import annotations
 
+import os
+
 from export.executorch_stage import WEIGHTS, ExecutorchPrograms
 from export.executorch_subject import SubjectPrograms
 from export.generation_stage import GenerationPrograms
@@ -105,6 +107,10 @@ def register(sub, add_json_flag) -> None:
     p.add_argument("--jobs", type=int, default=1,
                    help="2: export the generation programs in a second process while the residual cache is computed "
                         "(a second copy of the model in memory meanwhile); 1: one process (default)")
+    p.add_argument("--program-cache", metavar="DIR|off",
+                   help="where lowered programs are kept between compiles, keyed by their traced graph, weights, "
+                        "options and toolchain (export/program_cache.py; default $DITSKIP_EDGE_PROGRAM_CACHE, else "
+                        "~/.cache/ditskip-edge/programs, capped at 2 GiB); off: lower every program")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
     add_json_flag(p)
     p.set_defaults(func=run)
@@ -139,6 +145,9 @@ def program_stages(runtimes: list[str], precision: str, xnnpack: bool, generatio
 
 
 def run(args) -> dict:
+    if args.program_cache:                              # read by every exporter, and by compile --jobs 2's worker
+        from export.program_cache import ENV_DIR
+        os.environ[ENV_DIR] = args.program_cache
     model_bundle = args.images is None
     if len(args.prompts) > 1 and not model_bundle:
         raise UserError("a subject bundle takes one --prompt (several prompts make a model bundle: leave out --images)")
