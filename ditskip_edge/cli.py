@@ -40,11 +40,11 @@ def add_json_flag(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .commands import cache_report, compile, estimate, select, train
+    from .commands import cache_report, compile, estimate, program_cache, select, train
     parser = argparse.ArgumentParser(prog="ditskip-edge", description="DiT-BlockSkip fine-tuning compiled for phones")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging and third-party warnings")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (compile, train, select, cache_report, estimate):
+    for module in (compile, train, select, cache_report, estimate, program_cache):
         module.register(sub, add_json_flag)
     return parser
 

@@ -123,7 +123,12 @@ class ProgramCache:
             from ditskip_edge.runtime.errors import UserError
             raise UserError(f"{ENV_CAP}={cap_text!r}: expected a number of bytes")
         cap = int(cap_text)
-        return _shared(None if where.lower() == "off" else (where or str(default_dir())), cap)
+        return cls.at(where or str(default_dir()), cap)
+
+    @classmethod
+    def at(cls, where: str, cap_bytes: int = DEFAULT_CAP_BYTES) -> "ProgramCache":
+        """The cache in folder `where` ("off": none), shared within the process."""
+        return _shared(None if where.lower() == "off" else where, cap_bytes)
 
     def program(self, kind: str, ep, options, build: Callable[[], tuple[dict[str, bytes], dict]]
                 ) -> tuple[dict[str, bytes], dict]:
@@ -207,6 +212,30 @@ class ProgramCache:
                 continue
             out.append((used, size, record.parent))
         return out
+
+    def summary(self) -> dict:
+        """Where the cache is, its cap, and its entries and bytes, in all and per kind of program."""
+        by_kind: dict[str, dict[str, int]] = {}
+        for _, size, folder in self.entries():
+            try:
+                kind = json.loads((folder / ENTRY).read_text()).get("kind", "?")
+            except (OSError, ValueError):
+                kind = "?"
+            k = by_kind.setdefault(kind, {"entries": 0, "bytes": 0})
+            k["entries"] += 1
+            k["bytes"] += size
+        return {"dir": None if self.root is None else str(self.root), "cap_bytes": self.cap_bytes,
+                "entries": sum(k["entries"] for k in by_kind.values()),
+                "bytes": sum(k["bytes"] for k in by_kind.values()), "by_kind": dict(sorted(by_kind.items()))}
+
+    def clear(self) -> int:
+        """Remove every entry (and any half-written one); returns how many complete entries there were."""
+        n = len(self.entries())
+        if self.root is not None and self.root.is_dir():
+            for child in self.root.iterdir():
+                if child.is_dir() and (len(child.name) == 2 or child.name == TMP_DIR):
+                    shutil.rmtree(child, ignore_errors=True)
+        return n
 
     def evict(self) -> None:
         """Remove the entries used longest ago until the cache is within its cap."""

@@ -122,3 +122,25 @@ def test_off_writes_nothing_and_an_unwritable_cache_is_only_a_warning(tmp_path, 
         files, meta = cache.program("inference", _traced(_module()), {}, _build(10))
     assert files == {"program.pte": b"\1" * 10} and meta == {"memory": {"pte_bytes": 10}}
     assert "cannot write" in caplog.text and blocker.read_text() == "not a folder"
+
+
+def test_the_program_cache_command_shows_the_entries_per_kind_and_clears_them(tmp_path, monkeypatch, capsys):
+    import json as js
+    from ditskip_edge.cli import main
+    monkeypatch.setenv(pc.ENV_DIR, str(tmp_path / "elsewhere"))         # --dir wins over the environment
+    cache = ProgramCache(tmp_path / "cache")
+    cache.put(f"{1:064x}", "train_step", {"program.pte": b"\1" * 300, "data.w.ptd": b"\2" * 200}, {})
+    cache.put(f"{2:064x}", "forward", {"program.pte": b"\1" * 100}, {})
+    (tmp_path / "cache" / pc.TMP_DIR / "half").mkdir(parents=True)
+    assert main(["program-cache", "--dir", str(tmp_path / "cache"), "--json"]) == 0
+    shown = js.loads(capsys.readouterr().out)
+    assert shown["entries"] == 2 and shown["by_kind"]["train_step"]["entries"] == 1
+    assert shown["bytes"] == sum(k["bytes"] for k in shown["by_kind"].values()) > 600
+    assert main(["program-cache", "--dir", str(tmp_path / "cache"), "--clear", "--json"]) == 0
+    cleared = js.loads(capsys.readouterr().out)
+    assert cleared["removed_entries"] == 2 and cleared["entries"] == 0
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == []
+    (tmp_path / "a_file").write_text("x")
+    assert main(["program-cache", "--dir", str(tmp_path / "a_file"), "--json"]) == 2
+    err = capsys.readouterr().err
+    assert "is not a folder" in err and err.count("\n") == 1
