@@ -80,10 +80,11 @@ def _value_record(val) -> str:
     return type(val).__name__ if val is not None else "-"
 
 
-def _constant_bytes(t) -> bytes | None:
+def _constant_bytes(t):
+    """The tensor's bytes as a flat uint8 numpy view (hashed in place, no copy of a contiguous weight), or None."""
     if type(t) not in (torch.Tensor, torch.nn.Parameter) or t.device.type != "cpu":
         return None
-    return t.detach().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+    return t.detach().contiguous().reshape(-1).view(torch.uint8).numpy()
 
 
 def program_key(kind: str, ep, options) -> str | None:
