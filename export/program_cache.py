@@ -14,7 +14,8 @@ bytes}, JSON-able meta)) and stores what it returns. The key is the SHA-256 of
     strides, the graph signature;
   - every constant's name, shape, dtype and bytes (frozen weights, LoRA initial values, quantized codes, scales);
   - the caller's options (`repr`: the export config), the torch / executorch / torchao versions and the source of
-    every file in export/ (the passes and the lowering that run after the key is taken);
+    every file in export/ and ditskip_edge/ (the passes, the lowering and the memory report run after the key is
+    taken);
 so a changed weight, shape, option, library or pass is another key. A graph with a constant that is not a plain
 tensor (a tensor subclass, a script object, a meta tensor) is not cached.
 
@@ -59,7 +60,9 @@ def default_dir() -> Path:
 
 @functools.cache
 def _toolchain_digest() -> str:
-    """Library versions and the source of export/ (what runs between the key and the program bytes)."""
+    """Library versions and the source of export/ and ditskip_edge/ (what runs between the key and the stored
+    program: the passes, the lowering, and the memory report's traced step, which runs the model's views and the
+    memory tracker)."""
     from importlib.metadata import PackageNotFoundError, version
     h = hashlib.sha256(f"format {FORMAT}".encode())
     for pkg in ("torch", "executorch", "torchao"):
@@ -67,8 +70,10 @@ def _toolchain_digest() -> str:
             h.update(f"{pkg} {version(pkg)}\n".encode())
         except PackageNotFoundError:
             h.update(f"{pkg} -\n".encode())
-    for path in sorted(Path(__file__).parent.glob("*.py")):
-        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    root = Path(__file__).resolve().parent.parent
+    for package in ("export", "ditskip_edge"):
+        for path in sorted((root / package).rglob("*.py")):
+            h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
     return h.hexdigest()
 
 
