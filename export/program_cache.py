@@ -123,18 +123,16 @@ class ProgramCache:
 
     @classmethod
     def from_env(cls) -> "ProgramCache":
-        where = os.environ.get(ENV_DIR, "")
+        return cls.at(os.environ.get(ENV_DIR) or str(default_dir()))
+
+    @classmethod
+    def at(cls, where: str) -> "ProgramCache":
+        """The cache in folder `where` ("off": none) with the environment's cap, shared within the process."""
         cap_text = os.environ.get(ENV_CAP) or str(DEFAULT_CAP_BYTES)
         if not cap_text.isdigit():
             from ditskip_edge.runtime.errors import UserError
             raise UserError(f"{ENV_CAP}={cap_text!r}: expected a number of bytes")
-        cap = int(cap_text)
-        return cls.at(where or str(default_dir()), cap)
-
-    @classmethod
-    def at(cls, where: str, cap_bytes: int = DEFAULT_CAP_BYTES) -> "ProgramCache":
-        """The cache in folder `where` ("off": none), shared within the process."""
-        return _shared(None if where.lower() == "off" else where, cap_bytes)
+        return _shared(None if where.lower() == "off" else where, int(cap_text))
 
     def program(self, kind: str, ep, options, build: Callable[[], tuple[dict[str, bytes], dict]]
                 ) -> tuple[dict[str, bytes], dict]:

@@ -10,7 +10,9 @@ Properties protected:
   entry (no record, or only a temporary folder) is not read;
 - the cache stays within its cap, the entries used longest ago going first, and a program above a quarter of the cap
   is not stored;
-- "off" writes nothing, and a cache that cannot be written leaves the export working (a warning).
+- "off" writes nothing, a cache that cannot be written leaves the export working (a warning), and a cap that is not
+  a number of bytes is a one-line refusal;
+- `ditskip-edge program-cache` reports the entries and bytes per kind of program and `--clear` empties the folder.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import pytest
 import torch
 
 from export import program_cache as pc
+from ditskip_edge.runtime.errors import UserError
 from export.program_cache import ProgramCache, program_key
 
 
@@ -122,6 +125,9 @@ def test_off_writes_nothing_and_an_unwritable_cache_is_only_a_warning(tmp_path, 
         files, meta = cache.program("inference", _traced(_module()), {}, _build(10))
     assert files == {"program.pte": b"\1" * 10} and meta == {"memory": {"pte_bytes": 10}}
     assert "cannot write" in caplog.text and blocker.read_text() == "not a folder"
+    monkeypatch.setenv(pc.ENV_CAP, "2GiB")
+    with pytest.raises(UserError, match="expected a number of bytes"):
+        ProgramCache.from_env()
 
 
 def test_the_program_cache_command_shows_the_entries_per_kind_and_clears_them(tmp_path, monkeypatch, capsys):
