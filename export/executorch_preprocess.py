@@ -18,6 +18,8 @@ from ditskip_edge.models.latents import LatentEncoder
 from ditskip_edge.models.layout import contiguous_pixel_shuffles
 from ditskip_edge.patch_sampling import PatchSampler
 
+from .program_cache import PTE_FILE, ProgramCache
+
 
 class Preprocess(nn.Module):
     def __init__(self, sampler: PatchSampler, encoder: LatentEncoder):
@@ -41,16 +43,15 @@ def export_module_program(module: nn.Module, example: tuple, backend: str = "por
                           mm_rewrite: bool = False, fold_constants: bool = False) -> tuple[bytes, dict]:
     """export_module's program as (.pte bytes, memory: pte_bytes, planned_arena_bytes, non_const_buffer_sizes,
     constant_bytes), read from the program cache (program_cache.py) when it holds it."""
-    from .program_cache import ProgramCache
     ep = _trace(module, example)
     options = {"backend": backend, "planned_inputs": planned_inputs, "mm_rewrite": mm_rewrite,
                "fold_constants": fold_constants}
 
     def build():
         et = _lower_module(ep, backend, planned_inputs, mm_rewrite, fold_constants)
-        return {"program.pte": et.buffer}, {"memory": program_memory(et)}
+        return {PTE_FILE: et.buffer}, {"memory": program_memory(et)}
     files, meta = ProgramCache.from_env().program("inference", ep, options, build)
-    return files["program.pte"], meta["memory"]
+    return files[PTE_FILE], meta["memory"]
 
 
 def program_memory(et) -> dict:

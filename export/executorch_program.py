@@ -33,6 +33,7 @@ from ditskip_edge.quantize import QuantSpec
 
 from . import graph_passes
 from .memory_plan import PLANNERS
+from .program_cache import PTE_FILE, ProgramCache
 from .remat import RematSpec
 from .step_module import StepModule, build_step, input_specs  # noqa: F401  (build_step: the exporters' entry)
 
@@ -243,7 +244,6 @@ def _data_files(et) -> dict[str, bytes]:
 
 def export_training_program(step: StepModule, cfg: ExportConfig) -> TrainingProgram:
     """The step's training program; the lowering read from the program cache when it holds this traced step."""
-    from .program_cache import ProgramCache
     ep = trace_step(step, cfg)
     files, meta = ProgramCache.from_env().program("train_step", ep, cfg, lambda: _lower_step(ep, step, cfg))
     return TrainingProgram(buffer=files[PTE_FILE], backend=cfg.backend, precision=cfg.quant.precision,
@@ -253,7 +253,7 @@ def export_training_program(step: StepModule, cfg: ExportConfig) -> TrainingProg
                                  if name.startswith(DATA_PREFIX)})
 
 
-PTE_FILE, DATA_PREFIX = "program.pte", "data."
+DATA_PREFIX = "data."                       # a data file in a training program's cache entry
 
 
 def _lower_step(ep, step: StepModule, cfg: ExportConfig) -> tuple[dict[str, bytes], dict]:

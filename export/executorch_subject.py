@@ -49,6 +49,8 @@ from ditskip_edge.runtime.errors import UserError
 from ditskip_edge.runtime.tiling import tile_key, tile_shapes
 from ditskip_edge.skip_model import noisy_latents_and_target
 
+from .executorch_preprocess import program_memory
+from .program_cache import PTE_FILE, ProgramCache
 from .program_reuse import ProgramReuse, structure_of
 
 log = logging.getLogger(__name__)
@@ -153,7 +155,6 @@ def export_forward(module: nn.Module, example: tuple, backend: str, external_wei
     matmuls ran as `addmm` on the CPU kernels and all of a block's dequantized weights were alive at once (the
     ~300M FLUX layout's double block: a 203 MB arena for 38 MB of int8 weights, 189 s per sample)."""
     from .graph_passes import remove_unused_constants, tag_delegate_constants
-    from .program_cache import ProgramCache
     # ExecuTorch gives each program input the dim order of its example's strides, and the runtimes hand programs
     # row-major buffers: a channels_last example (DC-AE's 1024-channel stages' eager outputs are) made a program
     # that read its contiguous input as channels_last - XNNPACK ~1.2 relative off, portable refusing its first
@@ -173,7 +174,7 @@ def export_forward(module: nn.Module, example: tuple, backend: str, external_wei
     return files[PTE_FILE], files.get(DATA_FILE), meta["memory"]
 
 
-PTE_FILE, DATA_FILE = "program.pte", "weights.ptd"
+DATA_FILE = "weights.ptd"                  # the data file in a forward program's cache entry
 
 
 def _lower_forward(ep, backend: str, external_weights: bool, matmuls: bool, tag_delegate: bool):
@@ -212,12 +213,9 @@ def _forward_program(et, external_weights: bool):
     data = [bytes(cord) for cord in (getattr(et, "_tensor_data", None) or {}).values()] if external_weights else []
     if len(data) > 1:
         raise RuntimeError(f"expected one external data file, ExecuTorch wrote {len(data)}")
-    plan = et.executorch_program.execution_plan[0]
-    fep = et.exported_program()
-    const = sum(v.numel() * v.element_size() for v in list(fep.state_dict.values()) + list(fep.constants.values())
-                if torch.is_tensor(v))
-    memory = {"pte_bytes": len(et.buffer), "data_bytes": sum(len(d) for d in data),
-              "planned_arena_bytes": int(sum(plan.non_const_buffer_sizes)), "constant_bytes": const}
+    sizes = program_memory(et)
+    memory = {"pte_bytes": sizes["pte_bytes"], "data_bytes": sum(len(d) for d in data),
+              "planned_arena_bytes": sizes["planned_arena_bytes"], "constant_bytes": sizes["constant_bytes"]}
     return et.buffer, (data[0] if data else None), memory
 
 

@@ -49,6 +49,7 @@ log = logging.getLogger(__name__)
 ENV_DIR, ENV_CAP = "DITSKIP_EDGE_PROGRAM_CACHE", "DITSKIP_EDGE_PROGRAM_CACHE_BYTES"
 DEFAULT_CAP_BYTES = 2 << 30
 ENTRY = "entry.json"
+PTE_FILE = "program.pte"                  # an entry's program; its other files are the exporter's to name
 TMP_DIR = "tmp"
 FORMAT = 1
 
