@@ -1,6 +1,7 @@
 """Joint-graph and lowering rewrites that must not change what the program computes:
-graph_passes.pointwise_conv_to_mm (1x1 convolutions and their backward as matmuls) and lowering.checked_legalize
-(partition lowering without a whole-graph copy per partition)."""
+graph_passes.pointwise_conv_to_mm (1x1 convolutions and their backward as matmuls), lowering.checked_legalize
+(partition lowering without a whole-graph copy per partition) and lowering.pruned_xnnpack_passes (XNNPACK's
+preprocess passes skipped on partitions without the ops they rewrite: the same program bytes)."""
 
 from __future__ import annotations
 
@@ -136,11 +137,56 @@ def test_checked_legalize_lowers_to_the_same_program_results(net_cls, legalized)
                                         partitioner=[XnnpackPartitioner()]).to_executorch().buffer
     edge, stats = to_edge_lowered(torch.export.export(net, (x,)), [XnnpackPartitioner()])
     checked = edge.to_executorch().buffer
-    assert stats == {"checked": 1, "legalized": legalized}
+    assert (stats["checked"], stats["legalized"]) == (1, legalized)
     out_plain = _load_for_executorch_from_buffer(plain).forward((x,))
     out_checked = _load_for_executorch_from_buffer(checked).forward((x,))
     for a, b, c in zip(out_plain, out_checked, net(x)):
         assert torch.equal(a, b) and torch.allclose(b, c, atol=1e-6)
+
+
+class _PassTriggers(nn.Module):
+    """Ops that XNNPACK's preprocess passes rewrite (a convolution and the ReLU fused into it, a constant pad, a max
+    pool with its indices' getitem, a cat of 6 inputs split in two, a 1-d convolution made 2-d, a clone) beside a
+    bmm on its own."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.conv1d = nn.Conv1d(24, 4, 3)
+
+    def forward(self, x, a, b):
+        y = torch.relu(self.conv(x))
+        y = torch.nn.functional.max_pool2d(torch.nn.functional.pad(y, (1, 1, 1, 1)), 2)
+        z = torch.cat([y * (i + 1) for i in range(6)], 1)
+        w = self.conv1d(z.flatten(2)).clone()
+        return z, w, torch.bmm(a, b.transpose(1, 2))
+
+
+def _partitioner(name: str):
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+    from export.xnnpack_partition import MatmulChainPartitioner, rounding_only_partitioner
+    return {"xnnpack": XnnpackPartitioner, "rounding_only": rounding_only_partitioner,
+            "matmul_chain": MatmulChainPartitioner}[name]()
+
+
+@pytest.mark.parametrize("partitioner", ["xnnpack", "rounding_only", "matmul_chain"])
+def test_pruned_xnnpack_passes_lower_to_the_same_program_bytes(partitioner):
+    """XNNPACK's own partitioner (one partition of many ops), the inference programs' rounding-only one and the
+    training programs' matmul chains: with the passes that have nothing to rewrite skipped, the program's bytes
+    are those of the lowering that runs every pass, and some passes were skipped, others run."""
+    from export.lowering import to_edge_lowered
+    torch.manual_seed(0)
+    net = _PassTriggers().eval()
+    example = (torch.randn(1, 3, 8, 8), torch.randn(2, 5, 7), torch.randn(2, 6, 7))
+    buffers, stats = [], []
+    for prune in (False, True):
+        edge, s = to_edge_lowered(torch.export.export(net, example), [_partitioner(partitioner)], prune_passes=prune)
+        buffers.append(edge.to_executorch().buffer)
+        stats.append(s)
+    assert "passes_skipped" not in stats[0]                     # not pruned: every pass ran, nothing counted
+    assert stats[1]["passes_skipped"] > 0 and stats[1]["passes_run"] > 0
+    assert buffers[1] == buffers[0]
 
 
 def _forward_and_backward(ep) -> tuple[set, set]:
