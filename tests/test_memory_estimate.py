@@ -240,6 +240,28 @@ def test_program_state_is_counted_for_a_program_and_not_for_eager_torch():
     assert counted.footprint_bytes - p.footprint_bytes == counted.program_state_bytes - p.program_state_bytes
 
 
+def test_requests_differing_only_outside_the_training_step_trace_it_once(monkeypatch):
+    """request.traced_step: the subject stage's and the weights' options leave the traced step as it is (one trace,
+    the same training numbers); a different precision or backend is another step, traced anew."""
+    from ditskip_edge.memory_estimate import request
+    calls = []
+    real = request.trace_step
+
+    def counting(cfg, **kw):
+        calls.append((cfg.precision, kw["backend"]))
+        return real(cfg, **kw)
+    monkeypatch.setattr(request, "trace_step", counting)
+    monkeypatch.setattr(request, "_TRACED_STEPS", {})
+    base = dict(model="flux-tiny", skip_ratio=0.5, precision="int8")
+    first = request.estimate_memory(request.EstimateRequest(**base))
+    again = request.estimate_memory(request.EstimateRequest(**base, weights="resident", subject_stage=True))
+    assert calls == [("int8", "portable")]
+    assert first["activation_detail"] == again["activation_detail"] and first["params"] == again["params"]
+    request.estimate_memory(request.EstimateRequest(**{**base, "precision": "int4"}))
+    request.estimate_memory(request.EstimateRequest(**base, backend="xnnpack"))
+    assert calls == [("int8", "portable"), ("int4", "portable"), ("int8", "xnnpack")]
+
+
 def test_encode_tiles_with_stages_or_the_portable_encoder_bring_sana_1600ms_subject_stage_below_training():
     """memory_estimate/subject.py (compile --encode-tile-px / --encode-stages / --encode-backend): SANA-1600M's subject
     stage is above training's footprint with DC-AE's encoder on the whole 512-px crop; 256-px tiles cut the encoder's

@@ -8,7 +8,7 @@ from ..models.loading import resolve_spec
 from ..runtime.cache_format import CacheCodec
 from ..runtime.contract import PRECISIONS
 from ..runtime.errors import UserError
-from .memory import MIB, WEIGHTS, MemoryEstimate, storage_estimate, trace_step, weight_reads
+from .memory import MIB, WEIGHTS, MemoryEstimate, StepTrace, storage_estimate, trace_step, weight_reads
 from .program import StepConfig, remat_every
 from .split import split_for_ratio
 
@@ -43,6 +43,20 @@ class EstimateRequest:
     backend: str = "portable"            # the ExecuTorch program's backend (compile's default): its weight copies
 
 
+_TRACED_STEPS: dict[tuple[str, str, str], StepTrace] = {}
+
+
+def traced_step(cfg: StepConfig, attention: str, backend: str) -> StepTrace:
+    """The training step's trace (memory.trace_step: the whole step on fake tensors, ~10 s at SANA-1600M's size),
+    once per process for a step: requests to estimate_memory in one process that differ only in the subject stage's,
+    generation's or the weights' options (a caller comparing them, as the tests do) share it. A StepTrace is only
+    read after it is made."""
+    key = (repr(cfg), attention, backend)
+    if key not in _TRACED_STEPS:
+        _TRACED_STEPS[key] = trace_step(cfg, attention=attention, backend=backend)
+    return _TRACED_STEPS[key]
+
+
 def estimate_memory(req: EstimateRequest) -> dict:
     if req.precision not in PRECISIONS:
         raise UserError(f"--precision {req.precision!r}: expected one of {', '.join(PRECISIONS)}")
@@ -65,7 +79,7 @@ def estimate_memory(req: EstimateRequest) -> dict:
                      text_tokens=req.text_tokens or spec.text.seq_len, n_front=plan.n_front, n_back=plan.n_back,
                      rank=req.rank, precision=req.precision, remat=req.remat)
     cfg.validate()
-    trace = trace_step(cfg, attention=req.attention, backend=req.backend)
+    trace = traced_step(cfg, req.attention, req.backend)
     memory = MemoryEstimate.from_trace(trace, int(req.runtime_overhead_mib * MIB), req.weights)
     mj = memory.to_json()
     summary = (f"footprint {mj['footprint_gib']} GiB (dirty anonymous: LoRA/AdamW/grad sums "
