@@ -34,23 +34,31 @@ def program_files(bundle: Path) -> dict[str, str]:
             for f in sorted(bundle.rglob("*")) if f.suffix in (".pte", ".ptd")}
 
 
-def compile_once(args: list[str], out: Path, cache: str) -> tuple[float, dict[str, str]]:
+def compile_once(args: list[str], out: Path, cache: str, env: dict[str, str] | None = None
+                 ) -> tuple[float, dict[str, str]]:
+    """One `ditskip-edge compile` process (one torch thread, `env` added to the environment): (wall s, the program
+    files' SHA-256s)."""
     cmd = [sys.executable, "-m", "ditskip_edge.cli", *args, "--out", str(out), "--force", "--program-cache", cache,
            "--json"]
     t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, cwd=ROOT,
+    subprocess.run(cmd, check=True, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}, cwd=ROOT,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.perf_counter() - t0, program_files(out)
 
 
-def requests(tmp: Path) -> dict[str, list[str]]:
+def demo_request(tmp: Path) -> list[str]:
+    """`make demo`'s compile request (photos written under `tmp`), without --out / --force."""
     from benchmarks.testbed.scenes import SUBJECTS, subject_prompt, write_reference_photos
     from examples.demo import SUBJECT, compile_args
     photos = tmp / "photos"
     write_reference_photos(SUBJECTS[SUBJECT], photos, 5, captions=True, described=True)   # as make demo
     demo = compile_args(subject_prompt(SUBJECTS[SUBJECT], described=True), photos, tmp / "unused")
     cut = demo.index("--out")
-    demo = demo[:cut] + [a for a in demo[cut + 2:] if a != "--force"]
+    return demo[:cut] + [a for a in demo[cut + 2:] if a != "--force"]
+
+
+def requests(tmp: Path) -> dict[str, list[str]]:
+    demo = demo_request(tmp)
     tiny = ["compile", "--model", "flux-tiny", "--prompt", "a photo of sks toy", "--skip-front", "1", "--skip-back",
             "2", "--precision", "fp32", "--subject-backend", "portable"]
     return {"make demo's compile (flux-testbed, --generation, --jobs 2)": demo,

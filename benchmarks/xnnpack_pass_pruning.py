@@ -16,48 +16,29 @@ and whether every .pte / .ptd file is byte for byte the first run's.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._meta import provenance, provenance_md, write_result   # noqa: E402
-from benchmarks.program_cache import program_files                     # noqa: E402
+from benchmarks.program_cache import compile_once, demo_request        # noqa: E402
 from export.lowering import ENV_ALL_PASSES                              # noqa: E402
 
 ORDER = ("all passes", "pruned", "pruned", "all passes")
 
 
-def compile_once(args: list[str], out: Path, all_passes: bool) -> tuple[float, dict[str, str]]:
-    cmd = [sys.executable, "-m", "ditskip_edge.cli", *args, "--out", str(out), "--force", "--program-cache", "off",
-           "--json"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", ENV_ALL_PASSES: "1" if all_passes else "0"}
-    t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - t0, program_files(out)
-
-
 def requests(tmp: Path) -> dict[str, list[str]]:
-    from benchmarks.testbed.scenes import SUBJECTS, subject_prompt, write_reference_photos
-    from examples.demo import SUBJECT, compile_args
-    photos = tmp / "photos"
-    write_reference_photos(SUBJECTS[SUBJECT], photos, 5, captions=True, described=True)   # as make demo
-    demo = compile_args(subject_prompt(SUBJECTS[SUBJECT], described=True), photos, tmp / "unused")
-    cut = demo.index("--out")
-    demo = demo[:cut] + [a for a in demo[cut + 2:] if a != "--force"]
     model = ["--prompt", "a photo of sks toy", "--skip-front", "1", "--skip-back", "2", "--precision", "int8",
              "--runtime", "executorch", "--xnnpack"]
     return {"flux-tiny model bundle (XNNPACK training step + subject stage)": ["compile", "--model", "flux-tiny",
                                                                               *model],
             "sana-tiny model bundle (XNNPACK training step + subject stage)": ["compile", "--model", "sana-tiny",
                                                                               *model],
-            "make demo's compile (flux-testbed, --generation, --jobs 2)": demo}
+            "make demo's compile (flux-testbed, --generation, --jobs 2)": demo_request(tmp)}
 
 
 def to_markdown(doc: dict) -> str:
@@ -85,7 +66,8 @@ def main() -> int:
         for name, req in requests(tmp).items():
             first = None
             for run in ORDER:
-                wall, files = compile_once(req, tmp / "bundle", all_passes=run == "all passes")
+                wall, files = compile_once(req, tmp / "bundle", "off",
+                                           env={ENV_ALL_PASSES: "1" if run == "all passes" else "0"})
                 first = files if first is None else first
                 rows.append({"request": name, "run": run, "wall_s": round(wall, 1), "program_files": len(files),
                              "same_bytes": files == first})
