@@ -189,6 +189,19 @@ def test_pruned_xnnpack_passes_lower_to_the_same_program_bytes(partitioner):
     assert buffers[1] == buffers[0]
 
 
+def test_every_pruned_pass_is_one_xnnpack_runs_and_the_unlisted_ones_always_run():
+    """lowering._xnnpack_pass_ops names passes of this ExecuTorch's XNNPACK pass list (a renamed pass would silently
+    stop being pruned), and leaves out the five whose rewrites are not tied to a fixed op set."""
+    from executorch.backends.xnnpack._passes import XNNPACKPassManager
+
+    from export.lowering import _xnnpack_pass_ops
+    default = [p.__name__ for p in XNNPACKPassManager(None).passes]
+    assert set(_xnnpack_pass_ops()) <= set(default)
+    assert set(default) - set(_xnnpack_pass_ops()) == {"ConvertToUpsampleBilinear2d", "ConvertToLinearPass",
+                                                        "ConvertToSDPAPass", "ConstPropPass",
+                                                        "ChannelsLastTaggedReshapePass"}
+
+
 def _forward_and_backward(ep) -> tuple[set, set]:
     """The joint graph's call nodes before and after the loss (the first output)."""
     nodes = list(ep.graph_module.graph.nodes)
