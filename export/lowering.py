@@ -18,8 +18,8 @@ program once at the end, in place of the per-partition recompiles.
 Each partition then goes through XNNPACK's preprocess, which runs 17 graph passes on it (`XNNPACKPassManager`), each
 an ExportPass re-trace of the partition plus a new ExportedProgram, whether or not the partition holds an op the pass
 rewrites. A training program's partitions are one bmm (with its transposes), permute, GELU, tanh or softmax each, so
-most of those passes change nothing. `pruned_xnnpack_passes` skips, per partition and per pass, the passes in
-`XNNPACK_PASS_OPS` when the partition holds none of the ops that pass rewrites (read from each pass's source in
+most of those passes change nothing. `pruned_xnnpack_passes` skips, per partition and per pass, the passes of
+`_xnnpack_pass_ops` when the partition holds none of the ops that pass rewrites (read from each pass's source in
 ExecuTorch 1.5.1); the others always run. The programs come out byte for byte the same
 (tests/test_lowering.py; `python benchmarks/xnnpack_pass_pruning.py` on the bundles' programs, with the times).
 """
@@ -132,13 +132,22 @@ def pruned_xnnpack_passes():
 ENV_ALL_PASSES = "DITSKIP_EDGE_XNNPACK_ALL_PASSES"    # "1": XNNPACK runs every pass on every partition (no pruning)
 
 
+def prune_passes_from_env() -> bool:
+    """False when $DITSKIP_EDGE_XNNPACK_ALL_PASSES is 1; unset, empty or 0: True; anything else a one-line refusal."""
+    value = os.environ.get(ENV_ALL_PASSES, "")
+    if value not in ("", "0", "1"):
+        from ditskip_edge.runtime.errors import UserError
+        raise UserError(f"{ENV_ALL_PASSES}={value!r}: expected 1 (run every XNNPACK pass) or 0")
+    return value != "1"
+
+
 def to_edge_lowered(ep, partitioner, transform_passes=(), compile_config=None, prune_passes: bool | None = None):
     """`to_edge_transform_and_lower` under `checked_legalize` and (prune_passes; default: unless
     $DITSKIP_EDGE_XNNPACK_ALL_PASSES is 1) `pruned_xnnpack_passes`; the lowered program's graph module is recompiled
     once at the end (what the skipped per-partition recompiles left stale). Returns (edge program manager, stats)."""
     from executorch.exir import to_edge_transform_and_lower
     if prune_passes is None:
-        prune_passes = os.environ.get(ENV_ALL_PASSES, "") != "1"
+        prune_passes = prune_passes_from_env()
     pruning = pruned_xnnpack_passes() if prune_passes else contextlib.nullcontext({})
     with checked_legalize() as stats, pruning as pass_stats:
         edge = to_edge_transform_and_lower(ep, transform_passes=list(transform_passes), partitioner=list(partitioner),

@@ -309,3 +309,15 @@ def test_restore_order_puts_an_input_copy_just_before_its_reader():
     assert order[-2] is clone and clone in matmul.all_input_nodes
     x, w = torch.randn(3, 4), torch.randn(4, 2)
     assert torch.allclose(gm(x, w), f(x, w))
+
+
+def test_a_bad_all_passes_switch_is_refused_in_one_line_before_compile_starts(tmp_path, monkeypatch, capsys):
+    """$DITSKIP_EDGE_XNNPACK_ALL_PASSES other than 0 / 1 (or unset): compile exits 2 with one line, writing nothing."""
+    from ditskip_edge.cli import main
+    from export.lowering import ENV_ALL_PASSES
+    monkeypatch.setenv(ENV_ALL_PASSES, "yes")
+    assert main(["compile", "--model", "flux-tiny", "--prompt", "a photo of sks toy", "--out", str(tmp_path / "b"),
+                 "--json"]) == 2
+    err = capsys.readouterr().err
+    assert ENV_ALL_PASSES in err and err.count("\n") == 1
+    assert not (tmp_path / "b").exists()

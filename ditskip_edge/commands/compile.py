@@ -145,6 +145,8 @@ def program_stages(runtimes: list[str], precision: str, xnnpack: bool, generatio
 
 
 def run(args) -> dict:
+    from export.lowering import prune_passes_from_env
+    prune_passes_from_env()                             # a bad $DITSKIP_EDGE_XNNPACK_ALL_PASSES refused before any work
     if args.program_cache:                              # read by every exporter, and by compile --jobs 2's worker
         from export.program_cache import ENV_DIR
         os.environ[ENV_DIR] = args.program_cache
