@@ -20,7 +20,7 @@ from ditskip_edge.selection import SelectionConfig, check_budget, make_probe, se
 from ditskip_edge.selection.embedders import PixelStatsEmbedder, cosine_distance
 from ditskip_edge.selection.masking import text_masked
 from ditskip_edge.selection.sampling import generate
-from ditskip_edge.selection.scorer import back_set, front_set
+from ditskip_edge.selection.scorer import WEAK_PICK_SHARE, back_set, choose, front_set, pick_stability
 
 PROMPT = "a photo of sks toy"
 FAST = SelectionConfig(steps=2, num_seeds=2)
@@ -179,6 +179,61 @@ def test_tuned_probe_masks_a_lora_tuned_copy_and_leaves_the_callers_model_alone(
         make_probe(spec, transformer, vae, None, PROMPT, 0, cfg)
 
 
+def split_rows(seed_scores: dict[tuple[int, int], list[float]]) -> list[dict]:
+    """`score_splits`-shaped rows from per-seed scores, in n order."""
+    return [{"n_front": n, "n_back": m, "score": sum(v) / len(v), "seed_scores": v}
+            for (n, m), v in sorted(seed_scores.items())]
+
+
+def test_pick_share_is_one_when_every_seed_backs_the_chosen_split():
+    rows = split_rows({(0, 2): [0.5, 0.4, 0.6], (1, 1): [0.1, 0.2, 0.1], (2, 0): [0.3, 0.3, 0.2]})
+    st = pick_stability(rows)
+    assert st["pick_share"] == 1.0 and st["runner_up"] is None
+    assert st["per_seed_picks"] == [[1, 1]] * 3
+
+
+def test_pick_share_falls_below_the_warning_line_when_the_seeds_disagree():
+    # seeds 0-3 favour 0/2, seeds 4-7 favour 2/0; the mean picks 0/2 by a hair
+    rows = split_rows({(0, 2): [0.0] * 4 + [0.39] * 4, (1, 1): [0.9] * 8, (2, 0): [0.4] * 4 + [0.0] * 4})
+    st = pick_stability(rows)
+    assert list(choose(rows)) == [0, 2]
+    assert 0.2 < st["pick_share"] < WEAK_PICK_SHARE and st["runner_up"] == [2, 0]
+    assert st["per_seed_picks"] == [[0, 2]] * 4 + [[2, 0]] * 4
+    assert pick_stability(rows) == st                          # a fixed generator: the same share every time
+
+
+def test_one_seed_has_no_pick_share_to_report():
+    st = pick_stability(split_rows({(0, 1): [0.2], (1, 0): [0.3]}))
+    assert st["pick_share"] is None and st["per_seed_picks"] == [[0, 1]]
+
+
+@pytest.mark.parametrize("config", [SelectionConfig(steps=2, num_seeds=3),
+                                    SelectionConfig(method="proxy", num_seeds=2, proxy_times=(0.7, 0.3))])
+def test_each_splits_seed_scores_average_to_its_score(config):
+    spec, transformer, vae = tiny("sana-tiny")
+    probe = make_probe(spec, transformer, vae, load_photos(PHOTOS, spec.data_px), PROMPT, 4, config)
+    result = select_splits(probe, [3])[0]
+    for row in result["splits"]:
+        assert len(row["seed_scores"]) == config.num_seeds
+        assert sum(row["seed_scores"]) / config.num_seeds == pytest.approx(row["score"], rel=1e-9, abs=1e-12)
+    assert len(result["stability"]["per_seed_picks"]) == config.num_seeds
+
+
+def test_a_choice_within_the_probes_noise_is_warned_and_a_firm_one_is_not(monkeypatch, caplog):
+    import ditskip_edge.selection as selection
+    spec, transformer, vae = tiny("sana-tiny")
+    probe = make_probe(spec, transformer, vae, None, PROMPT, 0, FAST)
+    split_disagree = split_rows({(0, 2): [0.0, 0.39], (1, 1): [0.9, 0.9], (2, 0): [0.4, 0.0]})
+    split_agree = split_rows({(0, 2): [0.0, 0.1], (1, 1): [0.9, 0.9], (2, 0): [0.4, 0.5]})
+    for rows, warned in ((split_disagree, True), (split_agree, False)):
+        monkeypatch.setattr(selection, "score_splits", lambda probe, k, rows=rows: rows)
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="ditskip_edge.selection"):
+            result = selection.select_splits(probe, [2])[0]
+        assert result["chosen"] == [0, 2]
+        assert any("within the probe's noise" in r.getMessage() for r in caplog.records) == warned
+
+
 @pytest.mark.parametrize("k", [0, -1, 6, 7])
 def test_budget_out_of_range_is_a_clear_error(k):
     with pytest.raises(UserError, match="need 0 < k < 6"):
@@ -240,6 +295,8 @@ def test_compile_skip_ratio_records_the_selected_plan_in_the_manifest(tmp_path, 
     assert sel["method"] == "generation" and sel["embedder"] == "pixel-stats" and sel["budget"] == 3
     best = min(sel["scores"], key=lambda r: (r["score"], r["n_front"]))
     assert [plan["n_front"], plan["n_back"]] == [best["n_front"], best["n_back"]]
+    assert len(sel["stability"]["per_seed_picks"]) == len(sel["seeds"])      # how firmly the seeds back it
+    assert sel["stability"]["pick_share"] is not None
 
 
 def save_tiny_vision_models(folder):

@@ -102,7 +102,8 @@ def paper_plans(num_blocks: int) -> dict[str, tuple[int, int]]:
 def selected_plans(subject_dir: Path, prompt: str, seed: int, probe: str,
                    tune_steps: int | None = None, num_seeds: int | None = None) -> dict[str, dict]:
     """30% / 50% splits chosen by cross-attention masking (ditskip_edge.selection, the verb `compile --skip-ratio`
-    uses) with the base or the tuned probe: {"30": {"plan": [n, m], "splits": [...], "seconds": s}, "50": ...}."""
+    uses) with the base or the tuned probe: {"30": {"plan": [n, m], "splits": [...], "stability": {...}, "seconds": s},
+    "50": ...}."""
     from ditskip_edge.images import load_photos
     from ditskip_edge.models.loading import build_vae
     from ditskip_edge.plan import skip_budget
@@ -117,7 +118,7 @@ def selected_plans(subject_dir: Path, prompt: str, seed: int, probe: str,
     ratios = {"30": 0.3, "50": 0.5}
     results = select_splits(p, [skip_budget(num_blocks, r) for r in ratios.values()], list(ratios.values()))
     secs = round(time.perf_counter() - t0, 1)
-    return {key: {"plan": list(r["chosen"]), "splits": r["splits"], "seconds": secs}
+    return {key: {"plan": list(r["chosen"]), "splits": r["splits"], "stability": r["stability"], "seconds": secs}
             for key, r in zip(ratios, results)}
 
 

@@ -3,7 +3,7 @@
     masking.py    text-attention masks in chosen blocks (wrapping diffusers' FLUX / SANA processors)
     sampling.py   the images compared: Euler generation, or the one-forward x0_hat proxy
     embedders.py  D = 1 - cosine of image embeddings: offline "pixel-stats" default, or CLIP / DINO from a folder
-    scorer.py     score every split n + m = k, take the argmin
+    scorer.py     score every split n + m = k, take the argmin; how firmly the seeds back it
     tuning.py     the tuned-model probe: a short LoRA on the photos before masking (the paper's probe)
     plot.py       score vs split, PNG
 
@@ -27,7 +27,8 @@ from ..models.text import encode_prompt
 from ..models.views import block_names_of, make_view
 from ..plan import SkipPlan, skip_budget
 from .embedders import load_embedder
-from .scorer import Probe, SelectionConfig, check_budget, choose, photo_latents, score_splits
+from .scorer import (WEAK_PICK_SHARE, Probe, SelectionConfig, check_budget, choose, photo_latents,
+                     pick_stability, score_splits)
 
 __all__ = ["SCORED_ON", "SelectionConfig", "make_probe", "select_splits", "select_plan", "check_budget",
            "scored_on"]
@@ -69,7 +70,8 @@ def make_probe(spec: ModelSpec, transformer: nn.Module, vae: nn.Module, photos: 
 
 
 def select_splits(probe: Probe, budgets: Sequence[int], ratios: Sequence[float | None] | None = None) -> list[dict]:
-    """For each budget k: {"budget", "skip_ratio", "chosen": [n, m], "splits": [every split's score]}."""
+    """For each budget k: {"budget", "skip_ratio", "chosen": [n, m], "splits": [every split's score],
+    "stability": `pick_stability`}. A choice the probe's seeds do not back firmly is logged as a warning."""
     ratios = list(ratios) if ratios is not None else [None] * len(budgets)
     for k in budgets:
         check_budget(probe.num_blocks, k)
@@ -78,8 +80,17 @@ def select_splits(probe: Probe, budgets: Sequence[int], ratios: Sequence[float |
         t0 = time.perf_counter()
         rows = score_splits(probe, k)
         n, m = choose(rows)
+        stability = pick_stability(rows)
         log.info("budget %d: chose front %d, back %d (%.1f s)", k, n, m, time.perf_counter() - t0)
-        out.append({"budget": k, "skip_ratio": r, "chosen": [n, m], "splits": rows})
+        share = stability["pick_share"]
+        if share is not None and share < WEAK_PICK_SHARE:
+            runner = stability["runner_up"]
+            log.warning("budget %d: the split %d front / %d back won %.0f%% of %d resamples of the probe's %d noise "
+                        "seeds (runner-up %s): within the probe's noise. `ditskip-edge select --seeds N` probes more "
+                        "noise; compile --skip-front / --skip-back take a split as given", k, n, m, 100 * share,
+                        stability["resamples"], len(probe.seeds),
+                        f"{runner[0]} / {runner[1]}" if runner else "none")
+        out.append({"budget": k, "skip_ratio": r, "chosen": [n, m], "splits": rows, "stability": stability})
     return out
 
 
@@ -89,7 +100,7 @@ def selection_record(probe: Probe, result: dict, prompt: str) -> dict:
     return {"method": probe.config.method, "config": probe.config.to_json(), "embedder": getattr(emb, "name", "?"),
             "embedder_description": getattr(emb, "description", ""), "seeds": probe.seeds, "prompt": prompt,
             "scored_on": scored_on(probe.config), "budget": result["budget"], "skip_ratio": result["skip_ratio"],
-            "scores": result["splits"]}
+            "scores": result["splits"], "stability": result["stability"]}
 
 
 def select_plan(spec: ModelSpec, transformer: nn.Module, vae: nn.Module, photos: Sequence[Photo] | None,

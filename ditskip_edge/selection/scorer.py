@@ -141,6 +141,14 @@ class Probe:
             return 0.0
         return float(cosine_distance(self.embeddings(()), self.embeddings(masked)).mean())
 
+    def seed_distances(self, masked: tuple[int, ...]) -> list[float]:
+        """D(x_g, x_masked) per seed (the proxy: averaged over its times), in `seeds` order; zeros when nothing is
+        masked. Their mean is `distance`."""
+        if not masked:
+            return [0.0] * len(self.seeds)
+        d = cosine_distance(self.embeddings(()), self.embeddings(masked))
+        return d.reshape(len(self.seeds), -1).mean(1).tolist()
+
 
 def score_splits(probe: Probe, k: int) -> list[dict]:
     """Every split n + m = k, n = 0 .. k, with its score."""
@@ -149,12 +157,42 @@ def score_splits(probe: Probe, k: int) -> list[dict]:
     rows = []
     for n in range(k + 1):
         m = k - n
-        d_front, d_back = probe.distance(front_set(n)), probe.distance(back_set(b, m))
+        front, back = front_set(n), back_set(b, m)
+        d_front, d_back = probe.distance(front), probe.distance(back)
+        per_seed = [f + k for f, k in zip(probe.seed_distances(front), probe.seed_distances(back))]
         rows.append({"n_front": n, "n_back": m, "score": d_front + d_back,
-                     "front_distance": d_front, "back_distance": d_back})
+                     "front_distance": d_front, "back_distance": d_back, "seed_scores": per_seed})
     return rows
 
 
 def choose(rows: list[dict]) -> tuple[int, int]:
     best = min(rows, key=lambda r: (r["score"], r["n_front"]))
     return best["n_front"], best["n_back"]
+
+
+STABILITY_RESAMPLES = 1000          # bootstrap resamples of the probe's seeds
+WEAK_PICK_SHARE = 0.8               # a choice backed by fewer resamples than this is within the probe's noise
+
+
+def pick_stability(rows: list[dict], resamples: int = STABILITY_RESAMPLES, seed: int = 0) -> dict:
+    """How firmly the probe's noise seeds back the choice (`score_splits` rows, each with its `seed_scores`).
+
+    pick_share: the share of bootstrap resamples of the seeds (S seeds drawn with replacement, a fixed generator)
+    whose mean score is lowest at the chosen split (ties to the smaller n, as `choose`); None with one seed (no
+    spread to resample). runner_up: the split that wins most of the other resamples (None if none).
+    per_seed_picks: the split each seed alone would choose. A share below WEAK_PICK_SHARE means another noise
+    draw would likely have chosen differently: the scores do not tell the splits apart."""
+    scores = torch.tensor([r["seed_scores"] for r in rows], dtype=torch.float64)       # [splits, S]
+    splits = [[r["n_front"], r["n_back"]] for r in rows]
+    chosen = splits.index(list(choose(rows)))
+    num_seeds = scores.shape[1]
+    per_seed = [splits[i] for i in scores.argmin(0).tolist()]        # argmin takes the first minimum: smaller n
+    if num_seeds < 2:
+        return {"pick_share": None, "runner_up": None, "per_seed_picks": per_seed, "resamples": 0}
+    draws = torch.randint(num_seeds, (resamples, num_seeds), generator=torch.Generator().manual_seed(seed))
+    wins = torch.bincount(scores[:, draws].mean(-1).argmin(0), minlength=len(rows))   # [splits]
+    others = wins.clone()
+    others[chosen] = 0
+    return {"pick_share": round(float(wins[chosen]) / resamples, 4),
+            "runner_up": splits[int(others.argmax())] if int(others.max()) > 0 else None,
+            "per_seed_picks": per_seed, "resamples": resamples}
