@@ -13,7 +13,8 @@ seed x method -> LoRA -> how far it moves the model towards the teacher.
 Methods (PAPER.md) name a plan, resolved per unit:
     "none" (full LoRA, 0/0); "sel30" / "sel50" (selection by cross-attention masking with the study's probe, or
     "sel50:base" / "sel50:tuned" for a given probe); "paper30" / "paper50" (the paper's FLUX splits scaled to 12
-    blocks); "first50" / "last50" (the ablations). Rows with the same plan, data, codec and trainer on a unit are
+    blocks); "first50" / "last50" (the ablations); "f<n>-<m>" (a fixed split: n front / m back). Rows with the same
+    plan, data, codec and trainer on a unit are
     one training (the later row reuses it and says so).
 
 Cache codec and trainer per method:
@@ -28,6 +29,7 @@ Cache codec and trainer per method:
 from __future__ import annotations
 
 import json
+import re
 import platform
 import time
 from dataclasses import asdict, dataclass, field
@@ -60,7 +62,7 @@ PRIMARY = "velocity_progress"         # the instrument's main measure (instrumen
 class Method:
     name: str
     plan: str                        # "none" | "sel30" | "sel50" | "sel30:<probe>" | "sel50:<probe>" | "paper30" |
-                                     # "paper50" | "first50" | "last50"
+                                     # "paper50" | "first50" | "last50" | "f<n>-<m>" (n front / m back)
     dynamic_patches: bool = True
     zero_residuals: bool = False     # ablation: skip the spans but add nothing in their place
     codec: str = "fp32"              # residual-cache codec: a key of CODECS
@@ -84,6 +86,8 @@ METHODS: dict[str, Method] = {m.name: m for m in [
     Method("no_residual_50", "sel50", zero_residuals=True, note="ablation: residuals zeroed"),
     Method("skip_first_50", "first50", note="ablation: front span only"),
     Method("skip_last_50", "last50", note="ablation: back span only"),
+    Method("split_5_1", "f5-1", note="a fixed 5 front / 1 back split: where the base probe picked it, BlockSkip 50% "
+                                     "matched full LoRA (post hoc)"),
     Method("fixed_resize_50", "sel50", dynamic_patches=False, note="ablation: whole photo resized, no crops"),
 ]}
 
@@ -253,6 +257,9 @@ def _resolve_plan(plan: str, default_probe: str, selections: dict, num_blocks: i
              "paper30": paper_plans(num_blocks)["30"], "paper50": paper_plans(num_blocks)["50"]}
     if plan in fixed:
         return tuple(fixed[plan])
+    split = re.fullmatch(r"f(\d+)-(\d+)", plan)
+    if split:
+        return int(split[1]), int(split[2])
     ratio, _, probe = plan.removeprefix("sel").partition(":")
     return tuple(selections[probe or default_probe][ratio]["plan"])
 
@@ -504,6 +511,7 @@ CLAIMS = [
     ("full LoRA > BlockSkip 30%", "full_lora", "blockskip_30", "DINO 0.7324 vs 0.7194"),
     ("BlockSkip 30% > BlockSkip 50%", "blockskip_30", "blockskip_50", "DINO 0.7194 vs 0.6963"),
     ("selected split > the paper's split scaled (ours)", "blockskip_50", "paper_split_50", "-"),
+    ("fixed 5/1 split > selected split (ours)", "split_5_1", "blockskip_50", "-"),
     ("tuned probe > base probe, 50% (ours)", "blockskip_50_tuned_probe", "blockskip_50_base_probe", "-"),
     ("tuned probe > base probe, 30% (ours)", "blockskip_30_tuned_probe", "blockskip_30_base_probe", "-"),
 ]

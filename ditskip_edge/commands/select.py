@@ -22,7 +22,9 @@ def register(sub, add_json_flag) -> None:
     p.add_argument("--method", default="generation", choices=list(METHODS),
                    help="generation: Euler sampling (the paper's); proxy: x0_hat at a few t, one forward each")
     p.add_argument("--steps", type=int, default=4, help="Euler steps of the generation")
-    p.add_argument("--seeds", type=int, default=2, help="number of seeds averaged (seed, seed + 1, ...)")
+    p.add_argument("--seeds", type=int, default=2,
+                   help="number of noise seeds averaged (seed, seed + 1, ...); each result's stability says how firmly "
+                        "they back the pick (a pick share from 2 seeds only flags disagreement)")
     p.add_argument("--proxy-times", type=float, nargs="+", default=[0.8, 0.5, 0.2], help="proxy: times t in (0, 1]")
     p.add_argument("--embedder", default=DEFAULT_EMBEDDER,
                    help=f"{DEFAULT_EMBEDDER} (offline default) or a local transformers CLIP / DINO folder")
