@@ -881,3 +881,18 @@ def test_the_headline_ratio_splits_by_the_plan_blockskip_trained_with():
     got = ratio_by_plan([unit((0, 6), 0.4, 0.8), unit((5, 1), 0.9, 0.9), unit((0, 6), 0.6, 0.8)])
     assert list(got) == ["0/6", "5/1"] and got["0/6"]["units"] == 2
     assert got["0/6"]["ratio"] == pytest.approx(0.625) and got["5/1"]["ratio"] == pytest.approx(1.0)
+
+
+def test_a_fixed_split_row_trains_its_split_and_gets_its_own_ratio_to_full_lora():
+    """study: a plan "f<n>-<m>" is that split on every unit (and "first50" stays the ablation's), and the summary
+    gives each fixed 50% row present its own ratio to full LoRA beside the headline's."""
+    from benchmarks.testbed.study import _resolve_plan, summarize
+    assert _resolve_plan("f5-1", "base", {}, 12) == (5, 1)
+    assert _resolve_plan("first50", "base", {}, 12) == (6, 0)
+    rows = lambda s51, full: {"split_5_1": {"plan": [5, 1], "velocity_progress": s51, "sample_progress": s51},  # noqa: E731
+                              "full_lora": {"plan": [0, 0], "velocity_progress": full, "sample_progress": full}}
+    units = [{"subject": "s", "train_seed": i, "rows": rows(a, b), "selections": {}}
+             for i, (a, b) in enumerate([(0.8, 0.9), (0.7, 0.8), (0.9, 0.9), (0.6, 0.8)])]
+    got = summarize(units)["fixed_split_ratios"]
+    assert list(got) == ["split_5_1"]
+    assert got["split_5_1"]["velocity_progress"]["ratio"] == pytest.approx(3.0 / 3.4, abs=1e-4)

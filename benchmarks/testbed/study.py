@@ -423,7 +423,11 @@ def summarize(results: list[dict]) -> dict:
                                                                                    if n in r["rows"])}
              for n in names}
     return {"table": table, "orderings": orderings(results), "ratio": ratio(results),
+            "fixed_split_ratios": {n: ratio(results, n) for n in FIXED_50 if any(n in r["rows"] for r in results)},
             "selection": selection_summary(results), "signal": signal(results)}
+
+
+FIXED_50 = ("split_5_1", "skip_first_50", "skip_last_50", "paper_split_50")     # the 50% rows with a fixed split
 
 
 def signal(results: list[dict], row: str = "full_lora", measure: str = PRIMARY) -> dict | None:
@@ -800,6 +804,12 @@ def to_markdown(result: dict) -> str:
     for measure, r in result["ratio"].items():
         lines.append(f"- BlockSkip 50% / full LoRA ({measure}): **{r['ratio']:.3f}** (95% bootstrap CI "
                      f"{r['ci95'][0]:.3f} - {r['ci95'][1]:.3f}, {r['units']} units); paper 0.95: {r['verdict']}")
+    for name, by_measure in result.get("fixed_split_ratios", {}).items():
+        parts = [f"{m.replace('_', ' ')} {r['ratio']:.3f} (95% bootstrap CI {r['ci95'][0]:.3f} - {r['ci95'][1]:.3f})"
+                 for m, r in by_measure.items() if m in (PRIMARY, "sample_progress")]
+        if parts:
+            units_n = next(iter(by_measure.values()))["units"]
+            lines.append(f"- {name} ({_plans(result, name)}) / full LoRA, {units_n} units: " + "; ".join(parts))
     by_plan = ratio_by_plan(units)
     if len(by_plan) > 1:
         lines.append(f"- By the split BlockSkip 50% trained with (post hoc, {PRIMARY.replace('_', ' ')}): " + "; ".join(
