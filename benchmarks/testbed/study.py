@@ -516,6 +516,7 @@ CLAIMS = [
     ("BlockSkip 30% > BlockSkip 50%", "blockskip_30", "blockskip_50", "DINO 0.7194 vs 0.6963"),
     ("selected split > the paper's split scaled (ours)", "blockskip_50", "paper_split_50", "-"),
     ("fixed 5/1 split > selected split (ours)", "split_5_1", "blockskip_50", "-"),
+    ("fixed 5/1 split > skip first 50% (ours)", "split_5_1", "skip_first_50", "-"),
     ("tuned probe > base probe, 50% (ours)", "blockskip_50_tuned_probe", "blockskip_50_base_probe", "-"),
     ("tuned probe > base probe, 30% (ours)", "blockskip_30_tuned_probe", "blockskip_30_base_probe", "-"),
 ]
