@@ -4,6 +4,9 @@
 
 x_g: the unmasked images; x_hat_n: with the text masked in the first n blocks; x_tilde_m: in the last m blocks.
 n = 0 (or m = 0) masks nothing, so its distance is 0. Ties go to the split with the smaller n (listed first).
+Each split also keeps its per-seed scores, and `pick_stability` says how firmly they back the choice: the
+share of bootstrap resamples of the seeds that pick it (below WEAK_PICK_SHARE the choice is within the probe's
+noise; the caller warns).
 
 What the images are (`SelectionConfig.method`):
 - "generation" (the paper's): the model's own Euler sampler from noise, one image per seed, for the prompt.
@@ -159,7 +162,7 @@ def score_splits(probe: Probe, k: int) -> list[dict]:
         m = k - n
         front, back = front_set(n), back_set(b, m)
         d_front, d_back = probe.distance(front), probe.distance(back)
-        per_seed = [f + k for f, k in zip(probe.seed_distances(front), probe.seed_distances(back))]
+        per_seed = [d_f + d_b for d_f, d_b in zip(probe.seed_distances(front), probe.seed_distances(back))]
         rows.append({"n_front": n, "n_back": m, "score": d_front + d_back,
                      "front_distance": d_front, "back_distance": d_back, "seed_scores": per_seed})
     return rows
