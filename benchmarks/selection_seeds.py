@@ -22,6 +22,21 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
+def subject_selections(subjects: list[str], seeds: list[int], probe: str = "base", num_seeds: int | None = None):
+    """(subject, seed, study.selected_plans(...)) per held-out subject and probe seed, on the study's 5 references
+    and training prompt, one torch thread."""
+    import torch
+    torch.set_num_threads(1)
+    from benchmarks.testbed.scenes import write_reference_photos
+    from benchmarks.testbed.study import SUBJECTS, selected_plans, subject_prompt
+    for name in subjects:
+        subject = SUBJECTS[name]
+        with tempfile.TemporaryDirectory() as tmp:
+            write_reference_photos(subject, tmp, 5)                        # the study's 5 references
+            for seed in seeds:
+                yield name, seed, selected_plans(Path(tmp), subject_prompt(subject), seed, probe, num_seeds=num_seeds)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--subjects", nargs="*", default=["teal_star", "pink_heart", "brown_bowtie", "cyan_crescent"])
@@ -31,22 +46,13 @@ def main() -> int:
                     help="noise seeds the probe averages over (seed, seed + 1, ..; default SelectionConfig's)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "selection_seeds"))
     args = ap.parse_args()
-    import torch
-    torch.set_num_threads(1)
     from _meta import provenance, write_result
-    from benchmarks.testbed.scenes import write_reference_photos
-    from benchmarks.testbed.study import SUBJECTS, selected_plans, subject_prompt
     rows = []
-    for name in args.subjects:
-        subject = SUBJECTS[name]
-        with tempfile.TemporaryDirectory() as tmp:
-            write_reference_photos(subject, tmp, 5)                        # the study's 5 references
-            for seed in args.seeds:
-                out = selected_plans(Path(tmp), subject_prompt(subject), seed, args.probe, num_seeds=args.num_seeds)
-                rows.append({"subject": name, "seed": seed,
-                             **{f"plan_{k}": out[k]["plan"] for k in ("30", "50")},
-                             **{f"splits_{k}": out[k]["splits"] for k in ("30", "50")}})
-                print(name, seed, out["30"]["plan"], out["50"]["plan"], file=sys.stderr, flush=True)
+    for name, seed, out in subject_selections(args.subjects, args.seeds, args.probe, args.num_seeds):
+        rows.append({"subject": name, "seed": seed,
+                     **{f"plan_{k}": out[k]["plan"] for k in ("30", "50")},
+                     **{f"splits_{k}": out[k]["splits"] for k in ("30", "50")}})
+        print(name, seed, out["30"]["plan"], out["50"]["plan"], file=sys.stderr, flush=True)
     from ditskip_edge.selection import SelectionConfig
     doc = {**provenance(), "probe": args.probe, "seeds": args.seeds,
            "num_seeds": args.num_seeds or SelectionConfig().num_seeds, "rows": rows}

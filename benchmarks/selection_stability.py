@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -45,17 +44,10 @@ def main() -> int:
     ap.add_argument("--num-seeds", type=int, default=16, help="noise seeds of each probe (0 .. N-1)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "selection_stability"))
     args = ap.parse_args()
-    import torch
-    torch.set_num_threads(1)
     from _meta import provenance, write_result
-    from benchmarks.testbed.scenes import write_reference_photos
-    from benchmarks.testbed.study import SUBJECTS, selected_plans, subject_prompt
+    from selection_seeds import subject_selections
     rows = []
-    for name in args.subjects:
-        subject = SUBJECTS[name]
-        with tempfile.TemporaryDirectory() as tmp:
-            write_reference_photos(subject, tmp, 5)                        # the study's 5 references
-            out = selected_plans(Path(tmp), subject_prompt(subject), 0, "base", num_seeds=args.num_seeds)
+    for name, _, out in subject_selections(args.subjects, [0], "base", args.num_seeds):   # noise seeds 0 .. N-1
         for budget in ("30", "50"):
             r = out[budget]
             rows.append({"subject": name, "budget": budget, "plan": r["plan"], "stability": r["stability"],
