@@ -14,8 +14,7 @@ Methods (PAPER.md) name a plan, resolved per unit:
     "none" (full LoRA, 0/0); "sel30" / "sel50" (selection by cross-attention masking with the study's probe, or
     "sel50:base" / "sel50:tuned" for a given probe); "paper30" / "paper50" (the paper's FLUX splits scaled to 12
     blocks); "first50" / "last50" (the ablations); "f<n>-<m>" (a fixed split: n front / m back). Rows with the same
-    plan, data, codec and trainer on a unit are
-    one training (the later row reuses it and says so).
+    plan, data, codec and trainer on a unit are one training (the later row reuses it and says so).
 
 Cache codec and trainer per method:
 - `Method.codec`: a key of `CODECS` (name -> the `compile --cache-codec` spec): "fp32" (uncompressed) or "default"
@@ -416,6 +415,9 @@ def unit_values(results: list[dict], row: str, measure: str) -> np.ndarray:
     return np.array([r["rows"][row][measure] for r in results if row in r["rows"]], np.float64)
 
 
+FIXED_50 = ("split_5_1", "skip_first_50", "skip_last_50", "paper_split_50")     # the 50% rows with a fixed split
+
+
 def summarize(results: list[dict]) -> dict:
     """Table (mean +- 95% CI over units), the paper's orderings and the selection comparison."""
     names = list(dict.fromkeys(n for r in results for n in r["rows"]))
@@ -425,9 +427,6 @@ def summarize(results: list[dict]) -> dict:
     return {"table": table, "orderings": orderings(results), "ratio": ratio(results),
             "fixed_split_ratios": {n: ratio(results, n) for n in FIXED_50 if any(n in r["rows"] for r in results)},
             "selection": selection_summary(results), "signal": signal(results)}
-
-
-FIXED_50 = ("split_5_1", "skip_first_50", "skip_last_50", "paper_split_50")     # the 50% rows with a fixed split
 
 
 def signal(results: list[dict], row: str = "full_lora", measure: str = PRIMARY) -> dict | None:

@@ -138,19 +138,13 @@ class Probe:
             self._cache[masked] = self.embedder(self.images(masked))
         return self._cache[masked]
 
-    def distance(self, masked: tuple[int, ...]) -> float:
-        """Mean over seeds (and proxy times) of D(x_g, x_masked); 0 when nothing is masked."""
+    def distances(self, masked: tuple[int, ...]) -> tuple[float, list[float]]:
+        """D(x_g, x_masked): its mean over seeds (and proxy times), and per seed (the proxy: averaged over its times)
+        in `seeds` order; 0 when nothing is masked."""
         if not masked:
-            return 0.0
-        return float(cosine_distance(self.embeddings(()), self.embeddings(masked)).mean())
-
-    def seed_distances(self, masked: tuple[int, ...]) -> list[float]:
-        """D(x_g, x_masked) per seed (the proxy: averaged over its times), in `seeds` order; zeros when nothing is
-        masked. Their mean is `distance`."""
-        if not masked:
-            return [0.0] * len(self.seeds)
+            return 0.0, [0.0] * len(self.seeds)
         d = cosine_distance(self.embeddings(()), self.embeddings(masked))
-        return d.reshape(len(self.seeds), -1).mean(1).tolist()
+        return float(d.mean()), d.reshape(len(self.seeds), -1).mean(1).tolist()
 
 
 def score_splits(probe: Probe, k: int) -> list[dict]:
@@ -161,8 +155,8 @@ def score_splits(probe: Probe, k: int) -> list[dict]:
     for n in range(k + 1):
         m = k - n
         front, back = front_set(n), back_set(b, m)
-        d_front, d_back = probe.distance(front), probe.distance(back)
-        per_seed = [d_f + d_b for d_f, d_b in zip(probe.seed_distances(front), probe.seed_distances(back))]
+        (d_front, seeds_front), (d_back, seeds_back) = probe.distances(front), probe.distances(back)
+        per_seed = [d_f + d_b for d_f, d_b in zip(seeds_front, seeds_back)]
         rows.append({"n_front": n, "n_back": m, "score": d_front + d_back,
                      "front_distance": d_front, "back_distance": d_back, "seed_scores": per_seed})
     return rows
