@@ -50,6 +50,7 @@ from examples.demo import LR, PHOTOS, RANK, compile_args                        
 CAPTIONS = {"plain": False, "described": True}       # caption style -> scenes.subject_prompt(described=)
 GUIDANCES = (3.0, 6.0)
 PICTURE_GUIDANCE = 6.0
+CLASS_IMAGE_SEED = 1000              # the class images' noise seeds: CLASS_IMAGE_SEED + i, none of the eval pictures'
 
 
 def score_cell(images: torch.Tensor, subject, refs, backgrounds: list[str], seeds: list[int]) -> dict:
@@ -75,13 +76,35 @@ def split_name(text: str) -> str:
     return text
 
 
+def write_class_images(subject, folder: Path, n: int, start: int, described: bool) -> list[str]:
+    """DreamBooth's prior preservation, as photos: n class images drawn by the base model from the class prompt
+    (the subject's caption without the identifier "sks": "a teal star in the center, on a red background") on the
+    palette's backgrounds in turn, none of the eval backgrounds and not the subject's colour, written as photos
+    `start`.. of `folder` with their captions beside them (`compile --photo-captions` then trains on them with the
+    references, one class image drawn as often as one reference). Returns the class prompts."""
+    from benchmarks.testbed.scenes import EVAL_BACKGROUNDS, PALETTE
+    spec = resolve_spec("flux-testbed")
+    backgrounds = [c for c in PALETTE if c != subject.colour_word and c not in EVAL_BACKGROUNDS]
+    prompts = [subject_prompt(subject, backgrounds[i % len(backgrounds)], described).replace("sks ", "")
+               for i in range(n)]
+    images = generate(spec, load_model(spec), prompts, [CLASS_IMAGE_SEED + i for i in range(n)],
+                      guidance=PICTURE_GUIDANCE)
+    for i, (image, prompt) in enumerate(zip(images, prompts)):
+        to_uint8_image(image).save(folder / f"{start + i:02d}.png")
+        (folder / f"{start + i:02d}.txt").write_text(prompt + "\n")
+    return prompts
+
+
 def train_lora(subject, captions: str, steps: int, split: tuple[int, int] | None, work: Path,
                lr: float = LR, seed: int = 0, dynamic_patches: bool = False, rank: int = RANK, photos: int = PHOTOS,
-               t_sampling: str = "uniform") -> tuple[Path, dict]:
+               t_sampling: str = "uniform", prior: int = 0) -> tuple[Path, dict]:
     """The demo's compile + train on `photos` reference photos with `captions`-style captions (`seed`: the
-    schedule's; the rest as `examples.demo.compile_args`); returns the LoRA file and the plan."""
+    schedule's; `prior`: that many class images beside them, `write_class_images`; the rest as
+    `examples.demo.compile_args`); returns the LoRA file and the plan."""
     folder, bundle = work / "photos", work / "bundle"
     write_reference_photos(subject, folder, photos, captions=True, described=CAPTIONS[captions])
+    if prior:
+        write_class_images(subject, folder, prior, start=photos, described=CAPTIONS[captions])
     request = compile_args(subject_prompt(subject, described=CAPTIONS[captions]), folder, bundle, jobs=1,
                            steps=steps, generation=False, split=split, lr=lr, seed=seed,
                            dynamic_patches=dynamic_patches, rank=rank, t_sampling=t_sampling)

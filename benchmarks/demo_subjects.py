@@ -52,7 +52,7 @@ from examples.demo import GUIDANCE, LR, PHOTOS, RANK, STEPS                     
 DEMO_RECIPE = f"{STEPS}x{LR:g}"
 TEACHER = "teacher"                   # the instrument's teacher as a row: what a long LoRA on every block draws
 RECOGNISED_PROMPTS_SHOWN = 3          # the issue's bar: the subject recognisable in >= 3 of the 4 prompts
-RECIPE_FORM = "STEPSxLR[+dynamic][+r<rank>][+p<photos>][+logit][+g<guidance>][+s<front>-<back>]"
+RECIPE_FORM = "STEPSxLR[+dynamic][+r<rank>][+p<photos>][+logit][+g<guidance>][+s<front>-<back>][+prior<images>]"
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,8 @@ class Recipe:
     t_sampling: str = "uniform"         # +logit: logit-normal timesteps (SD3 / FLUX), not uniform
     guidance: float = GUIDANCE          # +g4: the pictures' classifier-free guidance
     split: tuple[int, int] | None = None    # +s5-1: skip 5 front / 1 back blocks instead of selecting a 50% split
+    prior: int = 0                      # +prior5: DreamBooth's prior preservation, that many class images beside the
+                                        # photos (the base model's, demo_recipe.write_class_images)
 
 
 def parse_recipe(text: str) -> Recipe:
@@ -86,6 +88,8 @@ def parse_recipe(text: str) -> Recipe:
             recipe = replace(recipe, photos=int(option[1:]))
         elif option[:1] == "g" and float(option[1:]) > 0:
             recipe = replace(recipe, guidance=float(option[1:]))
+        elif option.startswith("prior") and option[5:].isdigit():
+            recipe = replace(recipe, prior=int(option[5:]))
         elif option[:1] == "s" and option[1:].count("-") == 1 and option[1:].replace("-", "").isdigit():
             recipe = replace(recipe, split=tuple(int(n) for n in option[1:].split("-")))
         else:
@@ -150,7 +154,7 @@ def run_one(task: dict) -> dict:
             lora, _ = train_lora(subject, "described", recipe.steps, recipe.split, work, recipe.lr,
                                  seed=task["train_seed"],
                                  dynamic_patches=recipe.dynamic_patches, rank=recipe.rank, photos=recipe.photos,
-                                 t_sampling=recipe.t_sampling)
+                                 t_sampling=recipe.t_sampling, prior=recipe.prior)
             model = load_model(spec, lora)
             seconds_per_step = json.loads((work / "bundle" / "runs" / "eager" / "summary.json").read_text())[
                 "seconds_per_step"]
@@ -366,7 +370,10 @@ def markdown(doc: dict) -> str:
                   f"photos (the demo's: {PHOTOS}; beyond 5 they repeat the 5 backgrounds at other sizes and places), "
                   "+logit logit-normal training timesteps (the demo's: uniform), +g<x> the pictures' guidance, "
                   "+dynamic the method's timestep-dependent crops instead of the whole photos, +s<f>-<b> skip f front "
-                  "/ b back blocks instead of selecting a 50% split (+s0-0: a LoRA on every block, no skipping)."]
+                  "/ b back blocks instead of selecting a 50% split (+s0-0: a LoRA on every block, no skipping), "
+                  "+prior<n> DreamBooth's prior preservation: n class images drawn by the base model from the class "
+                  "prompt (the caption without \"sks\") on backgrounds neither an eval one nor the subject's colour, "
+                  "trained on beside the references (`demo_recipe.write_class_images`)."]
     lines += ["", f"Picture `{doc.get('stem', 'demo_subjects')}.png`: per subject the rows above (the recipes' "
               f"training seed {min(doc['train_seeds'])}), noise seed 0, then a fresh photo; columns the eval "
               "backgrounds."]

@@ -738,10 +738,32 @@ def test_demo_subjects_counts_a_run_as_shown_only_with_3_of_4_prompts_at_noise_s
                                                                        photos=10, t_sampling="logit_normal",
                                                                        guidance=4.0)
     assert parse_recipe("200x4e-3+s5-1").split == (5, 1) and parse_recipe("200x4e-3+s0-0").split == (0, 0)
+    assert parse_recipe("200x4e-3+prior5").prior == 5 and parse_recipe("200x4e-3").prior == 0
     for bad in ("200", "0x1e-3", "200x-1", "ax1", "200x4e-3+fixed", "200x4e-3+r0", "200x4e-3+p", "200x4e-3+g-1",
-                "200x4e-3+s5", "200x4e-3+s5-1-0"):
+                "200x4e-3+s5", "200x4e-3+s5-1-0", "200x4e-3+prior", "200x4e-3+priorx"):
         with pytest.raises(argparse.ArgumentTypeError):
             recipe_arg(bad)
+
+
+def test_class_images_for_prior_preservation_carry_the_class_prompt_never_the_identifier_or_an_eval_background(
+        tmp_path):
+    """benchmarks/demo_recipe.write_class_images (demo_subjects' +prior<n>): n base-model pictures written after the
+    references as photos with captions, each caption the subject's own without "sks", on a background that is
+    neither an eval background (the after row's) nor the subject's colour, the backgrounds varying."""
+    from benchmarks.demo_recipe import write_class_images
+    from benchmarks.testbed.scenes import EVAL_BACKGROUNDS, subject_prompt
+    from ditskip_edge.runtime.photos import photo_files, read_captions
+    subject = SUBJECTS["teal_star"]
+    write_reference_photos(subject, tmp_path, 2, captions=True, described=True)
+    prompts = write_class_images(subject, tmp_path, 3, start=2, described=True)
+    files = photo_files(tmp_path, captions=True)
+    assert [f.name for f in files] == ["00.png", "01.png", "02.png", "03.png", "04.png"]
+    assert read_captions(files, 2000)[2:] == prompts
+    backgrounds = [p.rsplit(" on a ", 1)[1].split()[0] for p in prompts]
+    assert len(set(backgrounds)) == 3
+    for prompt, bg in zip(prompts, backgrounds):
+        assert "sks" not in prompt and bg not in EVAL_BACKGROUNDS and bg != subject.colour_word
+        assert prompt == subject_prompt(subject, bg, described=True).replace("sks ", "")
 
 
 def test_demo_subjects_pairs_two_recipes_by_subject_and_training_seed():
