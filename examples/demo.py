@@ -55,6 +55,7 @@ LR = 4e-3                          # the LoRA's learning rate: twice the best of
                                    # testbed's current weights (benchmarks/results/demo_recipe.md), for half the steps
 RANK = 8                           # the LoRA's rank
 PHOTOS = 5                         # reference photos of the subject (on 5 backgrounds, none of the eval ones)
+SHOWN_PROMPTS = 3                  # issue 16's bar: the subject recognisable in >= 3 of the 4 prompts
 TRAIN = ["--grad-accum", "4", "--lora-targets", "all-linear", "--no-dynamic-patches"]
 
 
@@ -155,7 +156,10 @@ def main(argv: list[str] | None = None) -> int:
               f"background): before "
               f"{recognised[0]} -> after {recognised[1]} of {len(texts)} prompts (its {subject.marking_name} alone: "
               f"{marked[0]} -> {marked[1]}; shape, colour and background alone: {unmarked[0]} -> {unmarked[1]})\n"
-              f"background as prompted: before {s0['background_ok']['mean']:.2f} -> after "
+              + (f"        below the {SHOWN_PROMPTS} of {len(texts)} this demo aims for: on this 4.6M-parameter "
+                 "testbed no recipe tried reaches it reliably, full LoRA included (README, \"The personalization "
+                 "testbed\")\n" if recognised[1] < SHOWN_PROMPTS else "")
+              + f"background as prompted: before {s0['background_ok']['mean']:.2f} -> after "
               f"{s1['background_ok']['mean']:.2f}\n"
               f"on the references' own captions (their backgrounds): similarity "
               f"{s_trained['subject_sim']['mean']:.2f}, background as captioned "
