@@ -45,11 +45,11 @@ from benchmarks.testbed.instrument import fresh_photos                          
 from benchmarks.testbed.metrics import SubjectEmbedder, mean_ci, score_images, subject_similarity  # noqa: E402
 from benchmarks.testbed.scenes import (SUBJECTS, eval_prompts, reference_images, subject_prompt,  # noqa: E402
                                       write_reference_photos)
-from examples.demo import LR, PHOTOS, RANK, compile_args                                            # noqa: E402
+from examples.demo import GUIDANCE, LR, PHOTOS, RANK, compile_args                                  # noqa: E402
 
 CAPTIONS = {"plain": False, "described": True}       # caption style -> scenes.subject_prompt(described=)
 GUIDANCES = (3.0, 6.0)
-PICTURE_GUIDANCE = 6.0
+PICTURE_GUIDANCE = GUIDANCE           # the picture's rows: the demo's guidance
 CLASS_IMAGE_SEED = 1000              # the class images' noise seeds: CLASS_IMAGE_SEED + i, none of the eval pictures'
 
 
@@ -88,7 +88,7 @@ def write_class_images(subject, folder: Path, n: int, start: int, described: boo
     prompts = [subject_prompt(subject, backgrounds[i % len(backgrounds)], described).replace("sks ", "")
                for i in range(n)]
     images = generate(spec, load_model(spec), prompts, [CLASS_IMAGE_SEED + i for i in range(n)],
-                      guidance=PICTURE_GUIDANCE)
+                      guidance=GUIDANCE)                       # as the demo's pictures
     for i, (image, prompt) in enumerate(zip(images, prompts)):
         to_uint8_image(image).save(folder / f"{start + i:02d}.png")
         (folder / f"{start + i:02d}.txt").write_text(prompt + "\n")

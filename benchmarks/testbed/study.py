@@ -28,8 +28,8 @@ Cache codec and trainer per method:
 from __future__ import annotations
 
 import json
-import re
 import platform
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
