@@ -61,10 +61,13 @@ SEQ_LEN = builtin_spec("flux-testbed").text.seq_len        # the text tokens the
 PIECE_BYTES = 12 << 20          # the device tool brings back no file over 16 MiB
 
 
-def pool_captions(n: int, seed: int) -> list[str]:
-    """The captions of pretrain_testbed.caption_pool(n, seed), without encoding them."""
-    from benchmarks.testbed.scenes import random_scenes
-    return [c for _, c in random_scenes(n, seed)] + [""]
+def pool_captions(n: int, seed: int, every_form: bool = False) -> list[str]:
+    """The captions of pretrain_testbed.caption_pool(n, seed) (the default scene domain), without encoding them;
+    `every_form`: of a domain that draws every caption form a run's --marking-share / --inner-share can ask for
+    ("with white dots", "with an orange centre"), so that the vocabulary holds their words too."""
+    from benchmarks.testbed.scenes import SceneDomain, random_scenes
+    domain = SceneDomain(inner_share=0.5, marking_share=0.5) if every_form else SceneDomain()
+    return [c for _, c in random_scenes(n, seed, domain)] + [""]
 
 
 def token_ids(tokenizer, captions: list[str]) -> set[int]:
@@ -86,7 +89,7 @@ def pack(payload: Path, captions: int, seed: int, extra_captions: int = 200_000)
 
     from ditskip_edge.models.text import _minilm
     tokenizer, model = _minilm()
-    extra = pool_captions(extra_captions, seed + 7)     # more captions than the run's: every scene word, surely
+    extra = pool_captions(extra_captions, seed + 7, every_form=True)   # more than the run's: every scene word, surely
     kept = sorted(token_ids(tokenizer, pool_captions(captions, seed) + extra + REFERENCE_CAPTIONS))
     out = payload / "minilm"
     shutil.rmtree(out, ignore_errors=True)
@@ -143,7 +146,8 @@ def unpack(payload: Path, captions: int, seed: int, site: Path, minilm_dir: Path
     tokenizer, model = AutoTokenizer.from_pretrained(str(minilm_dir)), AutoModel.from_pretrained(str(minilm_dir))
     got = encode(tokenizer, model.eval(), json.loads((payload / "minilm" / "reference_captions.json").read_text()))
     rel = float((got - reference).norm() / reference.norm())
-    missing = token_ids(tokenizer, pool_captions(captions, seed)) - set(kept.tolist())
+    missing = token_ids(tokenizer, pool_captions(captions, seed) + pool_captions(captions, seed, every_form=True)
+                        ) - set(kept.tolist())
     check = {"reference_relative_error": rel, "pool_tokens_missing": sorted(missing)}
     print(json.dumps(check))
     if rel > 5e-3 or missing:

@@ -47,6 +47,7 @@ import platform
 import random
 import sys
 import time
+from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -64,13 +65,15 @@ from ditskip_edge.models.specs import builtin_spec                        # noqa
 from ditskip_edge.models.text import MiniLMTextEncoder, _minilm          # noqa: E402
 from ditskip_edge.models.views import make_view                           # noqa: E402
 from ditskip_edge.patch_sampling import PatchSampler                      # noqa: E402
-from benchmarks.testbed.scenes import SCENE_PX, object_region, random_scenes, render   # noqa: E402
+from benchmarks.testbed.scenes import (SCENE_PX, SceneDomain, object_region, random_scenes,  # noqa: E402
+                                      render)
 
 
-def caption_pool(n: int, seed: int, spec, batch: int = 256, device: torch.device | str = "cpu"):
-    """n random scenes and their captions (fixed seed), the captions MiniLM-encoded once on `device` (the GPU when
-    pretraining there: 65k captions in seconds), plus the empty prompt as the last row."""
-    pool = random_scenes(n, seed)
+def caption_pool(n: int, seed: int, spec, batch: int = 256, device: torch.device | str = "cpu",
+                 domain: SceneDomain = SceneDomain()):
+    """n random scenes of `domain` and their captions (fixed seed), the captions MiniLM-encoded once on `device`
+    (the GPU when pretraining there: 65k captions in seconds), plus the empty prompt as the last row."""
+    pool = random_scenes(n, seed, domain)
     scenes, captions = [s for s, _ in pool], [c for _, c in pool]
     enc = MiniLMTextEncoder(spec)
     minilm = _minilm()[1]
@@ -204,7 +207,18 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=0,
                     help="processes rendering scenes (DataLoader workers); 0 (default): the training process "
                     "renders them itself, as on the 2-core machine. On a GPU machine: its cores minus one")
+    ap.add_argument("--marking-share", type=float, default=0.0,
+                    help="share of textured objects with a texture colour of their own, named (\"a pink square with "
+                    "white dots\"; scenes.SceneDomain); 0 (default): the committed weights' domain")
+    ap.add_argument("--inner-share", type=float, default=SceneDomain().inner_share,
+                    help="share of objects with a centre of another colour (\"with an orange centre\"; default "
+                    "%(default)s, as the last stage of the committed weights)")
     args = ap.parse_args()
+    domain = SceneDomain(inner_share=args.inner_share, marking_share=args.marking_share)
+    try:
+        domain.validate()
+    except ValueError as e:
+        ap.error(str(e))
     if args.workers < 0:
         ap.error(f"--workers {args.workers}: 0 (render in this process) or more processes")
     if args.echo < 1:
@@ -222,7 +236,8 @@ def main() -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
 
     t_start = time.time()
-    scenes, captions, txt_pool, pooled_pool = caption_pool(args.captions, args.seed, spec, device=device)
+    scenes, captions, txt_pool, pooled_pool = caption_pool(args.captions, args.seed, spec, device=device,
+                                                             domain=domain)
     print(f"encoded {len(captions)} captions in {time.time() - t_start:.0f} s on {device}", flush=True)
 
     config = dict(spec.transformer_config)
@@ -257,7 +272,8 @@ def main() -> int:
            "torch": torch.__version__,
            "started_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"), "batch": args.batch,
            "lr": args.lr, "captions": len(captions), "params": sum(p.numel() for p in variants[0].params),
-           "ema": args.ema, "config": config, "device": str(device), "init": args.init, "init_sha256": init_sha}
+           "ema": args.ema, "domain": asdict(domain), "config": config, "device": str(device), "init": args.init,
+           "init_sha256": init_sha}
     t0 = time.time()
     step, last_save, wait_s = 0, t0, 0.0
 

@@ -68,6 +68,29 @@ def test_nearest_shape_names_the_drawn_shape_of_rendered_scenes_at_the_generatio
     assert nearest_shape(torch.full((3, 32, 32), -1.0)) is None
 
 
+def test_the_marking_domain_names_each_texture_colour_it_draws_and_leaves_the_default_scenes_as_they_were():
+    from benchmarks.testbed.scenes import HELD_OUT_PAIRS, MARKING_WORDS, SceneDomain, random_scenes, second_colour
+    from ditskip_edge.models.text import _minilm
+    plain = random_scenes(300, 5)
+    assert plain == random_scenes(300, 5, SceneDomain(marking_share=0.0))     # the committed weights' scenes, unchanged
+    assert not any(" dots" in c or " stripes" in c or " checks" in c for _, c in plain)
+    marked = 0
+    tokenizer = _minilm()[0]
+    names = {rgb: name for name, rgb in PALETTE.items()}
+    for scene, caption in random_scenes(600, 5, SceneDomain(marking_share=0.6)):
+        assert (scene.shape, names[scene.colour]) not in HELD_OUT_PAIRS
+        assert len(tokenizer.tokenize(caption)) <= 14 or " with " not in caption      # the encoder reads 14 tokens
+        if scene.texture != "plain" and scene.texture_colour != second_colour(scene.colour):
+            marked += 1
+            assert f" with {names[scene.texture_colour]} {MARKING_WORDS[scene.texture]}" in caption, caption
+            assert scene.texture_colour != scene.colour and scene.texture not in caption    # named by colour instead
+        else:
+            assert " dots" not in caption and " stripes" not in caption and " checks" not in caption, caption
+    assert 0.3 * 600 < marked < 0.6 * 600          # ~0.6 of the textured three quarters
+    with pytest.raises(ValueError, match="marking_share"):
+        random_scenes(1, 0, SceneDomain(marking_share=1.5))
+
+
 def test_pretrain_testbed_warm_starts_from_a_weights_file_and_writes_a_loadable_model_echoing_each_batch(tmp_path):
     import subprocess
     import sys
@@ -79,12 +102,12 @@ def test_pretrain_testbed_warm_starts_from_a_weights_file_and_writes_a_loadable_
     out = tmp_path / "transformer.safetensors"
     subprocess.run([sys.executable, str(root / "benchmarks" / "pretrain_testbed.py"), "--minutes", "0.05",
                     "--captions", "16", "--batch", "2", "--init", str(init), "--out", str(out), "--object-weight", "2",
-                    "--echo", "3"],
+                    "--echo", "3", "--marking-share", "0.5"],
                    check=True, capture_output=True, text=True, timeout=600)
     log = json.loads((tmp_path / "pretrain_log.json").read_text())
     assert log["final"] and log["steps"] >= 1 and len(log["losses"]) == log["steps"]
     assert len(log["init_sha256"]) == 64 and log["device"] == "cpu"
-    assert log["object_weight"] == 2.0
+    assert log["object_weight"] == 2.0 and log["domain"] == {"inner_share": 0.0, "marking_share": 0.5}
     assert log["echo"] == 3 and log["scenes"] == -(-log["steps"] // 3) * 2      # a new batch every third step
     before, after = load_file(str(init)), load_file(str(out))
     assert before.keys() == after.keys()

@@ -150,8 +150,31 @@ def object_region(scene: Scene, px: int = SCENE_PX) -> torch.Tensor:
 
 
 # -------------------------------------------------------------------------------------------- pretraining data
-def random_scene(rnd: random.Random) -> tuple[Scene, str]:
-    """A random pretraining scene and its caption."""
+MARKING_WORDS = {"striped": "stripes", "dotted": "dots", "checkered": "checks"}   # "with white dots"
+
+
+@dataclass(frozen=True)
+class SceneDomain:
+    """What pretraining draws beyond shape x colour x texture x size x place x background.
+
+    inner_share: the share of objects with a centre of another colour ("a red square with a blue centre").
+    marking_share: the share of textured objects whose texture is in a palette colour of its own, named as the
+      marking ("a pink square with white dots", "a brown bar with cyan stripes"), instead of `second_colour`'s dark
+      or light version of the object's colour ("a pink dotted square"). Real text-to-image models know "white polka
+      dots" on anything; with 0 (the committed weights' pretraining) a subject's white dots on pink are a detail the
+      model has never drawn on any object (`pretrain_testbed.py --marking-share`)."""
+    inner_share: float = INNER_SHARE
+    marking_share: float = 0.0
+
+    def validate(self) -> None:
+        for name in ("inner_share", "marking_share"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"SceneDomain.{name} must be in [0, 1], got {getattr(self, name)}")
+
+
+def random_scene(rnd: random.Random, domain: SceneDomain = SceneDomain()) -> tuple[Scene, str]:
+    """A random pretraining scene and its caption. With the default domain the draws (and so every seed's scenes)
+    are the ones pretraining always made: the domain's extra draws happen only where its shares are above 0."""
     while True:
         colour, shape = rnd.choice(list(PALETTE)), rnd.choice(SHAPES)
         if (shape, colour) not in HELD_OUT_PAIRS:
@@ -164,10 +187,19 @@ def random_scene(rnd: random.Random) -> tuple[Scene, str]:
     centre = (fx + rnd.uniform(-jitter, jitter), fy + rnd.uniform(-jitter, jitter))
     r = SIZES[size] * rnd.uniform(0.9, 1.1)
     inner, centre_words = None, ""
-    if rnd.random() < INNER_SHARE:          # "with an orange centre": a centred disc of another colour
+    if rnd.random() < domain.inner_share:          # "with an orange centre": a centred disc of another colour
         ic = rnd.choice([c for c in PALETTE if c not in (colour, bg)])
         inner, centre_words = ("circle", PALETTE[ic], 0.3), f" with a {ic} centre"
-    scene = Scene(shape, PALETTE[colour], texture, second_colour(PALETTE[colour]), PALETTE[bg], centre, r, inner)
+    texture_colour, marking_words = second_colour(PALETTE[colour]), ""
+    if domain.marking_share > 0 and texture != "plain" and rnd.random() < domain.marking_share:
+        mc = rnd.choice([c for c in PALETTE if c != colour])
+        texture_colour, marking_words = PALETTE[mc], f" with {mc} {MARKING_WORDS[texture]}"
+    scene = Scene(shape, PALETTE[colour], texture, texture_colour, PALETTE[bg], centre, r, inner)
+    if marking_words:       # the marking named, no texture adjective; short, to stay within the encoder's tokens
+        caption = f"a {colour} {shape}{marking_words}"
+        if rnd.random() > 0.5:
+            caption = f"a {size} {colour} {shape}{marking_words}"
+        return scene, caption + (f", on a {bg} background" if rnd.random() > 0.2 else "")
     tex = "" if texture == "plain" else f" {texture}"
     shape_words = shape + centre_words
     templates = ["a {size} {colour}{tex} {shape} {place}, on a {bg} background",
@@ -184,10 +216,11 @@ def random_scene(rnd: random.Random) -> tuple[Scene, str]:
     return scene, caption
 
 
-def random_scenes(n: int, seed: int) -> list[tuple[Scene, str]]:
+def random_scenes(n: int, seed: int, domain: SceneDomain = SceneDomain()) -> list[tuple[Scene, str]]:
     """The first n pretraining scenes and captions of `seed` (random_scene drawn n times from one generator)."""
+    domain.validate()
     rnd = random.Random(seed)
-    return [random_scene(rnd) for _ in range(n)]
+    return [random_scene(rnd, domain) for _ in range(n)]
 
 
 # ------------------------------------------------------------------------------------------ held-out subjects
