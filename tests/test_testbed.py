@@ -941,3 +941,21 @@ def test_a_fixed_split_row_trains_its_split_and_gets_its_own_ratio_to_full_lora(
     got = summarize(units)["fixed_split_ratios"]
     assert list(got) == ["split_5_1"]
     assert got["split_5_1"]["velocity_progress"]["ratio"] == pytest.approx(3.0 / 3.4, abs=1e-4)
+
+
+def test_testbed_samples_marking_yardstick_passes_the_described_scene_and_fails_it_without_its_marking():
+    import torch.nn.functional as F
+
+    from benchmarks.testbed.metrics import marking_present
+    from benchmarks.testbed.scenes import PALETTE as SCENE_PALETTE
+    from benchmarks.testbed.scenes import Scene, render
+    from benchmarks.testbed_samples import MARKED_PROMPTS, marked_share_rendered
+    for colour, shape, texture, marking, bg in MARKED_PROMPTS:
+        share = marked_share_rendered(colour, shape, texture, marking, bg, 32)
+        assert share > 0.05, (colour, shape, texture, marking)
+        drawn = Scene(shape, SCENE_PALETTE[colour], texture, SCENE_PALETTE[marking], SCENE_PALETTE[bg], (0.45, 0.55),
+                      16.0)
+        plain = Scene(shape, SCENE_PALETTE[colour], "plain", SCENE_PALETTE[colour], SCENE_PALETTE[bg], (0.5, 0.5), 17.0)
+        at_32px = [F.interpolate(render(s)[None], size=32, mode="area")[0] for s in (drawn, plain)]
+        assert marking_present(at_32px[0], SCENE_PALETTE[marking], SCENE_PALETTE[colour], share)
+        assert not marking_present(at_32px[1], SCENE_PALETTE[marking], SCENE_PALETTE[colour], share)
