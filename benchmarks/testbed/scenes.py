@@ -162,7 +162,8 @@ class SceneDomain:
       marking ("a pink square with white dots", "a brown bar with cyan stripes"), instead of `second_colour`'s dark
       or light version of the object's colour ("a pink dotted square"). Real text-to-image models know "white polka
       dots" on anything; with 0 (the committed weights' pretraining) a subject's white dots on pink are a detail the
-      model has never drawn on any object (`pretrain_testbed.py --marking-share`)."""
+      model has never drawn on any object (`pretrain_testbed.py --marking-share`; what 65 CPU minutes of it
+      did, for prompts and for the demo: benchmarks/results/marking_domain.md)."""
     inner_share: float = INNER_SHARE
     marking_share: float = 0.0
 
