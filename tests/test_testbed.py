@@ -73,6 +73,8 @@ def test_the_marking_domain_names_each_texture_colour_it_draws_and_leaves_the_de
     from ditskip_edge.models.text import _minilm
     plain = random_scenes(300, 5)
     assert plain == random_scenes(300, 5, SceneDomain(marking_share=0.0))     # the committed weights' scenes, unchanged
+    assert [c for _, c in plain[:2]] == ['orange background with a large teal ring on the left', 'a green crescent']
+    # ^ seed 5's first captions as the generator drew them before SceneDomain (commit 464cae4)
     assert not any(" dots" in c or " stripes" in c or " checks" in c for _, c in plain)
     marked = 0
     tokenizer = _minilm()[0]
