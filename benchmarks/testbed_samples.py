@@ -69,11 +69,12 @@ def main() -> int:
     if args.weights:
         from safetensors.torch import load_file
         model.load_state_dict(load_file(args.weights))
-    prompts = [(c, s, bg) for c, s, _, _, bg in MARKED_PROMPTS] if args.markings else PROMPTS
     if args.markings:
+        prompts = [(c, s, bg) for c, s, _, _, bg in MARKED_PROMPTS]
         texts = [f"a large {c} {s} with {m} {MARKING_WORDS[tx]}, on a {bg} background" for c, s, tx, m, bg in
                  MARKED_PROMPTS]
     else:
+        prompts = PROMPTS
         texts = [f"a large {c} {s} in the center, on a {bg} background" for c, s, bg in PROMPTS]
     seeds = list(range(args.seeds))
     ims = generate(spec, model, [t for _ in seeds for t in texts], [s for s in seeds for _ in texts])
@@ -87,10 +88,10 @@ def main() -> int:
     shape_ok = [float(d == s) for d, (_, s, _) in zip(drawn, objs)]
     checks = [("background_ok", bg_ok), ("colour_ok", col_ok), ("shape_ok", shape_ok)]
     if args.markings:
-        marked = [(c, m, marked_share_rendered(c, s, tx, m, bg, ims.shape[-1])) for _ in seeds
-                  for c, s, tx, m, bg in MARKED_PROMPTS]
+        yardsticks = [(c, m, marked_share_rendered(c, s, tx, m, bg, ims.shape[-1]))    # once per prompt
+                      for c, s, tx, m, bg in MARKED_PROMPTS]
         checks.append(("marking_ok", [marking_present(im, PALETTE[m], PALETTE[c], share)
-                                      for im, (c, m, share) in zip(ims, marked)]))
+                                      for im, (c, m, share) in zip(ims, yardsticks * len(seeds))]))
     ci = {k: mean_ci(v) for k, v in checks}
     per_shape = {s: f"{sum(ok for ok, (_, s2, _) in zip(shape_ok, objs) if s2 == s):.0f}/"
                     f"{sum(1 for _, s2, _ in objs if s2 == s)}" for s in dict.fromkeys(s for _, s, _ in prompts)}

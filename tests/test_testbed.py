@@ -949,15 +949,14 @@ def test_testbed_samples_marking_yardstick_passes_the_described_scene_and_fails_
     import torch.nn.functional as F
 
     from benchmarks.testbed.metrics import marking_present
-    from benchmarks.testbed.scenes import PALETTE as SCENE_PALETTE
     from benchmarks.testbed.scenes import Scene, render
     from benchmarks.testbed_samples import MARKED_PROMPTS, marked_share_rendered
     for colour, shape, texture, marking, bg in MARKED_PROMPTS:
         share = marked_share_rendered(colour, shape, texture, marking, bg, 32)
         assert share > 0.05, (colour, shape, texture, marking)
-        drawn = Scene(shape, SCENE_PALETTE[colour], texture, SCENE_PALETTE[marking], SCENE_PALETTE[bg], (0.45, 0.55),
+        drawn = Scene(shape, PALETTE[colour], texture, PALETTE[marking], PALETTE[bg], (0.45, 0.55),
                       16.0)
-        plain = Scene(shape, SCENE_PALETTE[colour], "plain", SCENE_PALETTE[colour], SCENE_PALETTE[bg], (0.5, 0.5), 17.0)
+        plain = Scene(shape, PALETTE[colour], "plain", PALETTE[colour], PALETTE[bg], (0.5, 0.5), 17.0)
         at_32px = [F.interpolate(render(s)[None], size=32, mode="area")[0] for s in (drawn, plain)]
-        assert marking_present(at_32px[0], SCENE_PALETTE[marking], SCENE_PALETTE[colour], share)
-        assert not marking_present(at_32px[1], SCENE_PALETTE[marking], SCENE_PALETTE[colour], share)
+        assert marking_present(at_32px[0], PALETTE[marking], PALETTE[colour], share)
+        assert not marking_present(at_32px[1], PALETTE[marking], PALETTE[colour], share)

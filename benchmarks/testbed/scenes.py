@@ -197,10 +197,9 @@ def random_scene(rnd: random.Random, domain: SceneDomain = SceneDomain()) -> tup
         texture_colour, marking_words = PALETTE[mc], f" with {mc} {MARKING_WORDS[texture]}"
     scene = Scene(shape, PALETTE[colour], texture, texture_colour, PALETTE[bg], centre, r, inner)
     if marking_words:       # the marking named, no texture adjective; short, to stay within the encoder's tokens
-        caption = f"a {colour} {shape}{marking_words}"
-        if rnd.random() > 0.5:
-            caption = f"a {size} {colour} {shape}{marking_words}"
-        return scene, caption + (f", on a {bg} background" if rnd.random() > 0.2 else "")
+        size_word = f"{size} " if rnd.random() > 0.5 else ""
+        return scene, f"a {size_word}{colour} {shape}{marking_words}" + (f", on a {bg} background"
+                                                                       if rnd.random() > 0.2 else "")
     tex = "" if texture == "plain" else f" {texture}"
     shape_words = shape + centre_words
     templates = ["a {size} {colour}{tex} {shape} {place}, on a {bg} background",
