@@ -184,6 +184,14 @@ def variant_paths(out: Path, object_weights: list[float]) -> list[tuple[Path, Pa
             for w in object_weights]
 
 
+def share(text: str) -> float:
+    """An argparse type: a share in [0, 1]."""
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a share in [0, 1]")
+    return value
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--minutes", type=float, default=65.0, help="wall-clock budget for the training loop")
@@ -212,18 +220,14 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=0,
                     help="processes rendering scenes (DataLoader workers); 0 (default): the training process "
                     "renders them itself, as on the 2-core machine. On a GPU machine: its cores minus one")
-    ap.add_argument("--marking-share", type=float, default=0.0,
+    ap.add_argument("--marking-share", type=share, default=0.0,
                     help="share of textured objects with a texture colour of their own, named (\"a pink square with "
                     "white dots\"; scenes.SceneDomain); 0 (default): the committed weights' domain")
-    ap.add_argument("--inner-share", type=float, default=SceneDomain().inner_share,
+    ap.add_argument("--inner-share", type=share, default=SceneDomain().inner_share,
                     help="share of objects with a centre of another colour (\"with an orange centre\"; default "
                     "%(default)s, as the last stage of the committed weights)")
     args = ap.parse_args()
     domain = SceneDomain(inner_share=args.inner_share, marking_share=args.marking_share)
-    try:
-        domain.validate()
-    except ValueError as e:
-        ap.error(str(e))
     if args.workers < 0:
         ap.error(f"--workers {args.workers}: 0 (render in this process) or more processes")
     if args.echo < 1:
