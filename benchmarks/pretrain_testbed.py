@@ -40,6 +40,15 @@ On a machine shared with other jobs use --threads 1: two threads spin in OpenMP 
 committed weights for 65 CPU minutes beside a control without it (164k samples each, 2026-12-05): the model then
 draws a named marking 0.97 of the time against 0.78, and `make demo`'s path on the held-out subjects is unmoved
 (benchmarks/results/marking_domain.md); those weights were not kept.
+
+--grow-single / --grow-double (with --init) insert zero-gated copies of blocks into the init weights first
+(benchmarks/testbed/grow.py: the grown model draws what the init draws until the new gates open), --grow-lr trains the
+new blocks at their own rate. 65 CPU minutes of --grow-single 8 (79k samples, 2026-12-06) opened the new gates to
+5-11% of an old block's and left shape as prompted and the demo's path where the control was
+(benchmarks/results/grown_testbed.md); those weights were not kept. On a GPU, through gpu_payload.py run:
+
+    ... -- --device cuda --workers 15 --batch 1024 --minutes 7 --echo 3 --lr 2e-4 --grow-lr 1e-3 --grow-single 8 \
+        --object-weight 4 --init ditskip_edge/assets/flux-testbed/transformer.safetensors
 """
 
 from __future__ import annotations
@@ -70,6 +79,7 @@ from ditskip_edge.models.specs import builtin_spec                        # noqa
 from ditskip_edge.models.text import MiniLMTextEncoder, _minilm          # noqa: E402
 from ditskip_edge.models.views import make_view                           # noqa: E402
 from ditskip_edge.patch_sampling import PatchSampler                      # noqa: E402
+from benchmarks.testbed.grow import STACKS, grow_depth                  # noqa: E402
 from benchmarks.testbed.scenes import (SCENE_PX, SceneDomain, object_region, random_scenes,  # noqa: E402
                                       render)
 
@@ -159,13 +169,19 @@ class Variant:
     """One model trained on the shared batches: its object weight, optimizer, EMA weights, loss log and files."""
 
     def __init__(self, arch: str, model: torch.nn.Module, object_weight: float, lr: float, weights_path: Path,
-                 log_path: Path):
+                 log_path: Path, new_prefixes: tuple[str, ...] = (), new_lr_scale: float = 1.0):
         self.model, self.object_weight = model, object_weight
         self.view = make_view(arch, model)
         self.weights_path, self.log_path = weights_path, log_path
         self.params = list(model.parameters())
         self.ema_params = [p.detach().clone() for p in self.params]     # the saved weights: EMA of the trained ones
-        self.opt = torch.optim.AdamW(self.params, lr=lr, betas=(0.9, 0.99), weight_decay=0.01)
+        named = list(model.named_parameters())
+        new = [p for n, p in named if n.startswith(new_prefixes)] if new_prefixes else []
+        groups = [{"params": [p for n, p in named if not (new_prefixes and n.startswith(new_prefixes))],
+                   "lr_scale": 1.0}]
+        if new:                                   # grown blocks (--grow-*) at their own learning rate
+            groups.append({"params": new, "lr_scale": new_lr_scale})
+        self.opt = torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.99), weight_decay=0.01)
         self.losses: list[float] = []
         self.loss_ema: float | None = None
 
@@ -226,7 +242,17 @@ def main() -> int:
     ap.add_argument("--inner-share", type=share, default=SceneDomain().inner_share,
                     help="share of objects with a centre of another colour (\"with an orange centre\"; default "
                     "%(default)s, as the last stage of the committed weights)")
+    ap.add_argument("--grow-double", type=int, default=0,
+                    help="zero-gated copies of double-stream blocks to insert into the --init weights before training "
+                    "(benchmarks/testbed/grow.py: the grown model starts drawing exactly what --init draws)")
+    ap.add_argument("--grow-single", type=int, default=0, help="the same for single-stream blocks")
+    ap.add_argument("--grow-lr", type=float, default=None,
+                    help="learning rate of the grown blocks (default: --lr; the others keep --lr)")
     args = ap.parse_args()
+    if (args.grow_double or args.grow_single) and not args.init:
+        ap.error("--grow-double / --grow-single grow the --init weights: name them with --init")
+    if args.grow_double < 0 or args.grow_single < 0:
+        ap.error(f"--grow-double {args.grow_double} / --grow-single {args.grow_single}: blocks to add, 0 or more")
     domain = SceneDomain(inner_share=args.inner_share, marking_share=args.marking_share)
     if args.workers < 0:
         ap.error(f"--workers {args.workers}: 0 (render in this process) or more processes")
@@ -259,11 +285,20 @@ def main() -> int:
         from ditskip_edge.runtime.bundle import sha256_file
         model.load_state_dict(load_file(args.init), strict=True)
         init_sha = sha256_file(Path(args.init))
+    new_blocks: dict[str, list[int]] = {}
+    if args.grow_double or args.grow_single:
+        state, config, new_blocks = grow_depth(model.state_dict(), config, args.grow_double, args.grow_single)
+        model = transformer_class(spec.arch).from_config(config)
+        model.load_state_dict(state, strict=True)
+        print(f"grown to {config['num_layers']} double + {config['num_single_layers']} single blocks "
+              f"(new, zero-gated: {new_blocks})", flush=True)
+    new_prefixes = tuple(f"{STACKS[name][1]}.{j}." for name, blocks in new_blocks.items() for j in blocks)
+    new_lr_scale = (args.grow_lr / args.lr) if args.grow_lr else 1.0
     weights = args.object_weight
     variants = []
     for k, (w, (weights_path, log_path)) in enumerate(zip(weights, variant_paths(out, weights))):
         m = (model if k == len(weights) - 1 else copy.deepcopy(model)).to(device).train()   # each its own copy
-        variants.append(Variant(spec.arch, m, w, args.lr, weights_path, log_path))
+        variants.append(Variant(spec.arch, m, w, args.lr, weights_path, log_path, new_prefixes, new_lr_scale))
     view = variants[0].view
     encoder = LatentEncoder(spec.arch, build_vae(spec))
     batches = SceneBatches(scenes, args.batch, spec.train_px, any(weights), args.seed)
@@ -282,7 +317,7 @@ def main() -> int:
            "started_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"), "batch": args.batch,
            "lr": args.lr, "captions": len(captions), "params": sum(p.numel() for p in variants[0].params),
            "ema": args.ema, "domain": asdict(domain), "config": config, "device": str(device), "init": args.init,
-           "init_sha256": init_sha}
+           "init_sha256": init_sha, "grown_blocks": new_blocks, "grow_lr": args.grow_lr}
     t0 = time.time()
     step, last_save, wait_s = 0, t0, 0.0
 
@@ -313,7 +348,7 @@ def main() -> int:
         x_t = (1 - t[:, None, None]) * x0 + t[:, None, None] * noise
         for v in variants:
             for g in v.opt.param_groups:
-                g["lr"] = lr
+                g["lr"] = lr * g["lr_scale"]
             weight = 1 + v.object_weight * region if v.object_weight else None
             with device:                 # tensors the view makes itself (position ids) on the model's device
                 loss = object_weighted_mse(v.view(x_t, t, cond), noise - x0, weight)

@@ -960,3 +960,64 @@ def test_testbed_samples_marking_yardstick_passes_the_described_scene_and_fails_
         at_32px = [F.interpolate(render(s)[None], size=32, mode="area")[0] for s in (drawn, plain)]
         assert marking_present(at_32px[0], PALETTE[marking], PALETTE[colour], share)
         assert not marking_present(at_32px[1], PALETTE[marking], PALETTE[colour], share)
+
+
+def test_a_grown_testbed_draws_what_the_committed_one_draws_until_its_new_blocks_gates_open():
+    from safetensors.torch import load_file
+    from ditskip_edge.models.loading import builtin_weights_path, resolve_spec, transformer_class
+    from ditskip_edge.models.views import make_view
+    from benchmarks.testbed.grow import grow_depth, insert_after
+    assert insert_after(8, 8) == list(range(8)) and insert_after(8, 4) == [1, 3, 4, 6] and insert_after(4, 2) == [1, 2]
+    spec = resolve_spec("flux-testbed")
+    state = load_file(str(builtin_weights_path(spec)))
+    grown_state, config, new = grow_depth(state, spec.transformer_config, extra_double=2, extra_single=4)
+    assert (config["num_layers"], config["num_single_layers"]) == (6, 12)
+    assert new == {"double": [2, 4], "single": [2, 5, 7, 10]}
+    cls = transformer_class(spec.arch)
+    base, grown = cls.from_config(spec.transformer_config).eval(), cls.from_config(config).eval()
+    base.load_state_dict(state, strict=True)
+    grown.load_state_dict(grown_state, strict=True)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 64, 48, generator=gen)
+    t = torch.tensor([0.3, 0.9])
+    cond = {"txt": torch.randn(2, 16, 384, generator=gen), "pooled": torch.randn(2, 384, generator=gen)}
+    with torch.no_grad():
+        v_base, v_grown = make_view(spec.arch, base)(x, t, cond), make_view(spec.arch, grown)(x, t, cond)
+        torch.testing.assert_close(v_grown, v_base, rtol=1e-5, atol=1e-5)          # zero gates: the identity
+        gate = grown.single_transformer_blocks[5].norm.linear.bias
+        gate[256:384] += 0.5                                                       # one new block's gate opened
+        assert (make_view(spec.arch, grown)(x, t, cond) - v_base).abs().max() > 1e-3
+    w = 128
+    old_single = state["single_transformer_blocks.3.norm.linear.weight"]
+    new_single = grown_state["single_transformer_blocks.5.norm.linear.weight"]   # the copy of old block 3 (grown 4)
+    assert torch.equal(new_single[: 2 * w], old_single[: 2 * w]) and not new_single[2 * w:].any()
+    with pytest.raises(ValueError, match="blocks to add"):
+        grow_depth(state, spec.transformer_config, extra_single=-1)
+
+
+def test_pretrain_testbed_grows_the_init_and_trains_the_new_blocks_gates_open_at_their_own_learning_rate(tmp_path):
+    import subprocess
+    from safetensors.torch import load_file
+    from ditskip_edge.models.loading import builtin_weights_path, resolve_spec, transformer_class
+    root = Path(__file__).resolve().parent.parent
+    spec = resolve_spec("flux-testbed")
+    out = tmp_path / "transformer.safetensors"
+    script = [sys.executable, str(root / "benchmarks" / "pretrain_testbed.py"), "--minutes", "0.03", "--captions", "16",
+              "--batch", "2", "--out", str(out)]
+    subprocess.run(script + ["--init", str(builtin_weights_path(spec)), "--grow-single", "2", "--grow-double", "1",
+                             "--lr", "1e-6", "--grow-lr", "1", "--ema", "0"],
+                   check=True, capture_output=True, text=True, timeout=600)
+    log = json.loads((tmp_path / "pretrain_log.json").read_text())
+    assert (log["config"]["num_layers"], log["config"]["num_single_layers"]) == (5, 10)
+    assert log["grown_blocks"] == {"double": [3], "single": [3, 7]} and log["grow_lr"] == 1.0
+    state = load_file(str(out))
+    transformer_class(spec.arch).from_config(log["config"]).load_state_dict(state, strict=True)
+    w = 128
+    new_gate = state["single_transformer_blocks.3.norm.linear.bias"][2 * w:]
+    old = load_file(str(builtin_weights_path(spec)))
+    key = "single_transformer_blocks.{}.norm.linear.bias"
+    kept_moved = state[key.format(2)] - old[key.format(2)]                # grown block 2 is committed block 2
+    assert new_gate.abs().max() > 1e-3                   # opened from 0 at --grow-lr
+    assert kept_moved.abs().max() < new_gate.abs().max() / 10      # the committed blocks at --lr
+    refused = subprocess.run(script + ["--grow-single", "2"], capture_output=True, text=True, timeout=600)
+    assert refused.returncode != 0 and "--init" in refused.stderr.strip().splitlines()[-1]

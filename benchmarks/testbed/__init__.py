@@ -5,4 +5,5 @@
     scenes.py    captioned scene generator (pretraining data) and the held-out subjects with their prompts
     metrics.py   subject fidelity (fixed embedder + colour / shape agreement) and prompt fidelity (background)
     study.py     personalize every held-out subject with each method, generate, score (benchmarks/ runs it)
+    grow.py      a deeper testbed from the pretrained one: new blocks inserted as zero-gated copies (the identity)
 """
