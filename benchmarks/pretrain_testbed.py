@@ -79,7 +79,7 @@ from ditskip_edge.models.specs import builtin_spec                        # noqa
 from ditskip_edge.models.text import MiniLMTextEncoder, _minilm          # noqa: E402
 from ditskip_edge.models.views import make_view                           # noqa: E402
 from ditskip_edge.patch_sampling import PatchSampler                      # noqa: E402
-from benchmarks.testbed.grow import STACKS, grow_depth                  # noqa: E402
+from benchmarks.testbed.grow import STACKS, block_counts, grow_depth    # noqa: E402
 from benchmarks.testbed.scenes import (SCENE_PX, SceneDomain, object_region, random_scenes,  # noqa: E402
                                       render)
 
@@ -283,7 +283,13 @@ def main() -> int:
     if args.init:
         from safetensors.torch import load_file
         from ditskip_edge.runtime.bundle import sha256_file
-        model.load_state_dict(load_file(args.init), strict=True)
+        init_state = load_file(args.init)
+        blocks = block_counts(init_state)
+        if blocks != (config["num_layers"], config["num_single_layers"]):
+            ap.error(f"--init {args.init}: {blocks[0]} double + {blocks[1]} single blocks, the spec "
+                     f"{config['num_layers']} + {config['num_single_layers']} (grown weights: set flux-testbed's "
+                     "num_layers / num_single_layers in ditskip_edge/models/specs.py to the init's)")
+        model.load_state_dict(init_state, strict=True)
         init_sha = sha256_file(Path(args.init))
     new_blocks: dict[str, list[int]] = {}
     if args.grow_double or args.grow_single:

@@ -1021,3 +1021,6 @@ def test_pretrain_testbed_grows_the_init_and_trains_the_new_blocks_gates_open_at
     assert kept_moved.abs().max() < new_gate.abs().max() / 10      # the committed blocks at --lr
     refused = subprocess.run(script + ["--grow-single", "2"], capture_output=True, text=True, timeout=600)
     assert refused.returncode != 0 and "--init" in refused.stderr.strip().splitlines()[-1]
+    grown_init = subprocess.run(script + ["--init", str(out)], capture_output=True, text=True, timeout=600)
+    last = grown_init.stderr.strip().splitlines()[-1]
+    assert grown_init.returncode != 0 and "5 double + 10 single blocks, the spec 4 + 8" in last, last

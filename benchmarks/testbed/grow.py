@@ -24,6 +24,12 @@ STACKS = {  # config key of the block count, state-dict prefix, {AdaLayerNormZer
 }
 
 
+def block_counts(state: dict[str, torch.Tensor]) -> tuple[int, int]:
+    """(double, single) blocks in a FLUX transformer's state dict."""
+    return tuple(len({key.split(".")[1] for key in state if key.startswith(prefix + ".")})
+                 for _, prefix, _ in STACKS.values())
+
+
 def insert_after(n_blocks: int, n_new: int) -> list[int]:
     """The blocks each new block copies (and follows), spread evenly over the stack: 8 new in 8 blocks is one after
     each, 4 new in 8 after blocks 1, 3, 4 and 6."""
