@@ -9,6 +9,9 @@ scenes at 32 px; chance is 0.10).
     python benchmarks/testbed_samples.py --weights W.safetensors --name testbed_samples_candidate --seeds 8
     python benchmarks/testbed_samples.py --markings --weights W.safetensors --name testbed_markings_candidate --seeds 8
 
+--weights: any testbed weights, grown ones too (`pretrain_testbed.py --grow-*`): the model gets the block counts they
+hold.
+
 --markings: prompts that name a texture's own colour, the caption form of `scenes.SceneDomain.marking_share`
 ("a large pink square with white dots, on a blue background"; two of them the held-out subjects' markings on
 another shape), scored also for the marking as prompted: `metrics.marking_share` of the named colour at least half
@@ -53,6 +56,25 @@ def marked_share_rendered(colour: str, shape: str, texture: str, marking: str, b
     return marking_share(image, PALETTE[marking], PALETTE[colour])
 
 
+def sampled_model(weights: str | Path | None = None):
+    """(spec, transformer) to sample: the committed testbed, or `weights` with the block counts they hold (a testbed
+    grown by `pretrain_testbed.py --grow-*` samples as it is, without editing specs.py)."""
+    spec = resolve_spec("flux-testbed")
+    if weights is None:
+        return spec, build_transformer(spec)
+    from dataclasses import replace
+    from safetensors.torch import load_file
+    from ditskip_edge.models.loading import transformer_class
+    from benchmarks.testbed.grow import block_counts
+    state = load_file(str(weights))
+    double, single = block_counts(state)
+    spec = replace(spec, transformer_config={**spec.transformer_config, "num_layers": double,
+                                             "num_single_layers": single})
+    model = transformer_class(spec.arch).from_config(spec.transformer_config)
+    model.load_state_dict(state, strict=True)
+    return spec, model.eval()
+
+
 def main() -> int:
     import argparse
     ap = argparse.ArgumentParser()
@@ -64,11 +86,7 @@ def main() -> int:
                     help="prompts naming a texture's own colour (MARKED_PROMPTS), scored also for the marking")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    spec = resolve_spec("flux-testbed")
-    model = build_transformer(spec)
-    if args.weights:
-        from safetensors.torch import load_file
-        model.load_state_dict(load_file(args.weights))
+    spec, model = sampled_model(args.weights)
     if args.markings:
         prompts = [(c, s, bg) for c, s, _, _, bg in MARKED_PROMPTS]
         texts = [f"a large {c} {s} with {m} {MARKING_WORDS[tx]}, on a {bg} background" for c, s, tx, m, bg in
@@ -79,6 +97,7 @@ def main() -> int:
     seeds = list(range(args.seeds))
     ims = generate(spec, model, [t for _ in seeds for t in texts], [s for s in seeds for _ in texts])
     out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     picture = to_uint8_image(grid(ims[:3 * len(texts)], len(texts)))
     picture.resize((picture.width * 4, picture.height * 4), 0).save(out / f"{args.name}.png")
     objs = [(c, s, bg) for _ in seeds for c, s, bg in prompts]
@@ -96,8 +115,10 @@ def main() -> int:
     per_shape = {s: f"{sum(ok for ok, (_, s2, _) in zip(shape_ok, objs) if s2 == s):.0f}/"
                     f"{sum(1 for _, s2, _ in objs if s2 == s)}" for s in dict.fromkeys(s for _, s, _ in prompts)}
     meta = provenance()
+    blocks = {"double": spec.transformer_config["num_layers"], "single": spec.transformer_config["num_single_layers"]}
     md = ["# flux-testbed samples (base model, no LoRA)", "", provenance_md(meta),
-          f"Weights: `{args.weights or 'committed (ditskip_edge/assets/flux-testbed)'}`  ",
+          f"Weights: `{args.weights or 'committed (ditskip_edge/assets/flux-testbed)'}` ({blocks['double']} double + "
+          f"{blocks['single']} single blocks)  ",
           f"{len(ims)} images ({len(texts)} prompts x seeds 0..{len(seeds) - 1}), 20 Euler steps, guidance 3; "
           "mean and 95% CI over the images.", "",
           f"- background colour as prompted: {ci['background_ok']['mean']:.2f} +- {ci['background_ok']['ci95']:.2f}",
@@ -113,8 +134,8 @@ def main() -> int:
            f"Grid: `{args.name}.png` (rows = seeds 0-2)."]
     (out / f"{args.name}.md").write_text("\n".join(md) + "\n")
     (out / f"{args.name}.json").write_text(json.dumps(
-        {"meta": meta, "weights": args.weights, "seeds": len(seeds), "prompts": texts, **ci, "by_shape": per_shape,
-         "drawn_shapes": drawn}, indent=1))
+        {"meta": meta, "weights": args.weights, "blocks": blocks, "seeds": len(seeds), "prompts": texts, **ci,
+         "by_shape": per_shape, "drawn_shapes": drawn}, indent=1))
     print("\n".join(md))
     return 0
 

@@ -1024,3 +1024,24 @@ def test_pretrain_testbed_grows_the_init_and_trains_the_new_blocks_gates_open_at
     grown_init = subprocess.run(script + ["--init", str(out)], capture_output=True, text=True, timeout=600)
     last = grown_init.stderr.strip().splitlines()[-1]
     assert grown_init.returncode != 0 and "5 double + 10 single blocks, the spec 4 + 8" in last, last
+
+
+def test_testbed_samples_samples_grown_weights_with_the_block_counts_they_hold(tmp_path):
+    from safetensors.torch import load_file, save_file
+    from ditskip_edge.models.loading import builtin_weights_path, resolve_spec
+    from ditskip_edge.models.views import make_view
+    from benchmarks.testbed.grow import grow_depth
+    from benchmarks.testbed_samples import sampled_model
+    spec = resolve_spec("flux-testbed")
+    grown, _, _ = grow_depth(load_file(str(builtin_weights_path(spec))), spec.transformer_config, extra_single=8)
+    save_file(grown, str(tmp_path / "grown.safetensors"))
+    grown_spec, grown_model = sampled_model(tmp_path / "grown.safetensors")
+    base_spec, base_model = sampled_model()
+    assert (grown_spec.transformer_config["num_single_layers"], base_spec.transformer_config["num_single_layers"]) == (
+        16, 8)
+    assert len(grown_model.single_transformer_blocks) == 16
+    x, t = torch.randn(1, 64, 48), torch.tensor([0.5])
+    cond = {"txt": torch.randn(1, 16, 384), "pooled": torch.randn(1, 384)}
+    with torch.no_grad():
+        torch.testing.assert_close(make_view(spec.arch, grown_model)(x, t, cond),
+                                   make_view(spec.arch, base_model)(x, t, cond), rtol=1e-5, atol=1e-5)
