@@ -79,7 +79,7 @@ from ditskip_edge.models.specs import builtin_spec                        # noqa
 from ditskip_edge.models.text import MiniLMTextEncoder, _minilm          # noqa: E402
 from ditskip_edge.models.views import make_view                           # noqa: E402
 from ditskip_edge.patch_sampling import PatchSampler                      # noqa: E402
-from benchmarks.testbed.grow import STACKS, block_counts, grow_depth    # noqa: E402
+from benchmarks.testbed.grow import STACKS, config_for, grow_depth      # noqa: E402
 from benchmarks.testbed.scenes import (SCENE_PX, SceneDomain, object_region, random_scenes,  # noqa: E402
                                       render)
 
@@ -175,10 +175,9 @@ class Variant:
         self.weights_path, self.log_path = weights_path, log_path
         self.params = list(model.parameters())
         self.ema_params = [p.detach().clone() for p in self.params]     # the saved weights: EMA of the trained ones
-        named = list(model.named_parameters())
-        new = [p for n, p in named if n.startswith(new_prefixes)] if new_prefixes else []
-        groups = [{"params": [p for n, p in named if not (new_prefixes and n.startswith(new_prefixes))],
-                   "lr_scale": 1.0}]
+        named = list(model.named_parameters())          # str.startswith(()) is False: no prefixes, one group
+        groups = [{"params": [p for n, p in named if not n.startswith(new_prefixes)], "lr_scale": 1.0}]
+        new = [p for n, p in named if n.startswith(new_prefixes)]
         if new:                                   # grown blocks (--grow-*) at their own learning rate
             groups.append({"params": new, "lr_scale": new_lr_scale})
         self.opt = torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.99), weight_decay=0.01)
@@ -284,11 +283,11 @@ def main() -> int:
         from safetensors.torch import load_file
         from ditskip_edge.runtime.bundle import sha256_file
         init_state = load_file(args.init)
-        blocks = block_counts(init_state)
-        if blocks != (config["num_layers"], config["num_single_layers"]):
-            ap.error(f"--init {args.init}: {blocks[0]} double + {blocks[1]} single blocks, the spec "
-                     f"{config['num_layers']} + {config['num_single_layers']} (grown weights: set flux-testbed's "
-                     "num_layers / num_single_layers in ditskip_edge/models/specs.py to the init's)")
+        held = config_for(init_state, config)
+        if held != config:
+            ap.error(f"--init {args.init}: {held['num_layers']} double + {held['num_single_layers']} single blocks, "
+                     f"the spec {config['num_layers']} + {config['num_single_layers']} (grown weights: set "
+                     "flux-testbed's num_layers / num_single_layers in ditskip_edge/models/specs.py to the init's)")
         model.load_state_dict(init_state, strict=True)
         init_sha = sha256_file(Path(args.init))
     new_blocks: dict[str, list[int]] = {}

@@ -65,11 +65,9 @@ def sampled_model(weights: str | Path | None = None):
     from dataclasses import replace
     from safetensors.torch import load_file
     from ditskip_edge.models.loading import transformer_class
-    from benchmarks.testbed.grow import block_counts
+    from benchmarks.testbed.grow import config_for
     state = load_file(str(weights))
-    double, single = block_counts(state)
-    spec = replace(spec, transformer_config={**spec.transformer_config, "num_layers": double,
-                                             "num_single_layers": single})
+    spec = replace(spec, transformer_config=config_for(state, spec.transformer_config))
     model = transformer_class(spec.arch).from_config(spec.transformer_config)
     model.load_state_dict(state, strict=True)
     return spec, model.eval()

@@ -24,10 +24,10 @@ STACKS = {  # config key of the block count, state-dict prefix, {AdaLayerNormZer
 }
 
 
-def block_counts(state: dict[str, torch.Tensor]) -> tuple[int, int]:
-    """(double, single) blocks in a FLUX transformer's state dict."""
-    return tuple(len({key.split(".")[1] for key in state if key.startswith(prefix + ".")})
-                 for _, prefix, _ in STACKS.values())
+def config_for(state: dict[str, torch.Tensor], config: dict) -> dict:
+    """`config` with the block counts a FLUX transformer's state dict holds (grown weights load into it)."""
+    return {**config, **{count_key: len({key.split(".")[1] for key in state if key.startswith(prefix + ".")})
+                         for count_key, prefix, _ in STACKS.values()}}
 
 
 def insert_after(n_blocks: int, n_new: int) -> list[int]:
