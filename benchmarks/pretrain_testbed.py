@@ -252,6 +252,10 @@ def main() -> int:
         ap.error("--grow-double / --grow-single grow the --init weights: name them with --init")
     if args.grow_double < 0 or args.grow_single < 0:
         ap.error(f"--grow-double {args.grow_double} / --grow-single {args.grow_single}: blocks to add, 0 or more")
+    if args.grow_lr is not None and not (args.grow_double or args.grow_single):
+        ap.error("--grow-lr is the grown blocks' learning rate: add blocks with --grow-double / --grow-single")
+    if args.grow_lr is not None and args.grow_lr <= 0:
+        ap.error(f"--grow-lr {args.grow_lr}: a learning rate above 0")
     domain = SceneDomain(inner_share=args.inner_share, marking_share=args.marking_share)
     if args.workers < 0:
         ap.error(f"--workers {args.workers}: 0 (render in this process) or more processes")
@@ -269,31 +273,36 @@ def main() -> int:
     out = Path(args.out) if args.out else builtin_weights_path(spec)
     out.parent.mkdir(parents=True, exist_ok=True)
 
-    t_start = time.time()
-    scenes, captions, txt_pool, pooled_pool = caption_pool(args.captions, args.seed, spec, device=device,
-                                                             domain=domain)
-    print(f"encoded {len(captions)} captions in {time.time() - t_start:.0f} s on {device}", flush=True)
-
     config = dict(spec.transformer_config)
     if args.num_heads:
         config["num_attention_heads"] = args.num_heads
-    model = transformer_class(spec.arch).from_config(config)
-    init_sha = None
-    if args.init:
+    init_state, init_sha = None, None
+    if args.init:                              # checked before any work: a wrong file fails in seconds, in one line
         from safetensors.torch import load_file
         from ditskip_edge.runtime.bundle import sha256_file
-        init_state = load_file(args.init)
+        try:
+            init_state = load_file(args.init)
+        except Exception as e:                 # missing, unreadable, or not safetensors
+            ap.error(f"--init {args.init}: not a readable safetensors file ({e})")
         held = config_for(init_state, config)
         if held != config:
             ap.error(f"--init {args.init}: {held['num_layers']} double + {held['num_single_layers']} single blocks, "
                      f"the spec {config['num_layers']} + {config['num_single_layers']} (grown weights: set "
                      "flux-testbed's num_layers / num_single_layers in ditskip_edge/models/specs.py to the init's)")
-        model.load_state_dict(init_state, strict=True)
         init_sha = sha256_file(Path(args.init))
+
+    t_start = time.time()
+    scenes, captions, txt_pool, pooled_pool = caption_pool(args.captions, args.seed, spec, device=device,
+                                                             domain=domain)
+    print(f"encoded {len(captions)} captions in {time.time() - t_start:.0f} s on {device}", flush=True)
+
+    model = transformer_class(spec.arch).from_config(config)
+    if init_state is not None:
+        model.load_state_dict(init_state, strict=True)
     new_blocks: dict[str, list[int]] = {}
     if args.grow_double or args.grow_single:
         state, config, new_blocks = grow_depth(model.state_dict(), config, args.grow_double, args.grow_single)
-        model = transformer_class(spec.arch).from_config(config)
+        model = transformer_class(spec.arch).from_config(config)     # (its random init draws as the runs' did)
         model.load_state_dict(state, strict=True)
         print(f"grown to {config['num_layers']} double + {config['num_single_layers']} single blocks "
               f"(new, zero-gated: {new_blocks})", flush=True)
