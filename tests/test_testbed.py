@@ -1045,3 +1045,16 @@ def test_testbed_samples_samples_grown_weights_with_the_block_counts_they_hold(t
     with torch.no_grad():
         torch.testing.assert_close(make_view(spec.arch, grown_model)(x, t, cond),
                                    make_view(spec.arch, base_model)(x, t, cond), rtol=1e-5, atol=1e-5)
+
+
+def test_gate_norms_read_zero_for_blocks_just_grown_and_their_sources_norm_for_the_rest():
+    from safetensors.torch import load_file
+    from ditskip_edge.models.loading import builtin_weights_path, resolve_spec
+    from benchmarks.testbed.grow import gate_norms, grow_depth
+    spec = resolve_spec("flux-testbed")
+    state = load_file(str(builtin_weights_path(spec)))
+    grown, _, new = grow_depth(state, spec.transformer_config, extra_double=1, extra_single=8)
+    before, after = gate_norms(state), gate_norms(grown)
+    assert [after["single"][j] for j in new["single"]] == [0.0] * 8 and after["double"][new["double"][0]] == 0.0
+    assert [after["single"][j] for j in range(16) if j not in new["single"]] == before["single"]
+    assert min(before["single"] + before["double"]) > 1.0

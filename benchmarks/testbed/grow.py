@@ -5,6 +5,8 @@
     equals the committed one's to fp rounding -> `benchmarks/pretrain_testbed.py --grow-single / --grow-double`
     continues pretraining from it, the gates opening as the new blocks learn
 
+    python -m benchmarks.testbed.grow W.safetensors [...]   # how far each block's gates stand open (JSON)
+
 FLUX's blocks in diffusers take their gates from an AdaLayerNormZero's `linear`: a double block's `norm1` (image
 stream) and `norm1_context` (text stream) each give 6 chunks of width W (shift, scale, gate of the attention, then
 of the MLP: gates at chunks 2 and 5), a single block's `norm` gives 3 (gate at chunk 2). Zeroing those rows of the
@@ -13,7 +15,9 @@ weight and bias zeroes the gates at every timestep.
 
 from __future__ import annotations
 
+import json
 import re
+import sys
 
 import torch
 
@@ -95,3 +99,24 @@ def grow_depth(state: dict[str, torch.Tensor], config: dict, extra_double: int =
         grown_config[count_key] = len(order)
         new_blocks[name] = [j for j, (_, new) in enumerate(order) if new]
     return grown, grown_config, new_blocks
+
+
+def gate_norms(state: dict[str, torch.Tensor]) -> dict[str, list[float]]:
+    """Per stack, per block: the norm of its gate rows (weight and bias of the AdaLayerNormZero linears), 0 for a
+    block just inserted by `grow_depth`; how far a grown block has opened against the blocks it was copied from."""
+    width = state["x_embedder.weight"].shape[0]
+    norms = {}
+    for name, (_, prefix, gate_rows) in STACKS.items():
+        n_blocks = len({key.split(".")[1] for key in state if key.startswith(prefix + ".")})
+        norms[name] = [round(float(torch.cat([state[f"{prefix}.{i}.{linear}.{part}"][g * width:(g + 1) * width]
+                                                .flatten() for linear, (_, gates) in gate_rows.items()
+                                                for part in ("weight", "bias") for g in gates]).norm()), 3)
+                       for i in range(n_blocks)]
+    return norms
+
+
+if __name__ == "__main__":
+    from safetensors.torch import load_file
+    if len(sys.argv) < 2:
+        sys.exit("usage: python -m benchmarks.testbed.grow W.safetensors [...]")
+    print(json.dumps({path: gate_norms(load_file(path)) for path in sys.argv[1:]}, indent=1))
