@@ -76,14 +76,15 @@ def split_name(text: str) -> str:
     return text
 
 
-def write_class_images(subject, folder: Path, n: int, start: int, described: bool) -> list[str]:
+def write_class_images(subject, folder: Path, n: int, start: int, described: bool,
+                       model: str = "flux-testbed") -> list[str]:
     """DreamBooth's prior preservation, as photos: n class images drawn by the base model from the class prompt
     (the subject's caption without the identifier "sks": "a teal star in the center, on a red background") on the
     palette's backgrounds in turn, none of the eval backgrounds and not the subject's colour, written as photos
     `start`.. of `folder` with their captions beside them (`compile --photo-captions` then trains on them with the
     references, one class image drawn as often as one reference). Returns the class prompts."""
     from benchmarks.testbed.scenes import EVAL_BACKGROUNDS, PALETTE
-    spec = resolve_spec("flux-testbed")
+    spec = resolve_spec(model)
     backgrounds = [c for c in PALETTE if c != subject.colour_word and c not in EVAL_BACKGROUNDS]
     prompts = [subject_prompt(subject, backgrounds[i % len(backgrounds)], described).replace("sks ", "")
                for i in range(n)]
@@ -97,17 +98,17 @@ def write_class_images(subject, folder: Path, n: int, start: int, described: boo
 
 def train_lora(subject, captions: str, steps: int, split: tuple[int, int] | None, work: Path,
                lr: float = LR, seed: int = 0, dynamic_patches: bool = False, rank: int = RANK, photos: int = PHOTOS,
-               t_sampling: str = "uniform", prior: int = 0) -> tuple[Path, dict]:
+               t_sampling: str = "uniform", prior: int = 0, model: str = "flux-testbed") -> tuple[Path, dict]:
     """The demo's compile + train on `photos` reference photos with `captions`-style captions (`seed`: the
-    schedule's; `prior`: that many class images beside them, `write_class_images`; the rest as
-    `examples.demo.compile_args`); returns the LoRA file and the plan."""
+    schedule's; `prior`: that many class images beside them, `write_class_images`; `model`: the testbed or a file
+    of its weights; the rest as `examples.demo.compile_args`); returns the LoRA file and the plan."""
     folder, bundle = work / "photos", work / "bundle"
     write_reference_photos(subject, folder, photos, captions=True, described=CAPTIONS[captions])
     if prior:
-        write_class_images(subject, folder, prior, start=photos, described=CAPTIONS[captions])
+        write_class_images(subject, folder, prior, start=photos, described=CAPTIONS[captions], model=model)
     request = compile_args(subject_prompt(subject, described=CAPTIONS[captions]), folder, bundle, jobs=1,
                            steps=steps, generation=False, split=split, lr=lr, seed=seed,
-                           dynamic_patches=dynamic_patches, rank=rank, t_sampling=t_sampling)
+                           dynamic_patches=dynamic_patches, rank=rank, t_sampling=t_sampling, model=model)
     if cli_main(request) != 0 or cli_main(["train", str(bundle), "--no-resume"]) != 0:
         raise SystemExit(f"demo_recipe: the {captions} / {steps}-step bundle failed (see above)")
     summary = json.loads((bundle / "runs" / "eager" / "summary.json").read_text())

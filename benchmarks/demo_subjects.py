@@ -134,7 +134,7 @@ def run_one(task: dict) -> dict:
     from ditskip_edge.generate import generate, load_model
     from ditskip_edge.models.loading import resolve_spec
     subject = SUBJECTS[task["subject"]]
-    spec = resolve_spec("flux-testbed")
+    spec = resolve_spec(task["model"])
     texts, seeds, backgrounds = eval_batch(subject, task["noise_seeds"])
     work = Path(tempfile.mkdtemp(prefix="demo_subjects_"))
     try:
@@ -154,7 +154,7 @@ def run_one(task: dict) -> dict:
             lora, _ = train_lora(subject, "described", recipe.steps, recipe.split, work, recipe.lr,
                                  seed=task["train_seed"],
                                  dynamic_patches=recipe.dynamic_patches, rank=recipe.rank, photos=recipe.photos,
-                                 t_sampling=recipe.t_sampling, prior=recipe.prior)
+                                 t_sampling=recipe.t_sampling, prior=recipe.prior, model=task["model"])
             model = load_model(spec, lora)
             seconds_per_step = json.loads((work / "bundle" / "runs" / "eager" / "summary.json").read_text())[
                 "seconds_per_step"]
@@ -251,6 +251,10 @@ def main() -> int:
                     help=f"STEPSxLR, optimizer steps of 4 samples x learning rate (the demo's: {DEMO_RECIPE}; "
                          "400x2e-3 its recipe before 2026-12-05)")
     ap.add_argument("--noise-seeds", type=int, default=4, help="noise seeds per eval prompt")
+    ap.add_argument("--model", default="flux-testbed",
+                    help="the committed testbed (default), or a .safetensors file of other testbed weights "
+                         "(pretrain_testbed.py --out, a grown testbed too): new weights measured before they replace "
+                         "the committed ones")
     ap.add_argument("--jobs", type=int, default=2, help="worker processes (one torch thread each)")
     ap.add_argument("--teacher-dir", default=None,
                     help="also draw each subject's instrument teacher (a rank-8 LoRA on every block, 800 steps, "
@@ -288,6 +292,12 @@ def main() -> int:
         print(write_result(doc, out / stem, markdown))
         picture(runs, list(dict.fromkeys(r["recipe"] for r in runs if r["recipe"])), out / f"{stem}.png")
         return 0
+    from ditskip_edge.models.loading import resolve_spec
+    from ditskip_edge.runtime.errors import UserError
+    try:
+        resolve_spec(args.model)
+    except UserError as e:
+        ap.error(f"--model: {e}")
     images_dir = str(out / f"{stem}_images")
     tasks = [] if args.no_base else [{"subject": s, "recipe": None, "train_seed": None,
                                       "noise_seeds": args.noise_seeds} for s in args.subjects]
@@ -299,7 +309,7 @@ def main() -> int:
     if not tasks:
         ap.error("nothing to run: give --recipes, --teacher-dir, or leave out --no-base")
     for task in tasks:
-        task["images_dir"] = images_dir
+        task.update(images_dir=images_dir, model=args.model)
     t0 = time.time()
     runs = []
     with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
@@ -309,7 +319,8 @@ def main() -> int:
             print(json.dumps(brief),
                   f"({len(runs)}/{len(tasks)}, {time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
     out.mkdir(parents=True, exist_ok=True)
-    doc = {"run": provenance(), "stem": stem, "guidance": GUIDANCE, "noise_seeds": args.noise_seeds,
+    doc = {"run": provenance(), "stem": stem, "model": args.model, "guidance": GUIDANCE,
+           "noise_seeds": args.noise_seeds,
            "train_seeds": args.train_seeds, "rows": summarize(runs),
            "runs": [{k: v for k, v in r.items() if k not in ("picture", "images_dir")} for r in runs]}
     print(write_result(doc, out / stem, markdown))
@@ -342,7 +353,7 @@ def markdown(doc: dict) -> str:
     rescored = [f"Scored again from the saved images (`{doc['stem']}_images/`): {provenance_md(doc['rescored'])}"] \
         if doc.get("rescored") else []
     lines = ["# `make demo`'s path on every held-out subject, over training seeds", "", provenance_md(doc["run"]),
-             *rescored,
+             *rescored, f"Model: `{doc.get('model', 'flux-testbed')}`", "",
              f"Per run (subject x training seed {', '.join(map(str, doc['train_seeds']))}): the demo's compile + "
              f"train (BlockSkip 50% by selection, captions naming the colour, a LoRA on every linear layer of the "
              f"kept blocks, whole photos) with the recipe's steps (x 4 samples) and learning rate, then the 4 eval "

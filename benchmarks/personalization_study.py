@@ -74,6 +74,9 @@ def main() -> int:
     ap.add_argument("--sample-steps", type=int, default=20)
     ap.add_argument("--guidance", type=float, default=3.0)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--model", default="flux-testbed",
+                    help="the committed testbed (default), or a .safetensors file of other testbed weights "
+                         "(pretrain_testbed.py --out, a grown testbed too)")
     ap.add_argument("--jobs", type=int, default=1, help="subjects in parallel worker processes (1 thread each)")
     ap.add_argument("--from-json", default=None, metavar="JSON",
                     help="no training: recompute the table and verdicts of a saved personalization_study.json (its "
@@ -121,7 +124,7 @@ def main() -> int:
                       teacher=TeacherConfig(mode=args.teacher_mode, rank=args.teacher_rank,
                                             steps=args.teacher_steps, lr=args.teacher_lr,
                                             prior_weight=args.teacher_prior), probe=args.probe,
-                      teacher_dir=Path(args.teacher_dir) if args.teacher_dir else None)
+                      teacher_dir=Path(args.teacher_dir) if args.teacher_dir else None, model=args.model)
     if args.subjects:
         cfg.subjects = args.subjects
     prov = provenance()

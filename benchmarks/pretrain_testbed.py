@@ -49,6 +49,10 @@ new blocks at their own rate. 65 CPU minutes of --grow-single 8 (79k samples, 20
 
     ... -- --device cuda --workers 15 --batch 1024 --minutes 7 --echo 3 --lr 2e-4 --grow-lr 1e-3 --grow-single 8 \
         --object-weight 4 --init ditskip_edge/assets/flux-testbed/transformer.safetensors
+
+Any weights this script writes are a model name of their own (`--model W.safetensors` for compile, the demo and the
+benchmarks: ditskip_edge/models/loading.py testbed_weights_spec), so new weights are measured beside the committed
+ones before they replace them; --init with grown weights continues them.
 """
 
 from __future__ import annotations
@@ -74,12 +78,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from ditskip_edge.models.latents import LatentEncoder                     # noqa: E402
-from ditskip_edge.models.loading import build_vae, builtin_weights_path, transformer_class  # noqa: E402
+from ditskip_edge.models.loading import (build_vae, builtin_weights_path, testbed_weights_spec,  # noqa: E402
+                                         transformer_class)
 from ditskip_edge.models.specs import builtin_spec                        # noqa: E402
 from ditskip_edge.models.text import MiniLMTextEncoder, _minilm          # noqa: E402
 from ditskip_edge.models.views import make_view                           # noqa: E402
 from ditskip_edge.patch_sampling import PatchSampler                      # noqa: E402
-from benchmarks.testbed.grow import STACKS, config_for, grow_depth      # noqa: E402
+from benchmarks.testbed.grow import STACKS, grow_depth                  # noqa: E402
 from benchmarks.testbed.scenes import (SCENE_PX, SceneDomain, object_region, random_scenes,  # noqa: E402
                                       render)
 
@@ -220,7 +225,8 @@ def main() -> int:
     ap.add_argument("--num-heads", type=int, default=None,
                     help="override the spec's attention heads (width = heads x 32), to try a size before the spec")
     ap.add_argument("--init", default=None,
-                    help="start from these weights (a safetensors file of the same config), e.g. the committed ones")
+                    help="start from these weights (a safetensors file of the spec's width), e.g. the committed ones; "
+                    "the model takes the block counts they hold (grown weights continue)")
     ap.add_argument("--object-weight", type=float, nargs="+", default=[0.0],
                     help="extra loss weight on the object region (scenes.object_region: where shapes differ); "
                     "0 (default): the plain MSE. Per element, weight = 1 + this x the region's coverage. Several "
@@ -277,18 +283,17 @@ def main() -> int:
     if args.num_heads:
         config["num_attention_heads"] = args.num_heads
     init_state, init_sha = None, None
-    if args.init:                              # checked before any work: a wrong file fails in seconds, in one line
-        from safetensors.torch import load_file
+    if args.init:            # checked before any work: a wrong file fails in seconds, in one line; the model takes
+        from safetensors.torch import load_file          # the block counts the init holds (grown weights continue)
         from ditskip_edge.runtime.bundle import sha256_file
+        from ditskip_edge.runtime.errors import UserError
         try:
+            held = testbed_weights_spec(Path(args.init)).transformer_config
+            config = {**config, "num_layers": held["num_layers"], "num_single_layers": held["num_single_layers"]}
             init_state = load_file(args.init)
-        except Exception as e:                 # missing, unreadable, or not safetensors
-            ap.error(f"--init {args.init}: not a readable safetensors file ({e})")
-        held = config_for(init_state, config)
-        if held != config:
-            ap.error(f"--init {args.init}: {held['num_layers']} double + {held['num_single_layers']} single blocks, "
-                     f"the spec {config['num_layers']} + {config['num_single_layers']} (grown weights: set "
-                     "flux-testbed's num_layers / num_single_layers in ditskip_edge/models/specs.py to the init's)")
+            transformer_class(spec.arch).from_config(config).load_state_dict(init_state, strict=True)
+        except (UserError, RuntimeError) as e:     # missing, unreadable, not FLUX blocks, another width
+            ap.error(f"--init {args.init}: {str(e).strip().splitlines()[-1].strip()}")
         init_sha = sha256_file(Path(args.init))
 
     t_start = time.time()

@@ -57,20 +57,10 @@ def marked_share_rendered(colour: str, shape: str, texture: str, marking: str, b
 
 
 def sampled_model(weights: str | Path | None = None):
-    """(spec, transformer) to sample: the committed testbed, or `weights` with the block counts they hold (a testbed
-    grown by `pretrain_testbed.py --grow-*` samples as it is, without editing specs.py)."""
-    spec = resolve_spec("flux-testbed")
-    if weights is None:
-        return spec, build_transformer(spec)
-    from dataclasses import replace
-    from safetensors.torch import load_file
-    from ditskip_edge.models.loading import transformer_class
-    from benchmarks.testbed.grow import config_for
-    state = load_file(str(weights))
-    spec = replace(spec, transformer_config=config_for(state, spec.transformer_config))
-    model = transformer_class(spec.arch).from_config(spec.transformer_config)
-    model.load_state_dict(state, strict=True)
-    return spec, model.eval()
+    """(spec, transformer) to sample: the committed testbed, or `weights` as a model of their own
+    (`loading.testbed_weights_spec`: the block counts they hold, so a grown testbed samples as it is)."""
+    spec = resolve_spec(str(weights) if weights is not None else "flux-testbed")
+    return spec, build_transformer(spec)
 
 
 def main() -> int:

@@ -62,16 +62,17 @@ TRAIN = ["--grad-accum", "4", "--lora-targets", "all-linear", "--no-dynamic-patc
 def compile_args(prompt: str, photos: Path, bundle: Path, jobs: int = 2, steps: int = STEPS,
                  generation: bool = True, split: tuple[int, int] | None = None, lr: float = LR,
                  seed: int = 0, dynamic_patches: bool = False, rank: int = RANK,
-                 t_sampling: str = "uniform") -> list[str]:
+                 t_sampling: str = "uniform", model: str = "flux-testbed") -> list[str]:
     """The demo's `ditskip-edge compile` request (benchmarks/compile_jobs.py times the same one;
     benchmarks/demo_recipe.py varies it, without the generation programs). `split` (front, back): skip those
     blocks instead of selecting a 50% split; `seed`: the schedule's (timesteps, crops, noise); `dynamic_patches`:
     train on the method's timestep-dependent crops instead of the whole photos; `rank`: the LoRA's;
-    `t_sampling`: the training timesteps' distribution (compile --t-sampling)."""
+    `t_sampling`: the training timesteps' distribution (compile --t-sampling); `model`: the testbed, or a
+    .safetensors file of its weights (`loading.testbed_weights_spec`)."""
     train = [a for a in TRAIN if a != "--no-dynamic-patches"] if dynamic_patches else TRAIN
     draw = ["--generation", "--guidance", str(GUIDANCE)] if generation else []
     skip = ["--skip-ratio", "0.5"] if split is None else ["--skip-front", str(split[0]), "--skip-back", str(split[1])]
-    return ["compile", "--model", "flux-testbed", "--images", str(photos), "--prompt", prompt, *skip,
+    return ["compile", "--model", model, "--images", str(photos), "--prompt", prompt, *skip,
             "--photo-captions", "--steps", str(steps), "--lr", f"{lr:g}", "--rank", str(rank),
             "--t-sampling", t_sampling, *train, *draw, "--jobs", str(jobs),
             "--seed", str(seed), "--out", str(bundle), "--force"]
@@ -90,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("subject", nargs="?", default=SUBJECT, choices=sorted(SUBJECTS),
                     help="the held-out subject (default teal_star; e.g. pink_heart)")
     ap.add_argument("--steps", type=int, default=STEPS, help=f"optimizer steps of 4 samples (default {STEPS})")
+    ap.add_argument("--model", default="flux-testbed",
+                    help="the committed testbed (default), or a .safetensors file of other testbed weights "
+                    "(benchmarks/pretrain_testbed.py --out, a grown testbed too)")
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
     name = args.subject
     subject = SUBJECTS[name]
@@ -102,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     photos = OUT / "photos"
     refs = write_reference_photos(subject, photos, PHOTOS, captions=True, described=True)
     bundle = OUT / "bundle"
-    if cli_main(compile_args(subject_prompt(subject, described=True), photos, bundle, steps=args.steps)) != 0:
+    if cli_main(compile_args(subject_prompt(subject, described=True), photos, bundle, steps=args.steps,
+                             model=args.model)) != 0:
         return 1
     lap("compile")
     if cli_main(["train", str(bundle), "--no-resume"]) != 0:
@@ -112,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     manifest = json.loads((bundle / "manifest.json").read_text())
     plan = manifest["plan"]
 
-    spec = resolve_spec("flux-testbed")
+    spec = resolve_spec(args.model)
     prompts = eval_prompts(subject, described=True)
     texts, bgs = [p for p, _ in prompts], [bg for _, bg in prompts]
     seeds = [0] * len(texts)
@@ -156,9 +161,9 @@ def main(argv: list[str] | None = None) -> int:
               f"background): before "
               f"{recognised[0]} -> after {recognised[1]} of {len(texts)} prompts (its {subject.marking_name} alone: "
               f"{marked[0]} -> {marked[1]}; shape, colour and background alone: {unmarked[0]} -> {unmarked[1]})\n"
-              + (f"        below the {SHOWN_PROMPTS} of {len(texts)} this demo aims for: on this 4.6M-parameter "
-                 "testbed no recipe tried reaches it reliably, full LoRA included (README, \"The personalization "
-                 "testbed\")\n" if recognised[1] < SHOWN_PROMPTS else "")
+              + (f"        below the {SHOWN_PROMPTS} of {len(texts)} this demo aims for: on the committed 4.6M-"
+                 "parameter testbed no recipe tried reaches it reliably, full LoRA included (README, \"The "
+                 "personalization testbed\")\n" if recognised[1] < SHOWN_PROMPTS else "")
               + f"background as prompted: before {s0['background_ok']['mean']:.2f} -> after "
               f"{s1['background_ok']['mean']:.2f}\n"
               f"on the references' own captions (their backgrounds): similarity "

@@ -306,13 +306,20 @@ def test_a_reduced_study_reports_table_ratio_orderings_and_grid(tmp_path):
     """A short teacher, 2 training seeds, 20 LoRA steps: the study's outputs end to end. Not the signal: at this size
     full LoRA's velocity closure measured -0.001 +- 0.066 with the 2026-12 weights (it was meant to stand 5 CIs above
     0), and at the study's size it does not stand clear of 0 either (benchmarks/results/personalization_study.md)."""
+    import shutil
+    from ditskip_edge.models.loading import builtin_weights_path, resolve_spec
     from benchmarks.testbed.instrument import TeacherConfig
     from benchmarks.testbed.study import StudyConfig, run_study, to_markdown
+    weights = tmp_path / "copy" / "transformer.safetensors"      # the study on a weights file (--model): plumbing
+    weights.parent.mkdir()
+    shutil.copy(builtin_weights_path(resolve_spec("flux-testbed")), weights)
     cfg = StudyConfig(out=tmp_path, subjects=["teal_star"], train_seeds=[0, 1], methods=["full_lora", "blockskip_50"],
                       steps=20, grad_accum=2, seeds=[0], prompts=2, photos_per_prompt=1, sample_steps=4,
-                      n_references=4, teacher=TeacherConfig(steps=40, lr=1e-3, prior_weight=0.0), fixed_plans=True)
+                      n_references=4, teacher=TeacherConfig(steps=40, lr=1e-3, prior_weight=0.0), fixed_plans=True,
+                      model=str(weights))
     partial = []
     result = run_study(cfg, "pytest", on_unit=partial.append)
+    assert result["model"]["weights"] == str(weights.resolve())
     assert [len(p["units"]) for p in partial] == [1, 2] and partial[0]["units_planned"] == 2
     t = result["table"]
     assert t["base (no LoRA)"]["velocity_closure"]["mean"] == 0.0 and t["teacher"]["velocity_closure"]["mean"] == 1.0
@@ -454,12 +461,14 @@ def test_the_tuned_probe_is_compared_with_the_row_that_used_the_base_probe_by_de
     assert claim["verdict"] == "confirmed" and claim["velocity_progress"]["mean"] > 0.2, claim
 
 
-def test_unknown_subjects_or_methods_are_refused_before_any_work(tmp_path):
+def test_unknown_subjects_methods_or_models_are_refused_before_any_work(tmp_path):
     from benchmarks.testbed.study import StudyConfig, run_study
     with pytest.raises(ValueError, match="unknown method.*blockskip_99"):
         run_study(StudyConfig(out=tmp_path, methods=["full_lora", "blockskip_99"]))
     with pytest.raises(ValueError, match="unknown subject.*pink_elephant"):
         run_study(StudyConfig(out=tmp_path, subjects=["pink_elephant"]))
+    with pytest.raises(ValueError, match="--model: .*missing.safetensors: no such weights file"):
+        run_study(StudyConfig(out=tmp_path, model=str(tmp_path / "missing.safetensors")))
     assert not (tmp_path / "work").exists()
 
 
@@ -735,6 +744,30 @@ def test_the_demos_compile_request_is_blockskip_50_with_the_demos_guidance_and_a
     dynamic = build_parser().parse_args(compile_args("a teal sks star in the center", tmp_path / "photos",
                                                      tmp_path / "bundle", seed=3, dynamic_patches=True))
     assert dynamic.seed == 3 and not dynamic.no_dynamic_patches
+    assert parsed.model == "flux-testbed" and build_parser().parse_args(compile_args(
+        "a teal sks star in the center", tmp_path / "photos", tmp_path / "bundle", model="w.safetensors")).model == \
+        "w.safetensors"
+
+
+def test_demo_subjects_runs_the_demos_path_on_a_weights_file_and_names_it_in_its_results(tmp_path):
+    """benchmarks/demo_subjects.py --model W.safetensors (new testbed weights measured before they replace the
+    committed ones): the workers compile, train and draw on W; the results name it; a missing file is refused."""
+    import shutil
+    from ditskip_edge.models.loading import builtin_weights_path, resolve_spec
+    root = Path(__file__).resolve().parent.parent
+    weights = tmp_path / "w" / "transformer.safetensors"
+    weights.parent.mkdir()
+    shutil.copy(builtin_weights_path(resolve_spec("flux-testbed")), weights)
+    script = [sys.executable, str(root / "benchmarks" / "demo_subjects.py"), "--subjects", "pink_heart",
+              "--train-seeds", "0", "--recipes", "2x1e-3", "--noise-seeds", "1", "--jobs", "1", "--no-base",
+              "--out", str(tmp_path / "out")]
+    subprocess.run(script + ["--model", str(weights)], check=True, capture_output=True, text=True, timeout=900)
+    doc = json.loads((tmp_path / "out" / "demo_subjects.json").read_text())
+    assert doc["model"] == str(weights) and [r["model"] for r in doc["runs"]] == [str(weights)]
+    assert f"Model: `{weights}`" in (tmp_path / "out" / "demo_subjects.md").read_text()
+    missing = subprocess.run(script + ["--model", str(tmp_path / "none.safetensors")], capture_output=True, text=True,
+                             timeout=600)
+    assert missing.returncode == 2 and "no such weights file" in missing.stderr.strip().splitlines()[-1]
 
 
 def test_demo_subjects_counts_a_run_as_shown_only_with_3_of_4_prompts_at_noise_seed_0_per_subject_and_recipe():
@@ -997,7 +1030,7 @@ def test_a_grown_testbed_draws_what_the_committed_one_draws_until_its_new_blocks
 
 def test_pretrain_testbed_grows_the_init_and_trains_the_new_blocks_gates_open_at_their_own_learning_rate(tmp_path):
     import subprocess
-    from safetensors.torch import load_file
+    from safetensors.torch import load_file, save_file
     from ditskip_edge.models.loading import builtin_weights_path, resolve_spec, transformer_class
     root = Path(__file__).resolve().parent.parent
     spec = resolve_spec("flux-testbed")
@@ -1021,9 +1054,67 @@ def test_pretrain_testbed_grows_the_init_and_trains_the_new_blocks_gates_open_at
     assert kept_moved.abs().max() < new_gate.abs().max() / 10      # the committed blocks at --lr
     refused = subprocess.run(script + ["--grow-single", "2"], capture_output=True, text=True, timeout=600)
     assert refused.returncode != 0 and "--init" in refused.stderr.strip().splitlines()[-1]
-    grown_init = subprocess.run(script + ["--init", str(out)], capture_output=True, text=True, timeout=600)
-    last = grown_init.stderr.strip().splitlines()[-1]
-    assert grown_init.returncode != 0 and "5 double + 10 single blocks, the spec 4 + 8" in last, last
+    again = tmp_path / "again" / "transformer.safetensors"          # grown weights continue as they are
+    subprocess.run(script[:-1] + [str(again), "--init", str(out)], check=True, capture_output=True, text=True,
+                   timeout=600)
+    log = json.loads((again.parent / "pretrain_log.json").read_text())
+    assert (log["config"]["num_layers"], log["config"]["num_single_layers"]) == (5, 10) and not log["grown_blocks"]
+    save_file({"other.weight": torch.zeros(2)}, str(tmp_path / "other.safetensors"))
+    not_flux = subprocess.run(script + ["--init", str(tmp_path / "other.safetensors")], capture_output=True,
+                              text=True, timeout=600)
+    last = not_flux.stderr.strip().splitlines()[-1]
+    assert not_flux.returncode != 0 and "holds no FLUX transformer blocks" in last, last
+
+
+def test_a_weights_file_is_a_model_that_compiles_and_trains_with_its_block_counts_and_bad_files_fail_in_one_line(
+        tmp_path, capsys):
+    """`--model W.safetensors` (loading.testbed_weights_spec): flux-testbed with other weights, here grown ones, so
+    new weights are measured beside the committed ones before they replace them. The grown model draws what the
+    committed one draws (its new gates are zero), a bundle compiled on it plans over its 14 blocks and trains, and a
+    missing file, a file of no FLUX blocks or weights of another width are refused in one line, before a bundle."""
+    from safetensors.torch import load_file, save_file
+    from ditskip_edge.cli import main
+    from ditskip_edge.models.loading import build_transformer, builtin_weights_path, resolve_spec
+    from ditskip_edge.models.views import make_view
+    from benchmarks.testbed.grow import grow_depth
+    from conftest import PHOTOS
+    committed = resolve_spec("flux-testbed")
+    grown, _, _ = grow_depth(load_file(str(builtin_weights_path(committed))), committed.transformer_config,
+                             extra_single=2)
+    weights = tmp_path / "grown.safetensors"
+    save_file(grown, str(weights))
+    spec = resolve_spec(str(weights))
+    assert spec.name == f"flux-testbed@{weights}" and spec.weights == str(weights.resolve())
+    assert spec.transformer_config == {**committed.transformer_config, "num_single_layers": 10}
+    x, t = torch.randn(1, 64, 48), torch.tensor([0.5])
+    cond = {"txt": torch.randn(1, 16, 384), "pooled": torch.randn(1, 384)}
+    with torch.no_grad():
+        torch.testing.assert_close(make_view(spec.arch, build_transformer(spec))(x, t, cond),
+                                   make_view(spec.arch, build_transformer(committed))(x, t, cond),
+                                   rtol=1e-5, atol=1e-5)
+    bundle = tmp_path / "bundle"
+    request = ["compile", "--model", str(weights), "--images", str(PHOTOS), "--prompt", "a teal sks star",
+               "--skip-front", "1", "--skip-back", "5", "--steps", "2", "--out", str(bundle)]
+    assert main(request) == 0
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert manifest["plan"]["num_blocks"] == 14 and manifest["model"]["weights"] == str(weights.resolve())
+    assert main(["train", str(bundle), "--no-resume"]) == 0
+    lora = load_file(json.loads((bundle / "runs" / "eager" / "summary.json").read_text())["lora"])
+    kept_single = {int(k.split("single_transformer_blocks.")[1].split(".")[0]) for k in lora if "single_" in k}
+    assert kept_single == {0, 1, 2, 3, 4}          # kept blocks 1-8 of 4 double + 10 single (of 4 + 8: singles 0-2)
+    capsys.readouterr()
+    save_file({"other.weight": torch.zeros(2)}, str(tmp_path / "other.safetensors"))
+    narrow = {k: (v[..., :-1].contiguous() if k.endswith("proj_out.weight") else v) for k, v in grown.items()}
+    save_file(narrow, str(tmp_path / "narrow.safetensors"))
+    for name, expect in [("missing.safetensors", "no such weights file"),
+                         ("other.safetensors", "holds no FLUX transformer blocks"),
+                         ("narrow.safetensors", "does not match")]:
+        out = tmp_path / f"bundle_{name}"
+        request[request.index("--model") + 1], request[-1] = str(tmp_path / name), str(out)
+        code = main(request)
+        err = capsys.readouterr().err.strip()
+        assert code != 0 and expect in err and "Traceback" not in err and len(err.splitlines()) == 1, err
+        assert not out.exists()
 
 
 def test_testbed_samples_samples_grown_weights_with_the_block_counts_they_hold(tmp_path):

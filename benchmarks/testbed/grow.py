@@ -28,12 +28,6 @@ STACKS = {  # config key of the block count, state-dict prefix, {AdaLayerNormZer
 }
 
 
-def config_for(state: dict[str, torch.Tensor], config: dict) -> dict:
-    """`config` with the block counts a FLUX transformer's state dict holds (grown weights load into it)."""
-    return {**config, **{count_key: len({key.split(".")[1] for key in state if key.startswith(prefix + ".")})
-                         for count_key, prefix, _ in STACKS.values()}}
-
-
 def insert_after(n_blocks: int, n_new: int) -> list[int]:
     """The blocks each new block copies (and follows), spread evenly over the stack: 8 new in 8 blocks is one after
     each, 4 new in 8 after blocks 1, 3, 4 and 6."""

@@ -103,7 +103,8 @@ def paper_plans(num_blocks: int) -> dict[str, tuple[int, int]]:
 
 
 def selected_plans(subject_dir: Path, prompt: str, seed: int, probe: str,
-                   tune_steps: int | None = None, num_seeds: int | None = None) -> dict[str, dict]:
+                   tune_steps: int | None = None, num_seeds: int | None = None,
+                   model: str = MODEL) -> dict[str, dict]:
     """30% / 50% splits chosen by cross-attention masking (ditskip_edge.selection, the verb `compile --skip-ratio`
     uses) with the base or the tuned probe: {"30": {"plan": [n, m], "splits": [...], "stability": {...}, "seconds": s},
     "50": ...}."""
@@ -111,7 +112,7 @@ def selected_plans(subject_dir: Path, prompt: str, seed: int, probe: str,
     from ditskip_edge.models.loading import build_vae
     from ditskip_edge.plan import skip_budget
     from ditskip_edge.selection import SelectionConfig, make_probe, select_splits
-    spec = resolve_spec(MODEL)
+    spec = resolve_spec(model)
     transformer, vae = build_transformer(spec), build_vae(spec)
     num_blocks = spec.transformer_config["num_layers"] + spec.transformer_config["num_single_layers"]
     cfg = SelectionConfig(probe=probe, **({} if tune_steps is None else {"tune_steps": tune_steps}),
@@ -189,6 +190,8 @@ class StudyConfig:
     n_references: int = 5
     teacher: ins.TeacherConfig = field(default_factory=ins.TeacherConfig)
     teacher_dir: Path | None = None          # None: out / "teachers" (kept between runs, keyed)
+    model: str = MODEL                       # flux-testbed, or a .safetensors file of its weights (not in the config
+                                             # key: the weights' SHA-256 is)
     probe: str | None = None                 # the probe of the blockskip_30 / _50 rows; None: SelectionConfig's
     tune_steps: int | None = None            # tuned probe's LoRA steps; None: SelectionConfig's
     keep_bundles: bool = False
@@ -203,7 +206,7 @@ class StudyConfig:
 def personalize(subject_dir: Path, prompt: str, work: Path, method: Method, plan: tuple[int, int], seed: int,
                 cfg: StudyConfig) -> tuple[Path, dict]:
     """compile_bundle + the method's trainer -> the LoRA file and what it cost."""
-    spec = resolve_spec(MODEL)
+    spec = resolve_spec(cfg.model)
     if method.codec not in CODECS:
         raise ValueError(f"cache codec {method.codec!r}: expected one of {list(CODECS)}")
     if method.runtime not in TRAINERS:
@@ -215,7 +218,7 @@ def personalize(subject_dir: Path, prompt: str, work: Path, method: Method, plan
     programs = {"eager": [], "executorch": [ExecutorchPrograms((DEVICE_PRECISION,), preprocess=False)],
                 "ort": [OrtPrograms((DEVICE_PRECISION,))]}[method.runtime]
     t0 = time.perf_counter()
-    summary = compile_bundle(CompileRequest(model=MODEL, images=str(subject_dir), prompt=prompt,
+    summary = compile_bundle(CompileRequest(model=cfg.model, images=str(subject_dir), prompt=prompt,
                                             out=str(bundle), n_front=plan[0], n_back=plan[1],
                                             schedule=sched, lora=LoraSpec(rank=cfg.rank, alpha=float(cfg.rank),
                                                           targets=list(cfg.lora_targets)),
@@ -239,15 +242,15 @@ def _cache_bytes(bundle: Path) -> int:
 
 
 def _config_key(cfg: StudyConfig) -> dict:
-    spec = resolve_spec(MODEL)
+    spec = resolve_spec(cfg.model)
     d = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()
-         if k not in ("subjects", "jobs", "train_seeds", "out", "teacher_dir")}
+         if k not in ("subjects", "jobs", "train_seeds", "out", "teacher_dir", "model")}
     return {"model_sha256": sha256_file(builtin_weights_path(spec)), "default_probe": cfg.default_probe(), **d}
 
 
 def teacher_for(sname: str, cfg: StudyConfig) -> Path:
     folder = Path(cfg.teacher_dir) if cfg.teacher_dir else Path(cfg.out) / "teachers"
-    return ins.train_teacher(resolve_spec(MODEL), SUBJECTS[sname], cfg.n_references, cfg.teacher, folder)
+    return ins.train_teacher(resolve_spec(cfg.model), SUBJECTS[sname], cfg.n_references, cfg.teacher, folder)
 
 
 def _resolve_plan(plan: str, default_probe: str, selections: dict, num_blocks: int) -> tuple[int, int]:
@@ -266,7 +269,7 @@ def _resolve_plan(plan: str, default_probe: str, selections: dict, num_blocks: i
 def study_unit(sname: str, train_seed: int, cfg: StudyConfig) -> dict:
     """One (subject, train seed): every method's closures and scores. Saved as work/<subject>_s<seed>/unit.json; a
     rerun with the same config and model weights reuses it (nothing lost when a later unit fails)."""
-    spec = resolve_spec(MODEL)
+    spec = resolve_spec(cfg.model)
     num_blocks = spec.transformer_config["num_layers"] + spec.transformer_config["num_single_layers"]
     names = cfg.methods or list(METHODS)
     work = Path(cfg.out) / "work" / f"{sname}_s{train_seed}"
@@ -295,7 +298,8 @@ def study_unit(sname: str, train_seed: int, cfg: StudyConfig) -> dict:
         selections = {p: {r: {"plan": list(pp[r]), "splits": [], "seconds": 0.0} for r in ("30", "50")}
                       for p in probes}
     else:
-        selections = {p: selected_plans(sdir, prompt, train_seed, p, cfg.tune_steps) for p in probes}
+        selections = {p: selected_plans(sdir, prompt, train_seed, p, cfg.tune_steps, model=cfg.model)
+                      for p in probes}
 
     emb = SubjectEmbedder()
     rows: dict[str, dict] = {}
@@ -360,7 +364,13 @@ def _teacher_in_worker(args: tuple[str, StudyConfig]) -> str:
 
 
 def check_names(cfg: StudyConfig) -> None:
-    """Unknown subjects or methods: one clear ValueError before any work (not a KeyError mid-study)."""
+    """Unknown subjects or methods, or a model that is not one: one clear ValueError before any work (not a
+    KeyError mid-study)."""
+    from ditskip_edge.runtime.errors import UserError
+    try:
+        resolve_spec(cfg.model)
+    except UserError as e:
+        raise ValueError(f"--model: {e}") from None
     for kind, asked, have in [("subject", cfg.subjects, list(SUBJECTS)), ("method", cfg.methods or [], list(METHODS))]:
         bad = [n for n in asked if n not in have]
         if bad:
@@ -400,7 +410,7 @@ def _study_result(cfg: StudyConfig, command: str, results: list[dict], t_start: 
     return {"command": command, "machine": f"{platform.platform()} ({platform.machine()}, "
             f"{torch.get_num_threads()} torch threads)",
             "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
-            "seconds": round(time.perf_counter() - t_start, 1), "model": resolve_spec(MODEL).to_json(),
+            "seconds": round(time.perf_counter() - t_start, 1), "model": resolve_spec(cfg.model).to_json(),
             "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
             "default_probe": cfg.default_probe(), "units_planned": len(cfg.subjects) * len(cfg.train_seeds),
             "units": list(results), **summarize(results)}

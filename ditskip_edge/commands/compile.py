@@ -25,7 +25,8 @@ def register(sub, add_json_flag) -> None:
     p = sub.add_parser("compile", help="compile a bundle from photos, a prompt and a model (without --images: a model "
                                        "bundle, personalized on the device)")
     p.add_argument("--model", default="flux-tiny", help="flux-tiny | sana-tiny | flux-testbed | a local diffusers "
-                                                        "pipeline folder")
+                                                        "pipeline folder | a .safetensors file of flux-testbed "
+                                                        "weights")
     p.add_argument("--images", default=None, help="folder of the subject's photos; leave it out for a model bundle "
                                                   "(no photos: the device runs the subject stage)")
     p.add_argument("--prompt", required=True, action="append", dest="prompts",

@@ -13,7 +13,8 @@ from ..selection.scorer import METHODS, PROBES, SelectionConfig
 
 def register(sub, add_json_flag) -> None:
     p = sub.add_parser("select", help="choose which blocks to skip, by cross-attention masking (PAPER.md sec. 3)")
-    p.add_argument("--model", default="flux-tiny", help="flux-tiny | sana-tiny | a local diffusers pipeline folder")
+    p.add_argument("--model", default="flux-tiny", help="flux-tiny | sana-tiny | flux-testbed | a local diffusers "
+                   "pipeline folder | a .safetensors file of flux-testbed weights")
     p.add_argument("--images", default=None,
                    help="folder of the subject's photos (needed by --probe tuned and --method proxy)")
     p.add_argument("--prompt", required=True, help="the subject prompt, e.g. 'a photo of sks dog'")

@@ -1,6 +1,8 @@
 """Building and loading models: random-weight tiny models, meta-device real sizes, local diffusers folders.
 
-`resolve_spec(name_or_path)` turns a CLI model argument into a ModelSpec.
+`resolve_spec(name_or_path)` turns a CLI model argument into a ModelSpec: a built-in name, a local diffusers
+pipeline folder, or a `.safetensors` file of `flux-testbed` weights (`testbed_weights_spec`: weights that
+benchmarks/pretrain_testbed.py wrote, grown ones included, used without replacing the committed asset).
 `build_transformer(spec, device)` returns the diffusers transformer with weights:
   - builtin tiny: random from spec.seed (zero-initialised modulation / output layers get small random values so
     that every block matters, as in a trained model);
@@ -14,6 +16,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -26,6 +29,8 @@ ASSETS = Path(__file__).resolve().parent.parent / "assets"
 _PIPELINE_ARCH = {"FluxPipeline": FLUX_ARCH, "SanaPipeline": SANA_ARCH}
 TINY_TEXT_FILE = "ditskip_text.json"   # a saved tiny model's settings: "text" (its text encoder is the built-in hash
                                        # encoder) and / or "data_px" / "train_px" (resolutions for a toy-size model)
+TESTBED = "flux-testbed"               # the built-in model a weights file stands in for (testbed_weights_spec)
+FLUX_STACKS = {"num_layers": "transformer_blocks", "num_single_layers": "single_transformer_blocks"}  # count: prefix
 
 
 def transformer_class(arch: str):
@@ -38,10 +43,42 @@ def vae_class(arch: str):
     return {FLUX_ARCH: AutoencoderKL, SANA_ARCH: AutoencoderDC}[arch]
 
 
+def flux_block_counts(keys) -> dict[str, int]:
+    """{"num_layers": double blocks, "num_single_layers": single blocks} of a FLUX transformer's state-dict keys."""
+    return {count: len({key.split(".")[1] for key in keys if key.startswith(prefix + ".")})
+            for count, prefix in FLUX_STACKS.items()}
+
+
+def testbed_weights_spec(path: Path) -> ModelSpec:
+    """`flux-testbed` with the weights of `path` (a FLUX transformer's safetensors, as pretrain_testbed.py --out
+    writes them) and the block counts they hold: other pretrained or grown weights compile, train and draw like
+    the committed ones. Named "flux-testbed@<path>"; its weights are checked strictly when the model is built."""
+    if path.suffix != ".safetensors":
+        raise UserError(f"{path}: a model is a built-in name, a diffusers pipeline folder or a .safetensors file of "
+                        f"{TESTBED} weights")
+    from safetensors import safe_open
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            keys = list(f.keys())
+    except Exception as e:                     # truncated, not safetensors
+        raise UserError(f"{path}: not a readable safetensors file ({e})") from e
+    counts = flux_block_counts(keys)
+    if not any(counts.values()):
+        raise UserError(f"{path}: holds no FLUX transformer blocks (expected {TESTBED} weights, e.g. "
+                        f"benchmarks/pretrain_testbed.py --out)")
+    base = builtin_spec(TESTBED)
+    return replace(base, name=f"{TESTBED}@{path}", transformer_config={**base.transformer_config, **counts},
+                   weights=str(path.resolve()))
+
+
 def resolve_spec(name_or_path: str) -> ModelSpec:
     p = Path(name_or_path)
     if not p.exists():
+        if p.suffix == ".safetensors":
+            raise UserError(f"{p}: no such weights file")
         return builtin_spec(name_or_path)
+    if p.is_file():
+        return testbed_weights_spec(p)
     index = p / "model_index.json"
     if not index.is_file():
         raise UserError(f"{p}: not a diffusers pipeline folder (no model_index.json)")
@@ -108,6 +145,7 @@ def build_transformer(spec: ModelSpec, device: str = "cpu") -> nn.Module:
 
 
 def builtin_weights_path(spec: ModelSpec) -> Path:
+    """The file under ditskip_edge/assets/, or a weights file's absolute path (`testbed_weights_spec`)."""
     return ASSETS / spec.weights
 
 
@@ -117,7 +155,11 @@ def load_builtin_weights(model: nn.Module, spec: ModelSpec) -> None:
     if not path.is_file():
         raise UserError(f"{path}: the pretrained weights of '{spec.name}' are missing (made by "
                         f"benchmarks/pretrain_testbed.py)")
-    result = model.load_state_dict(load_file(str(path)), strict=False)
+    try:
+        result = model.load_state_dict(load_file(str(path)), strict=False)
+    except RuntimeError as e:                  # a tensor of another shape (another width)
+        raise UserError(f"{path}: does not match the '{spec.name}' config: "
+                        f"{str(e).strip().splitlines()[-1].strip()}") from e
     if result.missing_keys or result.unexpected_keys:
         raise UserError(f"{path}: does not match the '{spec.name}' config: missing {result.missing_keys[:3]}, "
                         f"unexpected {result.unexpected_keys[:3]}")

@@ -9,7 +9,8 @@ Built-in names:
   text conditioning. Its weights ship in ditskip_edge/assets/flux-testbed/. The personalization testbed's model.
 - `flux-dev`, `sana-1600m`, `sana-600m`: the real full-size transformer configs (FLUX.1-dev, SANA 1600M / 600M
   at 1024 px). No weights ship here; they build on the meta device for memory planning.
-A local diffusers pipeline folder (with `model_index.json`) is the third kind of name: see `loading.py`.
+A local diffusers pipeline folder (with `model_index.json`) is the third kind of name, a `.safetensors` file of
+flux-testbed weights (other pretrained or grown ones) the fourth: see `loading.py`.
 """
 
 from __future__ import annotations
@@ -150,6 +151,6 @@ BUILTIN_SPECS: dict[str, ModelSpec] = {
 
 def builtin_spec(name: str) -> ModelSpec:
     if name not in BUILTIN_SPECS:
-        raise UserError(f"unknown model '{name}': expected one of {', '.join(BUILTIN_SPECS)} "
-                        f"or a local diffusers pipeline folder")
+        raise UserError(f"unknown model '{name}': expected one of {', '.join(BUILTIN_SPECS)}, a local diffusers "
+                        f"pipeline folder or a .safetensors file of flux-testbed weights")
     return BUILTIN_SPECS[name]
