@@ -98,7 +98,8 @@ def write_class_images(subject, folder: Path, n: int, start: int, described: boo
 
 def train_lora(subject, captions: str, steps: int, split: tuple[int, int] | None, work: Path,
                lr: float = LR, seed: int = 0, dynamic_patches: bool = False, rank: int = RANK, photos: int = PHOTOS,
-               t_sampling: str = "uniform", prior: int = 0, model: str = "flux-testbed") -> tuple[Path, dict]:
+               t_sampling: str = "uniform", prior: int = 0, model: str = "flux-testbed",
+               lr_schedule: str = "constant") -> tuple[Path, dict]:
     """The demo's compile + train on `photos` reference photos with `captions`-style captions (`seed`: the
     schedule's; `prior`: that many class images beside them, `write_class_images`; `model`: the testbed or a file
     of its weights; the rest as `examples.demo.compile_args`); returns the LoRA file and the plan."""
@@ -108,7 +109,8 @@ def train_lora(subject, captions: str, steps: int, split: tuple[int, int] | None
         write_class_images(subject, folder, prior, start=photos, described=CAPTIONS[captions], model=model)
     request = compile_args(subject_prompt(subject, described=CAPTIONS[captions]), folder, bundle, jobs=1,
                            steps=steps, generation=False, split=split, lr=lr, seed=seed,
-                           dynamic_patches=dynamic_patches, rank=rank, t_sampling=t_sampling, model=model)
+                           dynamic_patches=dynamic_patches, rank=rank, t_sampling=t_sampling, model=model,
+                           lr_schedule=lr_schedule)
     if cli_main(request) != 0 or cli_main(["train", str(bundle), "--no-resume"]) != 0:
         raise SystemExit(f"demo_recipe: the {captions} / {steps}-step bundle failed (see above)")
     summary = json.loads((bundle / "runs" / "eager" / "summary.json").read_text())

@@ -52,7 +52,8 @@ from examples.demo import GUIDANCE, LR, PHOTOS, RANK, SHOWN_PROMPTS, STEPS      
 
 DEMO_RECIPE = f"{STEPS}x{LR:g}"
 TEACHER = "teacher"                   # the instrument's teacher as a row: what a long LoRA on every block draws
-RECIPE_FORM = "STEPSxLR[+dynamic][+r<rank>][+p<photos>][+logit][+g<guidance>][+s<front>-<back>][+prior<images>]"
+RECIPE_FORM = ("STEPSxLR[+dynamic][+r<rank>][+p<photos>][+logit][+g<guidance>][+s<front>-<back>][+prior<images>]"
+               "[+linear]")
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ class Recipe:
     split: tuple[int, int] | None = None    # +s5-1: skip 5 front / 1 back blocks instead of selecting a 50% split
     prior: int = 0                      # +prior5: DreamBooth's prior preservation, that many class images beside the
                                         # photos (the base model's, demo_recipe.write_class_images)
+    lr_schedule: str = "constant"       # +linear: the learning rate falling linearly towards 0 (compile --lr-schedule)
 
 
 def parse_recipe(text: str) -> Recipe:
@@ -82,6 +84,8 @@ def parse_recipe(text: str) -> Recipe:
             recipe = replace(recipe, dynamic_patches=True)
         elif option == "logit":
             recipe = replace(recipe, t_sampling="logit_normal")
+        elif option == "linear":
+            recipe = replace(recipe, lr_schedule="linear")
         elif option[:1] == "r" and option[1:].isdigit() and int(option[1:]) >= 1:
             recipe = replace(recipe, rank=int(option[1:]))
         elif option[:1] == "p" and option[1:].isdigit() and int(option[1:]) >= 1:
@@ -154,7 +158,8 @@ def run_one(task: dict) -> dict:
             lora, _ = train_lora(subject, "described", recipe.steps, recipe.split, work, recipe.lr,
                                  seed=task["train_seed"],
                                  dynamic_patches=recipe.dynamic_patches, rank=recipe.rank, photos=recipe.photos,
-                                 t_sampling=recipe.t_sampling, prior=recipe.prior, model=task["model"])
+                                 t_sampling=recipe.t_sampling, prior=recipe.prior, model=task["model"],
+                                 lr_schedule=recipe.lr_schedule)
             model = load_model(spec, lora)
             seconds_per_step = json.loads((work / "bundle" / "runs" / "eager" / "summary.json").read_text())[
                 "seconds_per_step"]
@@ -385,7 +390,9 @@ def markdown(doc: dict) -> str:
                   "/ b back blocks instead of selecting a 50% split (+s0-0: a LoRA on every block, no skipping), "
                   "+prior<n> DreamBooth's prior preservation: n class images drawn by the base model from the class "
                   "prompt (the caption without \"sks\") on backgrounds neither an eval one nor the subject's colour, "
-                  "trained on beside the references (`demo_recipe.write_class_images`)."]
+                  "trained on beside the references (`demo_recipe.write_class_images`), +linear the learning rate "
+                  "falling linearly from the recipe's towards 0 over the steps (`compile --lr-schedule linear`; the "
+                  "demo's: constant)."]
     lines += ["", f"Picture `{doc.get('stem', 'demo_subjects')}.png`: per subject the rows above (the recipes' "
               f"training seed {min(doc['train_seeds'])}), noise seed 0, then a fresh photo; columns the eval "
               "backgrounds."]

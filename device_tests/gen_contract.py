@@ -94,6 +94,8 @@ def _values(c: dict) -> list[tuple[str, object]]:
         ("SCHEDULE_SHUFFLE_BASE", c["schedule"]["algorithm"]["shuffle_base"]),
         ("SCHEDULE_T_MIN", c["schedule"]["algorithm"]["t_range"][0]),
         ("SCHEDULE_T_MAX", c["schedule"]["algorithm"]["t_range"][1]),
+        ("LR_SCHEDULE_FIELD", c["adamw"]["lr_schedule_field"]),
+        ("LR_SCHEDULES", list(c["adamw"]["lr_schedules"])),
     ]
 
 

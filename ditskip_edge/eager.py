@@ -31,6 +31,10 @@ class TorchAdamW:
         self.opt = torch.optim.AdamW(list(params.values()), lr=spec.lr, betas=spec.betas, eps=spec.eps,
                                      weight_decay=spec.weight_decay)
 
+    def set_lr(self, lr: float) -> None:
+        for group in self.opt.param_groups:
+            group["lr"] = lr
+
     def step(self, params: dict[str, np.ndarray], grads: dict[str, np.ndarray]) -> None:
         self.opt.step()                   # on the torch parameters and their .grad (params are views of them)
 

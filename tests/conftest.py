@@ -96,7 +96,7 @@ def flux_step_module(precision: str, heads: int, head_dim: int, single_layers: i
 def compile_tiny(out: Path, model: str = "flux-tiny", n_front: int = 1, n_back: int = 2, steps: int = 6,
                  grad_accum: int = 1, **kw) -> Path:
     """A tiny bundle through the compiler's API. kw: CompileRequest fields (programs=[ExecutorchPrograms(...)],
-    cache_codec, ...), and seed / images / prompt (images=None: a model bundle)."""
+    cache_codec, optimizer, ...), and seed / images / prompt (images=None: a model bundle)."""
     from ditskip_edge.compile import CompileRequest, compile_bundle
     from ditskip_edge.lora import LoraSpec
     from ditskip_edge.models.loading import resolve_spec
@@ -109,7 +109,8 @@ def compile_tiny(out: Path, model: str = "flux-tiny", n_front: int = 1, n_back: 
     compile_bundle(CompileRequest(model=model, images=None if images is None else str(images),
                                   prompt=kw.pop("prompt", "a photo of sks toy"),
                                   out=str(out), n_front=n_front, n_back=n_back, schedule=sched,
-                                  lora=LoraSpec(rank=4, alpha=4.0), optimizer=OptimizerSpec(lr=1e-3), **kw))
+                                  lora=LoraSpec(rank=4, alpha=4.0),
+                                  optimizer=kw.pop("optimizer", OptimizerSpec(lr=1e-3)), **kw))
     return out
 
 

@@ -318,12 +318,13 @@ def test_apps_take_names_from_the_contract(lang):
     need = (["FIXED_INPUTS", "COND_PREFIX", "ENTRY_PREFIX", "ET_METHOD", "X0_KEY", "PROGRAMS_FIELD", "ET_TRAIN_STEP",
              "ET_INPUTS_FIELD", "ET_TRAINABLE_FIELD", "LORA_FILE", "RNG_CHECK_NORMALS", "CACHE_INDEX_FILE",
              "CACHE_FORMAT", "CACHE_FORMAT_VERSION", "CACHE_PART_DTYPES", "CACHE_PART_DTYPE_BYTES", "STEP_INPUT_DTYPE",
-             "MANIFEST_DIGEST_FIELD", "CHECKPOINT_FILE", "CHECKPOINT_IDENTITY_PREFIX", "ET_DATA_FIELD"]
+             "MANIFEST_DIGEST_FIELD", "CHECKPOINT_FILE", "CHECKPOINT_IDENTITY_PREFIX", "ET_DATA_FIELD",
+             "LR_SCHEDULE_FIELD", "LR_SCHEDULES"]
             if lang == "kotlin" else
             ["fixedInputs", "condPrefix", "entryPrefix", "etMethod", "x0Key", "programsField", "etTrainStep",
              "etInputsField", "etTrainableField", "loraFile", "rngCheckNormals", "cacheIndexFile", "cacheFormat",
              "cacheFormatVersion", "cachePartDtypes", "cachePartDtypeBytes", "stepInputDtype", "manifestDigestField",
-             "checkpointFile", "checkpointIdentityPrefix", "etDataField"])
+             "checkpointFile", "checkpointIdentityPrefix", "etDataField", "lrScheduleField", "lrSchedules"])
     missing = [n for n in need if c + n not in text]
     assert not missing, f"{lang} sources do not use the contract constants {missing}"
     pc = CONTRACT["programs"]
@@ -493,6 +494,27 @@ def test_app_adamw_is_torch_adamw(lang):
     assert not np.allclose(got, p0)
 
 
+def test_the_apps_set_the_contracts_scheduled_rate_before_every_update():
+    """docs/bundle_contract.json adamw.lr_schedules: the Python runtime's schedules, each formula OptimizerSpec.lr_at's
+    rate; Swift's AdamW.lrAt (no Swift toolchain here) transliterated gives the same rates; both apps' trainers set
+    adamw.lr from lrAt inside the step loop, before adamw.step (Kotlin's lrAt runs on the JVM below)."""
+    from ditskip_edge.runtime.bundle import LR_SCHEDULES, OptimizerSpec
+    schedules = CONTRACT["adamw"]["lr_schedules"]
+    assert list(schedules) == list(LR_SCHEDULES)
+    swift = SWIFT["AdamW.swift"]
+    for name, formula in schedules.items():
+        spec = OptimizerSpec(lr=0.004, lr_schedule=name)
+        line = re.search(rf'if schedule == "{name}" {{ return (.+) }}', swift).group(1)
+        swift_py = re.sub(r"Double\((\w+)\)", r"float(\1)", line)
+        for k in range(5):
+            env = {"lr": 0.004, "step": k, "steps": 5}
+            assert eval(formula, env) == spec.lr_at(k, 5) == eval(swift_py, env), (name, k)
+    for text, update in ((KOTLIN["EtTrainer.kt"], "adamw.step(params, grads)"),
+                         (SWIFT["Trainer.swift"], "adamw.step(params: params")):
+        loop = text[text.index("for (step in start" if "for (step in start" in text else "for step in start"):]
+        assert re.search(r"adamw\.lr = (try )?AdamW\.lrAt\(", loop[:loop.index(update)]), update
+
+
 # ---------------------------------------------------------------- Kotlin on a plain JVM (only where kotlinc exists)
 
 @pytest.mark.skipif(__import__("shutil").which("kotlinc") is None, reason="no kotlinc on this machine")
@@ -523,6 +545,16 @@ def test_kotlin_sources_compile_and_match_python_on_the_jvm(tmp_path):
         w.grad = torch.tensor(g)
         opt.step()
     np.testing.assert_allclose(np.array(lines["adamw"].split(), np.float32), w.detach().numpy(), rtol=1e-6, atol=1e-7)
+    # the learning-rate schedule: the app's AdamW.lrAt gives OptimizerSpec.lr_at's rates; an unknown one is refused
+    from ditskip_edge.runtime.bundle import LR_SCHEDULES, OptimizerSpec
+    for schedule in LR_SCHEDULES:
+        out = subprocess.run(["java", "-cp", str(jar), "HostCheckKt", "lr", schedule, "0.004", "5"],
+                             capture_output=True, text=True, check=True).stdout.split()
+        spec = OptimizerSpec(lr=0.004, lr_schedule=schedule)
+        np.testing.assert_allclose([float(x) for x in out], [spec.lr_at(k, 5) for k in range(5)], rtol=1e-15)
+    unknown = subprocess.run(["java", "-cp", str(jar), "HostCheckKt", "lr", "cosine", "0.004", "5"],
+                             capture_output=True, text=True)
+    assert unknown.returncode != 0 and "lr_schedule 'cosine'" in unknown.stderr
     # the schedule: the app's port reproduces the contract's test vectors (photo, crop box, noise seed exactly)
     for vec in CONTRACT["schedule"]["test_vectors"]:
         c = vec["config"]

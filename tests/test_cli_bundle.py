@@ -83,6 +83,61 @@ def test_interrupted_training_resumes_to_the_same_lora(flux_bundle, tmp_path):
     assert (tmp_path / "cut" / "lora" / "pytorch_lora_weights.safetensors").read_bytes() == a
 
 
+def test_a_linear_lr_schedule_sets_each_steps_rate_and_a_resumed_run_ends_with_the_same_lora(tmp_path, monkeypatch):
+    """compile's OptimizerSpec(lr_schedule="linear") is in the manifest; the loop sets lr x (1 - step / steps) before
+    each update (steps: the bundle's, also when --steps runs fewer), so the first step is a constant run's and the
+    LoRA after four is not; an interrupted run resumes to the same LoRA, the rate following the step index."""
+    from conftest import compile_tiny
+    from ditskip_edge.eager import TorchAdamW
+    from ditskip_edge.runtime.bundle import OptimizerSpec
+    constant = compile_tiny(tmp_path / "constant", steps=4)
+    linear = compile_tiny(tmp_path / "linear", steps=4, optimizer=OptimizerSpec(lr=1e-3, lr_schedule="linear"))
+    assert read_manifest(linear)["optimizer"]["lr_schedule"] == "linear"
+    assert read_manifest(constant)["optimizer"]["lr_schedule"] == "constant"
+    rates, set_lr = [], TorchAdamW.set_lr
+    monkeypatch.setattr(TorchAdamW, "set_lr", lambda self, lr: (rates.append(lr), set_lr(self, lr))[1])
+    lora = {}
+    for name, bundle in (("constant", constant), ("linear", linear)):
+        for steps in (1, 4):
+            summary = train_eager(bundle, tmp_path / f"{name}{steps}", steps=steps)
+            lora[name, steps] = Path(summary["lora"]).read_bytes()
+    assert rates == [1e-3] + [1e-3] * 4 + [1e-3] + [1e-3 * (1 - k / 4) for k in range(4)]
+    assert lora["constant", 1] == lora["linear", 1] and lora["constant", 4] != lora["linear", 4]
+    partial = train_eager(linear, tmp_path / "cut", checkpoint_every=1, stop_after=2)
+    assert partial["interrupted_at_step"] == 2
+    resumed = train_eager(linear, tmp_path / "cut")
+    assert resumed["resumed_from_step"] == 2 and Path(resumed["lora"]).read_bytes() == lora["linear", 4]
+
+
+def test_the_runtimes_adamw_at_a_rate_set_per_step_is_torch_adamw_with_the_same_rates():
+    """runtime/adamw.py set_lr (what the ExecuTorch and ORT trainers' loop calls) against torch.optim.AdamW with its
+    param group's lr changed before each step; an unknown schedule is refused where the spec is read."""
+    import numpy as np
+    import torch
+    from ditskip_edge.runtime.adamw import AdamW
+    from ditskip_edge.runtime.bundle import OptimizerSpec
+    gen = np.random.default_rng(0)
+    p0 = gen.standard_normal(32).astype(np.float32)
+    grads = [gen.standard_normal(32).astype(np.float32) for _ in range(4)]
+    spec = OptimizerSpec(lr=1e-2, weight_decay=1e-2, lr_schedule="linear")
+    ours = AdamW(["w"], [p0.shape], lr=spec.lr, betas=spec.betas, eps=spec.eps, weight_decay=spec.weight_decay)
+    p = {"w": p0.copy()}
+    w = torch.nn.Parameter(torch.from_numpy(p0.copy()))
+    ref = torch.optim.AdamW([w], lr=spec.lr, betas=spec.betas, eps=spec.eps, weight_decay=spec.weight_decay)
+    for k, g in enumerate(grads):
+        ours.set_lr(spec.lr_at(k, len(grads)))
+        ours.step(p, {"w": g})
+        ref.param_groups[0]["lr"] = spec.lr_at(k, len(grads))
+        w.grad = torch.from_numpy(g)
+        ref.step()
+    np.testing.assert_allclose(p["w"], w.detach().numpy(), rtol=1e-5, atol=1e-6)
+    assert [spec.lr_at(k, 4) for k in range(4)] == [1e-2, 7.5e-3, 5e-3, 2.5e-3]
+    with pytest.raises(ValueError, match="lr_schedule 'cosine'"):
+        OptimizerSpec.from_json({**spec.to_json(), "lr_schedule": "cosine"})
+    assert OptimizerSpec.from_json({k: v for k, v in spec.to_json().items() if k != "lr_schedule"}).lr_schedule == \
+        "constant"                                       # a bundle written before schedules existed
+
+
 def test_sana_bundle_trains_and_its_lora_has_full_model_names(sana_bundle, tmp_path):
     from safetensors.torch import load_file
     s = train_eager(sana_bundle, tmp_path / "r")

@@ -744,6 +744,9 @@ def test_the_demos_compile_request_is_blockskip_50_with_the_demos_guidance_and_a
     dynamic = build_parser().parse_args(compile_args("a teal sks star in the center", tmp_path / "photos",
                                                      tmp_path / "bundle", seed=3, dynamic_patches=True))
     assert dynamic.seed == 3 and not dynamic.no_dynamic_patches
+    assert parsed.lr_schedule == "constant" and build_parser().parse_args(compile_args(
+        "a teal sks star in the center", tmp_path / "photos", tmp_path / "bundle", lr_schedule="linear")).lr_schedule \
+        == "linear"
     assert parsed.model == "flux-testbed" and build_parser().parse_args(compile_args(
         "a teal sks star in the center", tmp_path / "photos", tmp_path / "bundle", model="w.safetensors")).model == \
         "w.safetensors"
@@ -797,6 +800,8 @@ def test_demo_subjects_counts_a_run_as_shown_only_with_3_of_4_prompts_at_noise_s
                                                                        guidance=4.0)
     assert parse_recipe("200x4e-3+s5-1").split == (5, 1) and parse_recipe("200x4e-3+s0-0").split == (0, 0)
     assert parse_recipe("200x4e-3+prior5").prior == 5 and parse_recipe("200x4e-3").prior == 0
+    assert parse_recipe("200x4e-3+linear").lr_schedule == "linear"
+    assert parse_recipe("200x4e-3").lr_schedule == "constant"
     for bad in ("200", "0x1e-3", "200x-1", "ax1", "200x4e-3+fixed", "200x4e-3+r0", "200x4e-3+p", "200x4e-3+g-1",
                 "200x4e-3+s5", "200x4e-3+s5-1-0", "200x4e-3+prior", "200x4e-3+priorx"):
         with pytest.raises(argparse.ArgumentTypeError):

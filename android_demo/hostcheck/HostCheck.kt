@@ -11,6 +11,9 @@ import java.nio.ByteOrder
 fun main(args: Array<String>) {
     if (args[0] == "schedule") return schedule(args.drop(1))
     if (args[0] == "patch") return patch(args.drop(1).map { it.toInt() })
+    if (args[0] == "lr") return (0 until args[3].toInt()).forEach {           // lr SCHEDULE LR STEPS: one rate a line
+        println(AdamW.lrAt(args[2].toDouble(), args[1], it, args[3].toInt()))
+    }
     val seed = args[0].toLong()
     println("selfCheck " + PortableRng.selfCheck())
     println("normals " + PortableRng.normal(seed, 8).joinToString(" "))

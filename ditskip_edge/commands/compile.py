@@ -15,7 +15,7 @@ from ..compile import CompileRequest, compile_bundle
 from ..lora import ALL_LINEAR, LoraSpec, every_linear_suffix
 from ..models.loading import resolve_spec
 from ..remat import REMAT_CHOICES, RematSpec
-from ..runtime.bundle import OptimizerSpec
+from ..runtime.bundle import LR_SCHEDULES, OptimizerSpec
 from ..runtime.contract import PROGRAM_PRECISIONS, RUNTIMES
 from ..runtime.errors import UserError
 from ..runtime.schedule import ScheduleConfig
@@ -51,6 +51,8 @@ def register(sub, add_json_flag) -> None:
                    help="comma-separated module suffixes in a block (default: the arch's attention projections), or "
                         "all-linear: every linear layer of a kept block")
     p.add_argument("--lr", type=float, default=1e-4, help="AdamW learning rate, in (0, 1]")
+    p.add_argument("--lr-schedule", default="constant", choices=LR_SCHEDULES,
+                   help="the learning rate over the optimizer steps: constant (default), or linear from --lr towards 0")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--runtime", action="append", default=[], dest="runtimes",
                    help=f"also export the device programs for these runtimes: {', '.join(RUNTIMES)} "
@@ -181,7 +183,8 @@ def run(args) -> dict:
     req = CompileRequest(model=args.model, images=args.images, prompt=args.prompts[0], out=args.out,
                          more_prompts=args.prompts[1:], subject_programs=subject, min_photos=args.min_photos,
                          n_front=args.skip_front, n_back=args.skip_back, skip_ratio=args.skip_ratio,
-                         schedule=sched, lora=lora, optimizer=OptimizerSpec(lr=args.lr), overwrite=args.force,
+                         schedule=sched, lora=lora, optimizer=OptimizerSpec(lr=args.lr, lr_schedule=args.lr_schedule),
+                         overwrite=args.force,
                          cache_codec=args.cache_codec, encode_tile_px=args.encode_tile_px, jobs=args.jobs,
                          photo_captions=args.photo_captions,
                          programs=program_stages(args.runtimes, args.precision, args.xnnpack,

@@ -24,6 +24,10 @@ class AdamW:
         self.m = {n: np.zeros(s, np.float32) for n, s in zip(names, shapes)}
         self.v = {n: np.zeros(s, np.float32) for n, s in zip(names, shapes)}
 
+    def set_lr(self, lr: float) -> None:
+        """The rate of the next steps (the loop sets the bundle's scheduled rate before each, OptimizerSpec.lr_at)."""
+        self.lr = lr
+
     def step(self, params: dict[str, np.ndarray], grads: dict[str, np.ndarray]) -> None:
         self.step_count += 1
         k = self.step_count

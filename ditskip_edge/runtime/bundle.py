@@ -77,13 +77,28 @@ def sha256_file(path: Path, chunk_bytes: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+LR_SCHEDULES = ("constant", "linear")      # the learning rate over the schedule's optimizer steps (lr_at)
+
+
 @dataclass(frozen=True)
 class OptimizerSpec:
-    """AdamW, as torch.optim.AdamW computes it (the reference for every runtime's own implementation)."""
+    """AdamW, as torch.optim.AdamW computes it (the reference for every runtime's own implementation), at a learning
+    rate that is `lr` at every step ("constant") or falls linearly from `lr` towards 0 over the bundle's optimizer
+    steps ("linear": lr x (1 - step / steps), so the LoRA a run ends with is not the last of several large steps)."""
     lr: float = 1e-4
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-8
     weight_decay: float = 1e-4
+    lr_schedule: str = "constant"
+
+    def __post_init__(self):
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"lr_schedule {self.lr_schedule!r}: expected one of {', '.join(LR_SCHEDULES)}")
+
+    def lr_at(self, step: int, steps: int) -> float:
+        """The learning rate of optimizer step `step` (0-based) of `steps`: what the loop sets before each update, so
+        a resumed run takes the rates an uninterrupted one would."""
+        return self.lr if self.lr_schedule == "constant" else self.lr * (1.0 - step / steps)
 
     def to_json(self) -> dict:
         return {**asdict(self), "betas": list(self.betas)}
@@ -91,7 +106,8 @@ class OptimizerSpec:
     @staticmethod
     def from_json(d: dict) -> "OptimizerSpec":
         return OptimizerSpec(lr=float(d["lr"]), betas=(float(d["betas"][0]), float(d["betas"][1])),
-                             eps=float(d["eps"]), weight_decay=float(d["weight_decay"]))
+                             eps=float(d["eps"]), weight_decay=float(d["weight_decay"]),
+                             lr_schedule=str(d.get("lr_schedule", "constant")))   # absent: bundles before v8
 
 
 # ---------------------------------------------------------------------------------------------- the manifest file

@@ -5,6 +5,7 @@
         adapter.zero_grad()
         for sample in schedule.samples_for_step(step):
             loss += adapter.accumulate(inputs(sample), grad_accum)   # adds d(loss / grad_accum) / d(params)
+        optimizer.set_lr(optimizer_spec.lr_at(step, steps))   # the bundle's rate schedule (constant or linear)
         optimizer.step(params, gradients)              # AdamW (runtime/adamw.py; torch.optim.AdamW for eager)
         checkpoint every N steps (runtime/checkpoint.py, atomic); progress on stderr
     LoRA -> RUN/lora/pytorch_lora_weights.safetensors (runtime/lora_file.py), summary -> RUN/summary.json
@@ -138,6 +139,7 @@ def train(bundle: Bundle, adapter: StepAdapter, cfg: RunConfig,
         for sample in schedule.samples_for_step(step):
             step_loss += adapter.accumulate(inputs(sample), accum)
         params = adapter.parameters()
+        optimizer.set_lr(bundle.optimizer.lr_at(step, schedule.config.steps))
         optimizer.step(params, adapter.gradients())
         adapter.set_parameters(params)
         losses.append(step_loss)

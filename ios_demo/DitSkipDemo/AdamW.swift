@@ -10,13 +10,23 @@ import Foundation
 ///
 /// Parameters are views of the runtime's arena (DSTensorView.data): the update writes them in place.
 final class AdamW {
-    let lr: Double, beta1: Double, beta2: Double, eps: Double, weightDecay: Double
+    var lr: Double                    // the rate of the next update: the trainer sets lrAt(...) before each
+    let beta1: Double, beta2: Double, eps: Double, weightDecay: Double
     var m: [String: [Float]] = [:]
     var v: [String: [Float]] = [:]
     private(set) var stepCount: Int = 0
 
     init(lr: Double, beta1: Double, beta2: Double, eps: Double, weightDecay: Double) {
         self.lr = lr; self.beta1 = beta1; self.beta2 = beta2; self.eps = eps; self.weightDecay = weightDecay
+    }
+
+    /// The rate of optimizer step `step` (0-based) of `steps` under the manifest's optimizer.lr_schedule
+    /// (docs/bundle_contract.json adamw.lr_schedules; ditskip_edge/runtime/bundle.py OptimizerSpec.lr_at).
+    static func lrAt(lr: Double, schedule: String, step: Int, steps: Int) throws -> Double {
+        if schedule == "constant" { return lr }
+        if schedule == "linear" { return lr * (1.0 - Double(step) / Double(steps)) }
+        throw TrainError.runtime("optimizer.\(BundleContract.lrScheduleField) '\(schedule)': this app knows "
+                                 + BundleContract.lrSchedules.joined(separator: ", "))
     }
 
     func restore(step: Int, m: [String: [Float]], v: [String: [Float]]) {

@@ -2,7 +2,7 @@
 import Foundation
 
 enum BundleContract {
-    static let contractVersion = 7
+    static let contractVersion = 8
     static let bundleFormat = "ditskip-edge-bundle"
     static let bundleFormatVersion = 3
     static let manifestFile = "manifest.json"
@@ -65,4 +65,6 @@ enum BundleContract {
     static let scheduleShuffleBase = 1099511627776
     static let scheduleTMin = 0.0001
     static let scheduleTMax = 0.9999
+    static let lrScheduleField = "lr_schedule"
+    static let lrSchedules = ["constant", "linear"]
 }

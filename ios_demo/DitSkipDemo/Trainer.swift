@@ -24,6 +24,9 @@ final class Trainer {
         let betas = o["betas"] as! [Double]
         let adamw = AdamW(lr: o["lr"] as! Double, beta1: betas[0], beta2: betas[1], eps: o["eps"] as! Double,
                           weightDecay: o["weight_decay"] as! Double)
+        let lr = o["lr"] as! Double
+        let lrSchedule = o[BundleContract.lrScheduleField] as? String ?? "constant"      // absent: bundles before v8
+        _ = try AdamW.lrAt(lr: lr, schedule: lrSchedule, step: 0, steps: bundle.steps)   // unknown: refused up front
         let module = try DSTrainingModule(path: bundle.programURL.path, dataPath: bundle.programDataURL?.path)
         let method = BundleContract.etMethod
         _ = try module.forwardBackward(method, inputs: try bundle.stepInputs(bundle.samples[0]))   // prepare
@@ -44,6 +47,7 @@ final class Trainer {
                     grads[name] = acc
                 }
             }
+            adamw.lr = try AdamW.lrAt(lr: lr, schedule: lrSchedule, step: step, steps: bundle.steps)
             adamw.step(params: params, counts: counts, grads: grads)
             losses.append(stepLoss)
             try saveCheckpoint(params, counts, adamw, step + 1)

@@ -17,7 +17,7 @@ import kotlin.math.sqrt
  * FloatBuffer), so the update writes in place; m and v live here (2 x 4 bytes per trainable element).
  */
 class AdamW(
-    private val lr: Double,
+    var lr: Double,                   // the rate of the next update: the trainer sets lrAt(...) before each
     private val beta1: Double,
     private val beta2: Double,
     private val eps: Double,
@@ -32,6 +32,17 @@ class AdamW(
         this.step = step
         m.clear(); m.putAll(moments1)
         v.clear(); v.putAll(moments2)
+    }
+
+    companion object {
+        /** The rate of optimizer step [step] (0-based) of [steps] under the manifest's optimizer.lr_schedule
+         *  (docs/bundle_contract.json adamw.lr_schedules; ditskip_edge/runtime/bundle.py OptimizerSpec.lr_at). */
+        fun lrAt(lr: Double, schedule: String, step: Int, steps: Int): Double = when (schedule) {
+            "constant" -> lr
+            "linear" -> lr * (1.0 - step.toDouble() / steps.toDouble())
+            else -> error("optimizer.${BundleContract.LR_SCHEDULE_FIELD} '$schedule': this app knows " +
+                          BundleContract.LR_SCHEDULES.joinToString(", "))
+        }
     }
 
     /** One update of every parameter from its (already accumulated) gradient. */

@@ -2,7 +2,7 @@
 package org.ditskip.demo
 
 object BundleContract {
-    const val CONTRACT_VERSION = 7
+    const val CONTRACT_VERSION = 8
     const val BUNDLE_FORMAT = "ditskip-edge-bundle"
     const val BUNDLE_FORMAT_VERSION = 3
     const val MANIFEST_FILE = "manifest.json"
@@ -65,4 +65,6 @@ object BundleContract {
     const val SCHEDULE_SHUFFLE_BASE = 1099511627776L
     val SCHEDULE_T_MIN = 0.0001
     val SCHEDULE_T_MAX = 0.9999
+    const val LR_SCHEDULE_FIELD = "lr_schedule"
+    val LR_SCHEDULES = listOf("constant", "linear")
 }

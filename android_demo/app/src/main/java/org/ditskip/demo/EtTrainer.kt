@@ -39,6 +39,9 @@ class EtTrainer(private val bundle: TrainingBundle, private val runDir: File) {
         val betas = o.getJSONArray("betas")
         val adamw = AdamW(o.getDouble("lr"), betas.getDouble(0), betas.getDouble(1), o.getDouble("eps"),
                           o.getDouble("weight_decay"))
+        val lr = o.getDouble("lr")
+        val lrSchedule = o.optString(BundleContract.LR_SCHEDULE_FIELD, "constant")      // absent: bundles before v8
+        AdamW.lrAt(lr, lrSchedule, 0, bundle.steps)                 // an unknown schedule: refused before any work
         val data = bundle.programDataFile
         // the .ptd with the frozen weights when the program has one (ExecuTorch's Java API reads it with a
         // FileDataLoader: the weights land in anonymous memory here, unlike the Python runtime and the iOS app,
@@ -68,6 +71,7 @@ class EtTrainer(private val bundle: TrainingBundle, private val runDir: File) {
                         for (i in ga.indices) acc[i] += ga[i] / accum
                     }
                 }
+                adamw.lr = AdamW.lrAt(lr, lrSchedule, step, bundle.steps)
                 adamw.step(params, grads)
                 losses.add(stepLoss)
                 saveCheckpoint(params, adamw, step + 1)
