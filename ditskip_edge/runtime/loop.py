@@ -109,7 +109,8 @@ def train(bundle: Bundle, adapter: StepAdapter, cfg: RunConfig,
     inputs = inputs or StepInputs(bundle)
     accum = schedule.config.grad_accum
     adapter.prepare(inputs(schedule.samples[0]))
-    optimizer = adapter.make_optimizer(bundle.optimizer)
+    optimizer_spec = bundle.optimizer
+    optimizer = adapter.make_optimizer(optimizer_spec)
     identity = run_identity(adapter.runtime, adapter.program_sha256, bundle.manifest_sha256)
     run_dir = Path(cfg.run_dir) if cfg.run_dir is not None else None
     start, losses = 0, []
@@ -139,7 +140,7 @@ def train(bundle: Bundle, adapter: StepAdapter, cfg: RunConfig,
         for sample in schedule.samples_for_step(step):
             step_loss += adapter.accumulate(inputs(sample), accum)
         params = adapter.parameters()
-        optimizer.set_lr(bundle.optimizer.lr_at(step, schedule.config.steps))
+        optimizer.set_lr(optimizer_spec.lr_at(step, schedule.config.steps))
         optimizer.step(params, adapter.gradients())
         adapter.set_parameters(params)
         losses.append(step_loss)
