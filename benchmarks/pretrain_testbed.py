@@ -291,7 +291,8 @@ def main() -> int:
             held = testbed_weights_spec(Path(args.init)).transformer_config
             config = {**config, "num_layers": held["num_layers"], "num_single_layers": held["num_single_layers"]}
             init_state = load_file(args.init)
-            transformer_class(spec.arch).from_config(config).load_state_dict(init_state, strict=True)
+            with torch.device("meta"):        # shapes only: no weights allocated, no draws from the seeded RNG
+                transformer_class(spec.arch).from_config(config).load_state_dict(init_state, strict=True)
         except (UserError, RuntimeError) as e:     # missing, unreadable, not FLUX blocks, another width
             ap.error(f"--init {args.init}: {str(e).strip().splitlines()[-1].strip()}")
         init_sha = sha256_file(Path(args.init))

@@ -21,10 +21,12 @@ import sys
 
 import torch
 
+from ditskip_edge.models.loading import FLUX_STACKS, flux_block_counts
+
 STACKS = {  # config key of the block count, state-dict prefix, {AdaLayerNormZero linear: (chunks, gate chunks)}
-    "double": ("num_layers", "transformer_blocks",
+    "double": ("num_layers", FLUX_STACKS["num_layers"],
                {"norm1.linear": (6, (2, 5)), "norm1_context.linear": (6, (2, 5))}),
-    "single": ("num_single_layers", "single_transformer_blocks", {"norm.linear": (3, (2,))}),
+    "single": ("num_single_layers", FLUX_STACKS["num_single_layers"], {"norm.linear": (3, (2,))}),
 }
 
 
@@ -99,9 +101,9 @@ def gate_norms(state: dict[str, torch.Tensor]) -> dict[str, list[float]]:
     """Per stack, per block: the norm of its gate rows (weight and bias of the AdaLayerNormZero linears), 0 for a
     block just inserted by `grow_depth`; how far a grown block has opened against the blocks it was copied from."""
     width = state["x_embedder.weight"].shape[0]
-    norms = {}
-    for name, (_, prefix, gate_rows) in STACKS.items():
-        n_blocks = len({key.split(".")[1] for key in state if key.startswith(prefix + ".")})
+    norms, counts = {}, flux_block_counts(state)
+    for name, (count_key, prefix, gate_rows) in STACKS.items():
+        n_blocks = counts[count_key]
         norms[name] = [round(float(torch.cat([state[f"{prefix}.{i}.{linear}.{part}"][g * width:(g + 1) * width]
                                                 .flatten() for linear, (_, gates) in gate_rows.items()
                                                 for part in ("weight", "bias") for g in gates]).norm()), 3)
