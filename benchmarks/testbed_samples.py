@@ -74,7 +74,11 @@ def main() -> int:
                     help="prompts naming a texture's own colour (MARKED_PROMPTS), scored also for the marking")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    spec, model = sampled_model(args.weights)
+    from ditskip_edge.runtime.errors import UserError
+    try:
+        spec, model = sampled_model(args.weights)
+    except UserError as e:                     # missing, not FLUX blocks, another width
+        ap.error(f"--weights: {e}")
     if args.markings:
         prompts = [(c, s, bg) for c, s, _, _, bg in MARKED_PROMPTS]
         texts = [f"a large {c} {s} with {m} {MARKING_WORDS[tx]}, on a {bg} background" for c, s, tx, m, bg in

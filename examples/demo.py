@@ -96,6 +96,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="the committed testbed (default), or a .safetensors file of other testbed weights "
                     "(benchmarks/pretrain_testbed.py --out, a grown testbed too)")
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    from ditskip_edge.runtime.errors import UserError
+    try:
+        resolve_spec(args.model)                 # before the last run's demo_out/ is replaced
+    except UserError as e:
+        ap.error(f"--model: {e}")
     name = args.subject
     subject = SUBJECTS[name]
     phase_s, t0 = {}, time.perf_counter()        # wall seconds per phase, printed at the end

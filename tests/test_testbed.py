@@ -1122,6 +1122,25 @@ def test_a_weights_file_is_a_model_that_compiles_and_trains_with_its_block_count
         assert not out.exists()
 
 
+def test_the_demo_and_testbed_samples_refuse_a_bad_weights_file_in_one_line_before_any_work(tmp_path, capsys,
+                                                                                             monkeypatch):
+    """python -m examples.demo --model / testbed_samples.py --weights with a missing file: argparse's one-line error
+    (exit 2), before the demo replaces its last output or a model is built."""
+    import benchmarks.testbed_samples as samples
+    import examples.demo as demo
+    monkeypatch.setattr(demo, "OUT", tmp_path / "demo_out")
+    (tmp_path / "demo_out").mkdir()
+    (tmp_path / "demo_out" / "kept.png").write_bytes(b"x")
+    missing = str(tmp_path / "none.safetensors")
+    monkeypatch.setattr(sys, "argv", ["testbed_samples.py", "--weights", missing, "--out", str(tmp_path / "s")])
+    for run in (lambda: demo.main(["--model", missing]), samples.main):
+        with pytest.raises(SystemExit) as e:
+            run()
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert e.value.code == 2 and "no such weights file" in err and "Traceback" not in err, err
+    assert (tmp_path / "demo_out" / "kept.png").is_file() and not (tmp_path / "s").exists()
+
+
 def test_testbed_samples_samples_grown_weights_with_the_block_counts_they_hold(tmp_path):
     from safetensors.torch import load_file, save_file
     from ditskip_edge.models.loading import builtin_weights_path, resolve_spec
