@@ -53,7 +53,7 @@ from examples.demo import GUIDANCE, LR, PHOTOS, RANK, SHOWN_PROMPTS, STEPS      
 DEMO_RECIPE = f"{STEPS}x{LR:g}"
 TEACHER = "teacher"                   # the instrument's teacher as a row: what a long LoRA on every block draws
 RECIPE_FORM = ("STEPSxLR[+dynamic][+r<rank>][+p<photos>][+logit][+g<guidance>][+s<front>-<back>][+prior<images>]"
-               "[+linear]")
+               "[+linear][+w<scale>]")
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,7 @@ class Recipe:
     prior: int = 0                      # +prior5: DreamBooth's prior preservation, that many class images beside the
                                         # photos (the base model's, demo_recipe.write_class_images)
     lr_schedule: str = "constant"       # +linear: the learning rate falling linearly towards 0 (compile --lr-schedule)
+    adapter_weight: float = 1.0         # +w0.6: the LoRA's weight when the pictures are drawn (diffusers set_adapters)
 
 
 def parse_recipe(text: str) -> Recipe:
@@ -90,6 +91,8 @@ def parse_recipe(text: str) -> Recipe:
             recipe = replace(recipe, rank=int(option[1:]))
         elif option[:1] == "p" and option[1:].isdigit() and int(option[1:]) >= 1:
             recipe = replace(recipe, photos=int(option[1:]))
+        elif option[:1] == "w" and float(option[1:]) > 0:
+            recipe = replace(recipe, adapter_weight=float(option[1:]))
         elif option[:1] == "g" and float(option[1:]) > 0:
             recipe = replace(recipe, guidance=float(option[1:]))
         elif option.startswith("prior") and option[5:].isdigit():
@@ -160,7 +163,7 @@ def run_one(task: dict) -> dict:
                                  dynamic_patches=recipe.dynamic_patches, rank=recipe.rank, photos=recipe.photos,
                                  t_sampling=recipe.t_sampling, prior=recipe.prior, model=task["model"],
                                  lr_schedule=recipe.lr_schedule)
-            model = load_model(spec, lora)
+            model = load_model(spec, lora, recipe.adapter_weight)
             seconds_per_step = json.loads((work / "bundle" / "runs" / "eager" / "summary.json").read_text())[
                 "seconds_per_step"]
             guidance = recipe.guidance
@@ -392,7 +395,8 @@ def markdown(doc: dict) -> str:
                   "prompt (the caption without \"sks\") on backgrounds neither an eval one nor the subject's colour, "
                   "trained on beside the references (`demo_recipe.write_class_images`), +linear the learning rate "
                   "falling linearly from the recipe's towards 0 over the steps (`compile --lr-schedule linear`; the "
-                  "demo's: constant)."]
+                  "demo's: constant), +w<x> the LoRA's weight when the pictures are drawn (diffusers' "
+                  "`set_adapters`; the demo's: 1)."]
     lines += ["", f"Picture `{doc.get('stem', 'demo_subjects')}.png`: per subject the rows above (the recipes' "
               f"training seed {min(doc['train_seeds'])}), noise seed 0, then a fresh photo; columns the eval "
               "backgrounds."]

@@ -31,10 +31,14 @@ def load_lora(transformer: nn.Module, lora_file: str | Path, adapter_name: str =
     transformer.load_lora_adapter(sd, prefix="transformer", adapter_name=adapter_name)
 
 
-def load_model(spec: ModelSpec, lora_file: str | Path | None = None) -> nn.Module:
+def load_model(spec: ModelSpec, lora_file: str | Path | None = None, adapter_weight: float = 1.0) -> nn.Module:
+    """The full diffusers transformer, with the LoRA file loaded at `adapter_weight` (diffusers' `set_adapters`
+    weight: what a user sets to draw the subject weaker or stronger) when one is given."""
     transformer = build_transformer(spec)
     if lora_file is not None:
         load_lora(transformer, lora_file)
+        if adapter_weight != 1.0:
+            transformer.set_adapters("subject", weights=adapter_weight)
     return transformer.eval()
 
 

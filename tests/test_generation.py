@@ -137,6 +137,35 @@ def test_runtime_picture_equals_diffusers_for_the_same_model_lora_prompt_seed_an
     assert float(np.abs(got - base).mean()) > 10 * TOLERANCE          # the LoRA is really in the picture
 
 
+def test_the_adapter_weight_scales_the_loras_effect_and_zero_is_the_base_model(gen_testbed, tmp_path):
+    """generate.load_model(..., adapter_weight=w) (demo_subjects' +w<x>): at 0 the transformer computes the base
+    model's velocity exactly; for a small LoRA the velocity's change is linear in the weight, so at 0.5 it is half
+    the change at 1 (to well within the change itself)."""
+    from ditskip_edge.generate import load_model
+    from ditskip_edge.models.specs import ModelSpec
+    from ditskip_edge.runtime.bundle import read_manifest
+    spec = ModelSpec.from_json(read_manifest(gen_testbed, verify=False)["model"])
+    lora = random_lora(gen_testbed, tmp_path / "lora", std=0.02)
+    g = torch.Generator().manual_seed(0)
+    model = load_model(spec)
+    n_img = 16
+    x = torch.randn(1, n_img, model.config.in_channels, generator=g)
+    ctx = torch.randn(1, 4, model.config.joint_attention_dim, generator=g)
+    pooled = torch.randn(1, model.config.pooled_projection_dim, generator=g)
+    args = dict(hidden_states=x, encoder_hidden_states=ctx, pooled_projections=pooled, timestep=torch.tensor([0.5]),
+                img_ids=torch.zeros(n_img, 3), txt_ids=torch.zeros(4, 3), return_dict=False)
+
+    def velocity(m):
+        with torch.no_grad():
+            return m(**args)[0]
+    base = velocity(model)
+    at = {w: velocity(load_model(spec, lora, w)) for w in (0.0, 0.5, 1.0)}
+    assert torch.equal(at[0.0], base)
+    full = at[1.0] - base
+    assert full.abs().max() > 1e-3                                  # the LoRA is really there
+    assert (at[0.5] - base - 0.5 * full).abs().max() < 0.05 * full.abs().max()
+
+
 @pytest.mark.parametrize("fixture", ["gen_flux", "gen_sana"])
 def test_guidance_one_runs_the_cond_branch_alone_and_still_equals_diffusers(request, fixture, tmp_path, monkeypatch):
     """At guidance 1 the uncond pass is skipped (diffusers' pipelines skip it too): half the program calls, the same
