@@ -14,6 +14,10 @@ Student-t CI over the training seeds; the runs with >= 3 of 4 prompts recognised
 prints); subject similarity; the train step's wall seconds. The base model (no LoRA) is drawn once per subject on the
 same noise.
 
+`--backgrounds seen` draws the first 4 references' own captions instead (the backgrounds the LoRA was trained on): a
+memorization check, which tells a LoRA that did not learn the subject from one that learned it and does not carry it
+to new backgrounds.
+
 Images of one prompt barely differ between noise seeds (every caption names the shape, colour, size, placement
 and background, so the testbed's samples vary little): a CI over images would count near-copies as independent.
 
@@ -113,9 +117,18 @@ def recipe_arg(text: str) -> str:
     return text
 
 
-def eval_batch(subject, noise_seeds: int) -> tuple[list[str], list[int], list[str]]:
-    """The eval prompts x noise seeds, seed-major: images [0:4] are noise seed 0 (the demo's pictures)."""
-    prompts = eval_prompts(subject, described=True)
+BACKGROUNDS = {"eval": "the 4 eval backgrounds, which no reference shows (the demo's)",
+               "seen": "the first 4 references' own backgrounds, in their captions' words (what the LoRA was trained "
+                       "on: a memorization check)"}
+
+
+def eval_batch(subject, noise_seeds: int, backgrounds: str = "eval") -> tuple[list[str], list[int], list[str]]:
+    """The eval prompts x noise seeds, seed-major: images [0:4] are noise seed 0 (the demo's pictures).
+    `backgrounds` "seen": the prompts of the first 4 reference photos' captions instead (`BACKGROUNDS`)."""
+    if backgrounds == "seen":
+        prompts = [(subject_prompt(subject, bg, described=True), bg) for bg in subject.reference_backgrounds[:4]]
+    else:
+        prompts = eval_prompts(subject, described=True)
     texts = [p for _ in range(noise_seeds) for p, _ in prompts]
     seeds = [s for s in range(noise_seeds) for _ in prompts]
     backgrounds = [bg for _ in range(noise_seeds) for _, bg in prompts]
@@ -142,7 +155,7 @@ def run_one(task: dict) -> dict:
     from ditskip_edge.models.loading import resolve_spec
     subject = SUBJECTS[task["subject"]]
     spec = resolve_spec(task["model"])
-    texts, seeds, backgrounds = eval_batch(subject, task["noise_seeds"])
+    texts, seeds, backgrounds = eval_batch(subject, task["noise_seeds"], task.get("backgrounds", "eval"))
     work = Path(tempfile.mkdtemp(prefix="demo_subjects_"))
     try:
         seconds_per_step, guidance = 0.0, GUIDANCE
@@ -198,7 +211,7 @@ def rescore(doc: dict, out: Path) -> list[dict]:
     runs = []
     for run in doc["runs"]:
         subject = SUBJECTS[run["subject"]]
-        _, _, backgrounds = eval_batch(subject, run["noise_seeds"])
+        _, _, backgrounds = eval_batch(subject, run["noise_seeds"], run.get("backgrounds", "eval"))
         images = load_images(out / run["images"], len(backgrounds))
         runs.append({**run, **score_run(images, subject, backgrounds), "picture": images[:4].tolist()})
     return runs
@@ -259,6 +272,8 @@ def main() -> int:
                     help=f"STEPSxLR, optimizer steps of 4 samples x learning rate (the demo's: {DEMO_RECIPE}; "
                          "400x2e-3 its recipe before 2026-12-05)")
     ap.add_argument("--noise-seeds", type=int, default=4, help="noise seeds per eval prompt")
+    ap.add_argument("--backgrounds", choices=sorted(BACKGROUNDS), default="eval",
+                    help="the pictures' backgrounds: " + "; ".join(f"{k}: {v}" for k, v in BACKGROUNDS.items()))
     ap.add_argument("--model", default="flux-testbed",
                     help="the committed testbed (default), or a .safetensors file of other testbed weights "
                          "(pretrain_testbed.py --out, a grown testbed too): new weights measured before they replace "
@@ -317,7 +332,7 @@ def main() -> int:
     if not tasks:
         ap.error("nothing to run: give --recipes, --teacher-dir, or leave out --no-base")
     for task in tasks:
-        task.update(images_dir=images_dir, model=args.model)
+        task.update(images_dir=images_dir, model=args.model, backgrounds=args.backgrounds)
     t0 = time.time()
     runs = []
     with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
@@ -327,7 +342,8 @@ def main() -> int:
             print(json.dumps(brief),
                   f"({len(runs)}/{len(tasks)}, {time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
     out.mkdir(parents=True, exist_ok=True)
-    doc = {"run": provenance(), "stem": stem, "model": args.model, "guidance": GUIDANCE,
+    doc = {"run": provenance(), "stem": stem, "model": args.model, "backgrounds": args.backgrounds,
+           "guidance": GUIDANCE,
            "noise_seeds": args.noise_seeds,
            "train_seeds": args.train_seeds, "rows": summarize(runs),
            "runs": [{k: v for k, v in r.items() if k not in ("picture", "images_dir")} for r in runs]}
@@ -337,8 +353,8 @@ def main() -> int:
 
 
 def picture(runs: list[dict], recipes: list[str], png: Path) -> None:
-    """Per subject: base, then each recipe's lowest training seed; noise seed 0 on the 4 eval backgrounds; then a
-    fresh photo."""
+    """Per subject: base, then each recipe's lowest training seed; noise seed 0 on the 4 backgrounds (the eval ones
+    or the seen ones); then a fresh photo on each."""
     from benchmarks.testbed.instrument import fresh_photos
     from ditskip_edge.generate import grid
     from ditskip_edge.images import to_uint8_image
@@ -349,7 +365,8 @@ def picture(runs: list[dict], recipes: list[str], png: Path) -> None:
                           key=lambda r: r["train_seed"] or 0)
             if mine:
                 rows.append(torch.tensor(mine[0]["picture"]))
-        _, _, backgrounds = eval_batch(SUBJECTS[subject], 1)
+        which = next(r for r in runs if r["subject"] == subject).get("backgrounds", "eval")
+        _, _, backgrounds = eval_batch(SUBJECTS[subject], 1, which)
         rows.append(torch.cat([fresh_photos(SUBJECTS[subject], bg, 1, rows[-1].shape[-1]) for bg in backgrounds]))
     image = to_uint8_image(grid(torch.cat(rows), 4))
     image.resize((image.width * 3, image.height * 3), 0).save(png)
@@ -364,8 +381,8 @@ def markdown(doc: dict) -> str:
              *rescored, f"Model: `{doc.get('model', 'flux-testbed')}`", "",
              f"Per run (subject x training seed {', '.join(map(str, doc['train_seeds']))}): the demo's compile + "
              f"train (BlockSkip 50% by selection, captions naming the colour, a LoRA on every linear layer of the "
-             f"kept blocks, whole photos) with the recipe's steps (x 4 samples) and learning rate, then the 4 eval "
-             f"prompts (backgrounds no reference shows) x {doc['noise_seeds']} noise seeds at guidance "
+             f"kept blocks, whole photos) with the recipe's steps (x 4 samples) and learning rate, then 4 prompts on "
+             f"{BACKGROUNDS[doc.get('backgrounds', 'eval')]} x {doc['noise_seeds']} noise seeds at guidance "
              f"{doc['guidance']:g}. recognised = the share of a run's images with the subject's shape nearest of the "
              "10 scene shapes, its colour, its marking (the detail no prompt names: the heart's dots, the star's "
              "centre, the bowtie's stripes, the crescent's checks) and the prompted background; marking = that "
@@ -398,8 +415,8 @@ def markdown(doc: dict) -> str:
                   "demo's: constant), +w<x> the LoRA's weight when the pictures are drawn (diffusers' "
                   "`set_adapters`; the demo's: 1)."]
     lines += ["", f"Picture `{doc.get('stem', 'demo_subjects')}.png`: per subject the rows above (the recipes' "
-              f"training seed {min(doc['train_seeds'])}), noise seed 0, then a fresh photo; columns the eval "
-              "backgrounds."]
+              f"training seed {min(doc['train_seeds'])}), noise seed 0, then a fresh photo; columns the "
+              f"{'references' if doc.get('backgrounds') == 'seen' else 'eval'} backgrounds."]
     return "\n".join(lines) + "\n"
 
 

@@ -810,6 +810,21 @@ def test_demo_subjects_counts_a_run_as_shown_only_with_3_of_4_prompts_at_noise_s
             recipe_arg(bad)
 
 
+def test_demo_subjects_seen_backgrounds_are_the_references_captions_and_never_an_eval_background():
+    """benchmarks/demo_subjects.py --backgrounds seen (the memorization check): the 4 prompts are the first 4
+    reference photos' own captions (what the LoRA trained on), none names an eval background; the default keeps the
+    demo's eval backgrounds, which no reference shows; images stay seed-major (the first 4 are noise seed 0)."""
+    from benchmarks.demo_subjects import eval_batch
+    from benchmarks.testbed.scenes import EVAL_BACKGROUNDS, SUBJECTS, reference_captions
+    for subject in SUBJECTS.values():
+        texts, seeds, backgrounds = eval_batch(subject, 2, "seen")
+        assert texts[:4] == reference_captions(subject, 4, described=True) == texts[4:]
+        assert seeds == [0] * 4 + [1] * 4 and not set(backgrounds) & set(EVAL_BACKGROUNDS)
+        texts, _, backgrounds = eval_batch(subject, 1)
+        assert backgrounds == list(EVAL_BACKGROUNDS)
+        assert not set(backgrounds) & set(subject.reference_backgrounds)
+
+
 def test_class_images_for_prior_preservation_carry_the_class_prompt_never_the_identifier_or_an_eval_background(
         tmp_path):
     """benchmarks/demo_recipe.write_class_images (demo_subjects' +prior<n>): n base-model pictures written after the
