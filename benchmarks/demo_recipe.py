@@ -99,14 +99,22 @@ def write_class_images(subject, folder: Path, n: int, start: int, described: boo
 def train_lora(subject, captions: str, steps: int, split: tuple[int, int] | None, work: Path,
                lr: float = LR, seed: int = 0, dynamic_patches: bool = False, rank: int = RANK, photos: int = PHOTOS,
                t_sampling: str = "uniform", prior: int = 0, model: str = "flux-testbed",
-               lr_schedule: str = "constant") -> tuple[Path, dict]:
+               lr_schedule: str = "constant", unnamed_backgrounds: bool = False) -> tuple[Path, dict]:
     """The demo's compile + train on `photos` reference photos with `captions`-style captions (`seed`: the
     schedule's; `prior`: that many class images beside them, `write_class_images`; `model`: the testbed or a file
-    of its weights; the rest as `examples.demo.compile_args`); returns the LoRA file and the plan."""
+    of its weights; `unnamed_backgrounds`: each photo a second time, captioned with the training prompt, which names no
+    background, as a caption dropout of the background phrase; the rest as `examples.demo.compile_args`); returns the
+    LoRA file and the plan."""
     folder, bundle = work / "photos", work / "bundle"
     write_reference_photos(subject, folder, photos, captions=True, described=CAPTIONS[captions])
+    written = photos
+    if unnamed_backgrounds:
+        for i in range(photos):
+            shutil.copyfile(folder / f"{i:02d}.png", folder / f"{photos + i:02d}.png")
+            (folder / f"{photos + i:02d}.txt").write_text(subject_prompt(subject, described=CAPTIONS[captions]) + "\n")
+        written += photos
     if prior:
-        write_class_images(subject, folder, prior, start=photos, described=CAPTIONS[captions], model=model)
+        write_class_images(subject, folder, prior, start=written, described=CAPTIONS[captions], model=model)
     request = compile_args(subject_prompt(subject, described=CAPTIONS[captions]), folder, bundle, jobs=1,
                            steps=steps, generation=False, split=split, lr=lr, seed=seed,
                            dynamic_patches=dynamic_patches, rank=rank, t_sampling=t_sampling, model=model,

@@ -802,6 +802,7 @@ def test_demo_subjects_counts_a_run_as_shown_only_with_3_of_4_prompts_at_noise_s
     assert parse_recipe("200x4e-3+prior5").prior == 5 and parse_recipe("200x4e-3").prior == 0
     assert parse_recipe("200x4e-3+linear").lr_schedule == "linear"
     assert parse_recipe("200x4e-3").lr_schedule == "constant"
+    assert parse_recipe("200x4e-3+unnamed").unnamed_backgrounds and not parse_recipe("200x4e-3").unnamed_backgrounds
     assert parse_recipe("200x4e-3+w0.6").adapter_weight == 0.6 and parse_recipe("200x4e-3").adapter_weight == 1.0
     for bad in ("200", "0x1e-3", "200x-1", "ax1", "200x4e-3+fixed", "200x4e-3+r0", "200x4e-3+p", "200x4e-3+g-1",
                 "200x4e-3+s5", "200x4e-3+s5-1-0", "200x4e-3+prior", "200x4e-3+priorx", "200x4e-3+w",
