@@ -96,16 +96,33 @@ def write_class_images(subject, folder: Path, n: int, start: int, described: boo
     return prompts
 
 
+def more_backgrounds(subject, n: int):
+    """The subject with n distinct reference backgrounds: its own, then the palette's others that are neither an eval
+    background nor the subject's colour (at most 7 of the 12 colours); ValueError beyond those."""
+    from dataclasses import replace
+
+    from benchmarks.testbed.scenes import EVAL_BACKGROUNDS, PALETTE
+    others = [c for c in PALETTE if c not in subject.reference_backgrounds and c not in EVAL_BACKGROUNDS
+              and PALETTE[c] != subject.colour]
+    pool = [*subject.reference_backgrounds, *others]
+    if not 1 <= n <= len(pool):
+        raise ValueError(f"{subject.name}: {n} backgrounds asked, {len(pool)} are neither an eval one nor its colour")
+    return replace(subject, reference_backgrounds=tuple(pool[:n]))
+
+
 def train_lora(subject, captions: str, steps: int, split: tuple[int, int] | None, work: Path,
                lr: float = LR, seed: int = 0, dynamic_patches: bool = False, rank: int = RANK, photos: int = PHOTOS,
                t_sampling: str = "uniform", prior: int = 0, model: str = "flux-testbed",
-               lr_schedule: str = "constant", unnamed_backgrounds: bool = False) -> tuple[Path, dict]:
+               lr_schedule: str = "constant", unnamed_backgrounds: bool = False,
+               backgrounds: int = 0) -> tuple[Path, dict]:
     """The demo's compile + train on `photos` reference photos with `captions`-style captions (`seed`: the
     schedule's; `prior`: that many class images beside them, `write_class_images`; `model`: the testbed or a file
     of its weights; `unnamed_backgrounds`: each photo a second time, captioned with the training prompt, which names no
-    background, as a caption dropout of the background phrase; the rest as `examples.demo.compile_args`); returns the
-    LoRA file and the plan."""
+    background, as a caption dropout of the background phrase; `backgrounds`: that many photos on that many distinct
+    backgrounds, `more_backgrounds`; the rest as `examples.demo.compile_args`); returns the LoRA file and the plan."""
     folder, bundle = work / "photos", work / "bundle"
+    if backgrounds:
+        subject, photos = more_backgrounds(subject, backgrounds), backgrounds
     write_reference_photos(subject, folder, photos, captions=True, described=CAPTIONS[captions])
     written = photos
     if unnamed_backgrounds:

@@ -802,13 +802,31 @@ def test_demo_subjects_counts_a_run_as_shown_only_with_3_of_4_prompts_at_noise_s
     assert parse_recipe("200x4e-3+prior5").prior == 5 and parse_recipe("200x4e-3").prior == 0
     assert parse_recipe("200x4e-3+linear").lr_schedule == "linear"
     assert parse_recipe("200x4e-3").lr_schedule == "constant"
+    assert parse_recipe("200x4e-3+bg7").backgrounds == 7 and parse_recipe("200x4e-3").backgrounds == 0
     assert parse_recipe("200x4e-3+unnamed").unnamed_backgrounds and not parse_recipe("200x4e-3").unnamed_backgrounds
     assert parse_recipe("200x4e-3+w0.6").adapter_weight == 0.6 and parse_recipe("200x4e-3").adapter_weight == 1.0
     for bad in ("200", "0x1e-3", "200x-1", "ax1", "200x4e-3+fixed", "200x4e-3+r0", "200x4e-3+p", "200x4e-3+g-1",
                 "200x4e-3+s5", "200x4e-3+s5-1-0", "200x4e-3+prior", "200x4e-3+priorx", "200x4e-3+w",
-                "200x4e-3+w0"):
+                "200x4e-3+w0", "200x4e-3+bg8", "200x4e-3+bg0"):
         with pytest.raises(argparse.ArgumentTypeError):
             recipe_arg(bad)
+
+
+def test_more_backgrounds_keeps_the_subjects_own_first_and_never_adds_an_eval_background_or_its_colour():
+    """demo_recipe.more_backgrounds (demo_subjects' +bg<n>): n distinct reference backgrounds, the subject's own 5
+    first (so +bg5 is the demo's photos), then palette colours that are neither an eval background nor the subject's
+    colour; more than there are is refused."""
+    from benchmarks.demo_recipe import more_backgrounds
+    from benchmarks.testbed.scenes import EVAL_BACKGROUNDS, PALETTE, SUBJECTS
+    for subject in SUBJECTS.values():
+        wider = more_backgrounds(subject, 7)
+        assert wider.reference_backgrounds[:5] == subject.reference_backgrounds
+        assert len(set(wider.reference_backgrounds)) == 7
+        assert not set(wider.reference_backgrounds) & set(EVAL_BACKGROUNDS)
+        assert all(PALETTE[c] != subject.colour for c in wider.reference_backgrounds)
+        assert more_backgrounds(subject, 5) == subject
+        with pytest.raises(ValueError):
+            more_backgrounds(subject, 8)
 
 
 def test_demo_subjects_seen_backgrounds_are_the_references_captions_and_never_an_eval_background():
