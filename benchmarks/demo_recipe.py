@@ -96,17 +96,25 @@ def write_class_images(subject, folder: Path, n: int, start: int, described: boo
     return prompts
 
 
-def more_backgrounds(subject, n: int):
+def more_backgrounds(subject, n: int, model: str = "flux-testbed"):
     """The subject with n distinct reference backgrounds: its own, then the palette's others that are neither an eval
-    background nor the subject's colour (at most 7 of the 12 colours); ValueError beyond those."""
+    background nor the subject's colour and whose caption the model's text encoder reads whole (6 or 7 of the 12
+    colours); ValueError beyond those."""
     from dataclasses import replace
 
     from benchmarks.testbed.scenes import EVAL_BACKGROUNDS, PALETTE
+    from ditskip_edge.models.text import prompt_tokens
+    spec = resolve_spec(model)
+
+    def fits(colour: str) -> bool:
+        needed, read, _ = prompt_tokens(spec, subject_prompt(subject, colour, described=True))
+        return needed <= read
     others = [c for c in PALETTE if c not in subject.reference_backgrounds and c not in EVAL_BACKGROUNDS
-              and PALETTE[c] != subject.colour]
+              and PALETTE[c] != subject.colour and fits(c)]
     pool = [*subject.reference_backgrounds, *others]
     if not 1 <= n <= len(pool):
-        raise ValueError(f"{subject.name}: {n} backgrounds asked, {len(pool)} are neither an eval one nor its colour")
+        raise ValueError(f"{subject.name}: {n} backgrounds asked, {len(pool)} are neither an eval one nor its colour "
+                         "with a caption the text encoder reads whole")
     return replace(subject, reference_backgrounds=tuple(pool[:n]))
 
 
@@ -122,7 +130,7 @@ def train_lora(subject, captions: str, steps: int, split: tuple[int, int] | None
     backgrounds, `more_backgrounds`; the rest as `examples.demo.compile_args`); returns the LoRA file and the plan."""
     folder, bundle = work / "photos", work / "bundle"
     if backgrounds:
-        subject, photos = more_backgrounds(subject, backgrounds), backgrounds
+        subject, photos = more_backgrounds(subject, backgrounds, model), backgrounds
     write_reference_photos(subject, folder, photos, captions=True, described=CAPTIONS[captions])
     written = photos
     if unnamed_backgrounds:

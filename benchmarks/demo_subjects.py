@@ -154,7 +154,15 @@ def score_run(images: torch.Tensor, subject, backgrounds: list[str]) -> dict:
 
 def run_one(task: dict) -> dict:
     """One training run of the demo's path (a worker process, one torch thread); returns its scores and the noise
-    seed 0 pictures."""
+    seed 0 pictures. A failed compile or train (SystemExit) comes back to the pool as an error: a worker that exits
+    instead leaves the pool waiting for its result forever."""
+    try:
+        return _run_one(task)
+    except SystemExit as e:
+        raise RuntimeError(f"{task['subject']} {task['recipe']} seed {task['train_seed']}: {e}") from None
+
+
+def _run_one(task: dict) -> dict:
     torch.set_num_threads(1)
     from benchmarks.demo_recipe import train_lora
     from ditskip_edge.generate import generate, load_model
@@ -328,6 +336,14 @@ def main() -> int:
         resolve_spec(args.model)
     except UserError as e:
         ap.error(f"--model: {e}")
+    from benchmarks.demo_recipe import more_backgrounds
+    for recipe in args.recipes:
+        for subject in args.subjects:
+            if parse_recipe(recipe).backgrounds:
+                try:
+                    more_backgrounds(SUBJECTS[subject], parse_recipe(recipe).backgrounds, args.model)
+                except ValueError as e:
+                    ap.error(f"--recipes {recipe}: {e}")
     images_dir = str(out / f"{stem}_images")
     tasks = [] if args.no_base else [{"subject": s, "recipe": None, "train_seed": None,
                                       "noise_seeds": args.noise_seeds} for s in args.subjects]
@@ -421,9 +437,10 @@ def markdown(doc: dict) -> str:
                   "falling linearly from the recipe's towards 0 over the steps (`compile --lr-schedule linear`; the "
                   "demo's: constant), +w<x> the LoRA's weight when the pictures are drawn (diffusers' "
                   "`set_adapters`; the demo's: 1), +unnamed each photo a second time under the caption that names "
-                  "no background (\"a teal sks star in the center\"): a caption dropout of the background phrase, +bg<n> n "
-                  "photos on n distinct backgrounds, the subject's 5 then the palette's others that are neither an "
-                  "eval background nor its colour (`demo_recipe.more_backgrounds`)."]
+                  "no background (\"a teal sks star in the center\"): a caption dropout of the background phrase, "
+                  "+bg<n> n photos on n distinct backgrounds, the subject's 5 then the palette's others that are "
+                  "neither an eval background nor its colour, with captions the text encoder reads whole "
+                  "(`demo_recipe.more_backgrounds`)."]
     lines += ["", f"Picture `{doc.get('stem', 'demo_subjects')}.png`: per subject the rows above (the recipes' "
               f"training seed {min(doc['train_seeds'])}), noise seed 0, then a fresh photo; columns the "
               f"{'references' if doc.get('backgrounds') == 'seen' else 'eval'} backgrounds."]

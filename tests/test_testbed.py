@@ -815,18 +815,30 @@ def test_demo_subjects_counts_a_run_as_shown_only_with_3_of_4_prompts_at_noise_s
 def test_more_backgrounds_keeps_the_subjects_own_first_and_never_adds_an_eval_background_or_its_colour():
     """demo_recipe.more_backgrounds (demo_subjects' +bg<n>): n distinct reference backgrounds, the subject's own 5
     first (so +bg5 is the demo's photos), then palette colours that are neither an eval background nor the subject's
-    colour; more than there are is refused."""
+    colour, each photo's caption within the text encoder's 16 tokens; more than there are is refused."""
     from benchmarks.demo_recipe import more_backgrounds
-    from benchmarks.testbed.scenes import EVAL_BACKGROUNDS, PALETTE, SUBJECTS
+    from benchmarks.testbed.scenes import EVAL_BACKGROUNDS, PALETTE, SUBJECTS, reference_captions
+    from ditskip_edge.models.loading import resolve_spec
+    from ditskip_edge.models.text import prompt_tokens
+    spec = resolve_spec("flux-testbed")
+    most = {}
     for subject in SUBJECTS.values():
-        wider = more_backgrounds(subject, 7)
+        assert more_backgrounds(subject, 5) == subject
+        n = 5
+        while True:
+            try:
+                wider = more_backgrounds(subject, n + 1)
+            except ValueError:
+                break
+            n += 1
+        most[subject.name] = n
+        wider = more_backgrounds(subject, n)
         assert wider.reference_backgrounds[:5] == subject.reference_backgrounds
-        assert len(set(wider.reference_backgrounds)) == 7
+        assert len(set(wider.reference_backgrounds)) == n
         assert not set(wider.reference_backgrounds) & set(EVAL_BACKGROUNDS)
         assert all(PALETTE[c] != subject.colour for c in wider.reference_backgrounds)
-        assert more_backgrounds(subject, 5) == subject
-        with pytest.raises(ValueError):
-            more_backgrounds(subject, 8)
+        assert all(prompt_tokens(spec, c)[0] <= 16 for c in reference_captions(wider, n, described=True))
+    assert most["pink_heart"] == 7 and max(most.values()) <= 7      # 12 colours - 4 eval - its own
 
 
 def test_demo_subjects_seen_backgrounds_are_the_references_captions_and_never_an_eval_background():
