@@ -96,6 +96,18 @@ def write_class_images(subject, folder: Path, n: int, start: int, described: boo
     return prompts
 
 
+TEXT_STREAM = ("attn.add_", "attn.to_add_out", "ff_context.", "norm1_context.")   # FLUX double blocks' text side
+
+
+def image_stream_targets(model: str = "flux-testbed") -> str:
+    """compile --lora-targets for every linear layer of a block but the double blocks' text stream (their text
+    tokens' projections, feed-forward and modulation): the caption's tokens enter the joint attention as the base
+    model encodes them."""
+    from ditskip_edge.lora import every_linear_suffix
+    spec = resolve_spec(model)
+    return ",".join(s for s in every_linear_suffix(spec.arch, spec.transformer_config) if not s.startswith(TEXT_STREAM))
+
+
 def more_backgrounds(subject, n: int, model: str = "flux-testbed"):
     """The subject with n distinct reference backgrounds: its own, then the palette's others that are neither an eval
     background nor the subject's colour and whose caption the model's text encoder reads whole (6 or 7 of the 12
@@ -122,7 +134,7 @@ def train_lora(subject, captions: str, steps: int, split: tuple[int, int] | None
                lr: float = LR, seed: int = 0, dynamic_patches: bool = False, rank: int = RANK, photos: int = PHOTOS,
                t_sampling: str = "uniform", prior: int = 0, model: str = "flux-testbed",
                lr_schedule: str = "constant", unnamed_backgrounds: bool = False,
-               backgrounds: int = 0) -> tuple[Path, dict]:
+               backgrounds: int = 0, lora_targets: str | None = None) -> tuple[Path, dict]:
     """The demo's compile + train on `photos` reference photos with `captions`-style captions (`seed`: the
     schedule's; `prior`: that many class images beside them, `write_class_images`; `model`: the testbed or a file
     of its weights; `unnamed_backgrounds`: each photo a second time, captioned with the training prompt, which names no
@@ -143,7 +155,7 @@ def train_lora(subject, captions: str, steps: int, split: tuple[int, int] | None
     request = compile_args(subject_prompt(subject, described=CAPTIONS[captions]), folder, bundle, jobs=1,
                            steps=steps, generation=False, split=split, lr=lr, seed=seed,
                            dynamic_patches=dynamic_patches, rank=rank, t_sampling=t_sampling, model=model,
-                           lr_schedule=lr_schedule)
+                           lr_schedule=lr_schedule, lora_targets=lora_targets)
     if cli_main(request) != 0 or cli_main(["train", str(bundle), "--no-resume"]) != 0:
         raise SystemExit(f"demo_recipe: the {captions} / {steps}-step bundle failed (see above)")
     summary = json.loads((bundle / "runs" / "eager" / "summary.json").read_text())

@@ -57,7 +57,7 @@ from examples.demo import GUIDANCE, LR, PHOTOS, RANK, SHOWN_PROMPTS, STEPS      
 DEMO_RECIPE = f"{STEPS}x{LR:g}"
 TEACHER = "teacher"                   # the instrument's teacher as a row: what a long LoRA on every block draws
 RECIPE_FORM = ("STEPSxLR[+dynamic][+r<rank>][+p<photos>][+logit][+g<guidance>][+s<front>-<back>][+prior<images>]"
-               "[+linear][+w<scale>][+unnamed][+bg<backgrounds>]")
+               "[+linear][+w<scale>][+unnamed][+bg<backgrounds>][+imagestream]")
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,7 @@ class Recipe:
     prior: int = 0                      # +prior5: DreamBooth's prior preservation, that many class images beside the
                                         # photos (the base model's, demo_recipe.write_class_images)
     lr_schedule: str = "constant"       # +linear: the learning rate falling linearly towards 0 (compile --lr-schedule)
+    image_stream: bool = False          # +imagestream: no LoRA on the double blocks' text stream
     backgrounds: int = 0                # +bg7: 7 photos on 7 distinct backgrounds (none an eval one); 0: the demo's
     unnamed_backgrounds: bool = False   # +unnamed: each photo also under the caption naming no background
     adapter_weight: float = 1.0         # +w0.6: the LoRA's weight when the pictures are drawn (diffusers set_adapters)
@@ -93,6 +94,8 @@ def parse_recipe(text: str) -> Recipe:
             recipe = replace(recipe, t_sampling="logit_normal")
         elif option.startswith("bg") and option[2:].isdigit() and 1 <= int(option[2:]) <= 7:
             recipe = replace(recipe, backgrounds=int(option[2:]))
+        elif option == "imagestream":
+            recipe = replace(recipe, image_stream=True)
         elif option == "unnamed":
             recipe = replace(recipe, unnamed_backgrounds=True)
         elif option == "linear":
@@ -164,7 +167,7 @@ def run_one(task: dict) -> dict:
 
 def _run_one(task: dict) -> dict:
     torch.set_num_threads(1)
-    from benchmarks.demo_recipe import train_lora
+    from benchmarks.demo_recipe import image_stream_targets, train_lora
     from ditskip_edge.generate import generate, load_model
     from ditskip_edge.models.loading import resolve_spec
     subject = SUBJECTS[task["subject"]]
@@ -190,7 +193,8 @@ def _run_one(task: dict) -> dict:
                                  dynamic_patches=recipe.dynamic_patches, rank=recipe.rank, photos=recipe.photos,
                                  t_sampling=recipe.t_sampling, prior=recipe.prior, model=task["model"],
                                  lr_schedule=recipe.lr_schedule, unnamed_backgrounds=recipe.unnamed_backgrounds,
-                                 backgrounds=recipe.backgrounds)
+                                 backgrounds=recipe.backgrounds,
+                                 lora_targets=image_stream_targets(task["model"]) if recipe.image_stream else None)
             model = load_model(spec, lora, recipe.adapter_weight)
             seconds_per_step = json.loads((work / "bundle" / "runs" / "eager" / "summary.json").read_text())[
                 "seconds_per_step"]
@@ -440,7 +444,9 @@ def markdown(doc: dict) -> str:
                   "no background (\"a teal sks star in the center\"): a caption dropout of the background phrase, "
                   "+bg<n> n photos on n distinct backgrounds, the subject's 5 then the palette's others that are "
                   "neither an eval background nor its colour, with captions the text encoder reads whole "
-                  "(`demo_recipe.more_backgrounds`)."]
+                  "(`demo_recipe.more_backgrounds`), +imagestream no LoRA on the double blocks' text stream "
+                  "(`demo_recipe.image_stream_targets`: the caption's tokens enter the joint attention as the base "
+                  "encodes them)."]
     lines += ["", f"Picture `{doc.get('stem', 'demo_subjects')}.png`: per subject the rows above (the recipes' "
               f"training seed {min(doc['train_seeds'])}), noise seed 0, then a fresh photo; columns the "
               f"{'references' if doc.get('backgrounds') == 'seen' else 'eval'} backgrounds."]

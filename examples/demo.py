@@ -62,14 +62,18 @@ TRAIN = ["--grad-accum", "4", "--lora-targets", "all-linear", "--no-dynamic-patc
 def compile_args(prompt: str, photos: Path, bundle: Path, jobs: int = 2, steps: int = STEPS,
                  generation: bool = True, split: tuple[int, int] | None = None, lr: float = LR,
                  seed: int = 0, dynamic_patches: bool = False, rank: int = RANK,
-                 t_sampling: str = "uniform", model: str = "flux-testbed", lr_schedule: str = "constant") -> list[str]:
+                 t_sampling: str = "uniform", model: str = "flux-testbed", lr_schedule: str = "constant",
+                 lora_targets: str | None = None) -> list[str]:
     """The demo's `ditskip-edge compile` request (benchmarks/compile_jobs.py times the same one;
     benchmarks/demo_recipe.py varies it, without the generation programs). `split` (front, back): skip those
     blocks instead of selecting a 50% split; `seed`: the schedule's (timesteps, crops, noise); `dynamic_patches`:
     train on the method's timestep-dependent crops instead of the whole photos; `rank`: the LoRA's;
     `t_sampling`: the training timesteps' distribution (compile --t-sampling); `model`: the testbed, or a
-    .safetensors file of its weights (`loading.testbed_weights_spec`); `lr_schedule`: compile --lr-schedule."""
+    .safetensors file of its weights (`loading.testbed_weights_spec`); `lr_schedule`: compile --lr-schedule;
+    `lora_targets`: compile --lora-targets instead of the demo's all-linear."""
     train = [a for a in TRAIN if a != "--no-dynamic-patches"] if dynamic_patches else TRAIN
+    if lora_targets is not None:
+        train = [lora_targets if prev == "--lora-targets" else a for prev, a in zip(["", *train], train)]
     draw = ["--generation", "--guidance", str(GUIDANCE)] if generation else []
     skip = ["--skip-ratio", "0.5"] if split is None else ["--skip-front", str(split[0]), "--skip-back", str(split[1])]
     return ["compile", "--model", model, "--images", str(photos), "--prompt", prompt, *skip,

@@ -802,6 +802,7 @@ def test_demo_subjects_counts_a_run_as_shown_only_with_3_of_4_prompts_at_noise_s
     assert parse_recipe("200x4e-3+prior5").prior == 5 and parse_recipe("200x4e-3").prior == 0
     assert parse_recipe("200x4e-3+linear").lr_schedule == "linear"
     assert parse_recipe("200x4e-3").lr_schedule == "constant"
+    assert parse_recipe("200x4e-3+imagestream").image_stream and not parse_recipe("200x4e-3").image_stream
     assert parse_recipe("200x4e-3+bg7").backgrounds == 7 and parse_recipe("200x4e-3").backgrounds == 0
     assert parse_recipe("200x4e-3+unnamed").unnamed_backgrounds and not parse_recipe("200x4e-3").unnamed_backgrounds
     assert parse_recipe("200x4e-3+w0.6").adapter_weight == 0.6 and parse_recipe("200x4e-3").adapter_weight == 1.0
@@ -810,6 +811,26 @@ def test_demo_subjects_counts_a_run_as_shown_only_with_3_of_4_prompts_at_noise_s
                 "200x4e-3+w0", "200x4e-3+bg8", "200x4e-3+bg0"):
         with pytest.raises(argparse.ArgumentTypeError):
             recipe_arg(bad)
+
+
+def test_image_stream_targets_leave_the_double_blocks_text_stream_frozen_and_reach_the_compile_request():
+    """demo_recipe.image_stream_targets (demo_subjects' +imagestream): every linear of a FLUX block but the double
+    blocks' text-side ones (add_q/k/v_proj, to_add_out, ff_context, norm1_context); examples.demo.compile_args puts
+    them after --lora-targets in place of all-linear, once."""
+    from benchmarks.demo_recipe import image_stream_targets
+    from ditskip_edge.lora import every_linear_suffix
+    from ditskip_edge.models.loading import resolve_spec
+    from examples.demo import compile_args
+    spec = resolve_spec("flux-testbed")
+    every = set(every_linear_suffix(spec.arch, spec.transformer_config))
+    targets = image_stream_targets().split(",")
+    assert set(targets) < every and {"attn.to_q", "ff.net.2", "proj_mlp", "norm1.linear"} <= set(targets)
+    assert every - set(targets) == {"attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj", "attn.to_add_out",
+                                    "ff_context.net.0.proj", "ff_context.net.2", "norm1_context.linear"}
+    request = compile_args("p", Path("photos"), Path("bundle"), lora_targets=",".join(targets))
+    assert request.count("--lora-targets") == 1 and request[request.index("--lora-targets") + 1] == ",".join(targets)
+    default = compile_args("p", Path("photos"), Path("bundle"))
+    assert default[default.index("--lora-targets") + 1] == "all-linear"
 
 
 def test_more_backgrounds_keeps_the_subjects_own_first_and_never_adds_an_eval_background_or_its_colour():
