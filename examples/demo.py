@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
                   "a fresh photo on that background"], bgs).save(png)
         s0, s1, s2 = (score_images(list(x), bgs, refs, subject.colour, subject.shape, subject.marking)
                       for x in (before, after, fresh))
-        s_trained = score_images(list(as_trained), ref_bgs, refs, subject.colour)
+        s_trained = score_images(list(as_trained), ref_bgs, refs, subject.colour, subject.shape, subject.marking)
         sim = [s["subject_sim"]["mean"] for s in (s0, s1, s2)]
         recognised = [int(sum(s["per_image"]["recognised"])) for s in (s0, s1)]
         marked = [int(sum(s["per_image"]["marking_ok"])) for s in (s0, s1)]
@@ -177,8 +177,8 @@ def main(argv: list[str] | None = None) -> int:
               + f"background as prompted: before {s0['background_ok']['mean']:.2f} -> after "
               f"{s1['background_ok']['mean']:.2f}\n"
               f"on the references' own captions (their backgrounds): similarity "
-              f"{s_trained['subject_sim']['mean']:.2f}, background as captioned "
-              f"{s_trained['background_ok']['mean']:.2f}\n"
+              f"{s_trained['subject_sim']['mean']:.2f}, recognised {int(sum(s_trained['per_image']['recognised']))} "
+              f"of {len(texts)}, background as captioned {s_trained['background_ok']['mean']:.2f}\n"
               f"picture: {png}\n        columns: {', '.join(texts)}")
         lap("diffusers pictures and scores (the device picture alongside)")
         device = device_job.result()
