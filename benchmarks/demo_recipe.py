@@ -110,8 +110,8 @@ def image_stream_targets(model: str = "flux-testbed") -> str:
 
 def more_backgrounds(subject, n: int, model: str = "flux-testbed"):
     """The subject with n distinct reference backgrounds: its own, then the palette's others that are neither an eval
-    background nor the subject's colour and whose caption the model's text encoder reads whole (6 or 7 of the 12
-    colours); ValueError beyond those."""
+    background nor the subject's colour and whose caption the model's text encoder reads whole (5 to 7 of the 12
+    colours: the bowtie's 5 are all); ValueError beyond those."""
     from dataclasses import replace
 
     from benchmarks.testbed.scenes import EVAL_BACKGROUNDS, PALETTE

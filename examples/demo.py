@@ -73,7 +73,8 @@ def compile_args(prompt: str, photos: Path, bundle: Path, jobs: int = 2, steps: 
     `lora_targets`: compile --lora-targets instead of the demo's all-linear."""
     train = [a for a in TRAIN if a != "--no-dynamic-patches"] if dynamic_patches else TRAIN
     if lora_targets is not None:
-        train = [lora_targets if prev == "--lora-targets" else a for prev, a in zip(["", *train], train)]
+        at = train.index("--lora-targets") + 1
+        train = [*train[:at], lora_targets, *train[at + 1:]]
     draw = ["--generation", "--guidance", str(GUIDANCE)] if generation else []
     skip = ["--skip-ratio", "0.5"] if split is None else ["--skip-front", str(split[0]), "--skip-back", str(split[1])]
     return ["compile", "--model", model, "--images", str(photos), "--prompt", prompt, *skip,
