@@ -152,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         labelled(grid(torch.cat([ref_row, as_trained, before, after, fresh]), len(texts)), before.shape[-1],
                  [f"references (training photos)\non {', '.join(ref_bgs)}", "after: their own captions\n(the "
                   "references' backgrounds)", "before: base model", "after: BlockSkip 50% LoRA",
-                  "a fresh photo on that background"], bgs).save(png)
+                  "a fresh photo on that background"], bgs,
+                 tile_labels={(row, col): f"on {bg}" for row in (0, 1) for col, bg in enumerate(ref_bgs)}).save(png)
         s0, s1, s2 = (score_images(list(x), bgs, refs, subject.colour, subject.shape, subject.marking)
                       for x in (before, after, fresh))
         s_trained = score_images(list(as_trained), ref_bgs, refs, subject.colour, subject.shape, subject.marking)
@@ -195,15 +196,24 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def labelled(image: torch.Tensor, tile_px: int, row_labels: list[str], col_labels: list[str], scale: int = 4):
-    """The grid, scaled up, with a label left of each row and the background name above each column."""
-    from PIL import Image
+def labelled(image: torch.Tensor, tile_px: int, row_labels: list[str], col_labels: list[str], scale: int = 4,
+             tile_labels: dict[tuple[int, int], str] | None = None):
+    """The grid, scaled up, with a label left of each row, the background name above each column, and
+    `tile_labels` {(row, column): text} written on those tiles (the rows whose backgrounds are not the columns')."""
+    from PIL import Image, ImageDraw
 
     from ditskip_edge.images import to_uint8_image
-    from examples.device_generation import labelled as label_tiles
+    from examples.device_generation import LABEL_LEFT_PX, LABEL_TOP_PX, labelled as label_tiles
     pic = to_uint8_image(image)
     pic = pic.resize((pic.width * scale, pic.height * scale), Image.NEAREST)
-    return label_tiles(pic, (tile_px + 1) * scale, row_labels, [f"{t} background" for t in col_labels])
+    step = (tile_px + 1) * scale
+    canvas = label_tiles(pic, step, row_labels, [f"{t} background" for t in col_labels])
+    draw = ImageDraw.Draw(canvas)
+    for (row, col), text in (tile_labels or {}).items():
+        x, y = LABEL_LEFT_PX + col * step + 3, LABEL_TOP_PX + (row + 1) * step - scale - 15
+        draw.rectangle(draw.textbbox((x, y), text), fill="white")
+        draw.text((x, y), text, fill="black")
+    return canvas
 
 
 if __name__ == "__main__":

@@ -79,10 +79,13 @@ def device_vs_diffusers(bundle: Path, lora: Path | None, prompts: list[str], see
     return {"picture": str(path), "rows": "diffusers (host), device runtime", "images": rows}
 
 
+LABEL_LEFT_PX, LABEL_TOP_PX = 210, 22      # `labelled`'s margins: the row labels' column, the column labels' line
+
+
 def labelled(picture, step_px: int, row_labels: list[str], col_labels: list[str]):
     """The picture with a label left of each row and above each column (tiles `step_px` apart)."""
     from PIL import Image, ImageDraw
-    left, top = 210, 22
+    left, top = LABEL_LEFT_PX, LABEL_TOP_PX
     canvas = Image.new("RGB", (picture.width + left, picture.height + top), "white")
     canvas.paste(picture, (left, top))
     draw = ImageDraw.Draw(canvas)
