@@ -898,6 +898,19 @@ def test_class_images_for_prior_preservation_carry_the_class_prompt_never_the_id
         assert prompt == subject_prompt(subject, bg, described=True).replace("sks ", "")
 
 
+def test_demo_levers_reads_every_committed_pairing_and_refuses_a_missing_one(tmp_path):
+    """benchmarks/demo_levers.py: every pairing its table names is in benchmarks/results (the README's lever table
+    comes from them), each with runs and a CI; a results folder without them is refused in one line; figures round
+    halves away from 0 as the README reads them; bold only where the CI leaves 0 out."""
+    from benchmarks.demo_levers import ROWS, collect, separated, signed
+    rows = collect(Path(__file__).resolve().parent.parent / "benchmarks" / "results")
+    assert len(rows) == len(ROWS) and all(r["runs"] >= 3 and r["recognised"]["ci95"] > 0 for r in rows)
+    with pytest.raises(SystemExit, match="demo_levers: no "):
+        collect(tmp_path)
+    assert signed(0.0625) == "+0.063" and signed(-0.0365) == "-0.037" and signed(0.0) == "+0.000"
+    assert separated({"mean": 0.2, "ci95": 0.1}) and not separated({"mean": -0.05, "ci95": 0.09})
+
+
 def test_demo_subjects_pairs_two_recipes_by_subject_and_training_seed():
     """benchmarks/demo_subjects.py paired: b - a over the runs both recipes have (subject x training seed), whatever
     their order; a run only one side has is left out; no common run is refused."""
