@@ -342,12 +342,12 @@ def main() -> int:
         ap.error(f"--model: {e}")
     from benchmarks.demo_recipe import more_backgrounds
     for recipe in args.recipes:
-        for subject in args.subjects:
-            if parse_recipe(recipe).backgrounds:
-                try:
-                    more_backgrounds(SUBJECTS[subject], parse_recipe(recipe).backgrounds, args.model)
-                except ValueError as e:
-                    ap.error(f"--recipes {recipe}: {e}")
+        n_backgrounds = parse_recipe(recipe).backgrounds
+        for subject in args.subjects if n_backgrounds else []:
+            try:
+                more_backgrounds(SUBJECTS[subject], n_backgrounds, args.model)
+            except ValueError as e:
+                ap.error(f"--recipes {recipe}: {e}")
     images_dir = str(out / f"{stem}_images")
     tasks = [] if args.no_base else [{"subject": s, "recipe": None, "train_seed": None,
                                       "noise_seeds": args.noise_seeds} for s in args.subjects]

@@ -22,9 +22,9 @@ final class Trainer {
         try FileManager.default.createDirectory(at: runDir, withIntermediateDirectories: true)
         let o = bundle.manifest["optimizer"] as! [String: Any]
         let betas = o["betas"] as! [Double]
-        let adamw = AdamW(lr: o["lr"] as! Double, beta1: betas[0], beta2: betas[1], eps: o["eps"] as! Double,
-                          weightDecay: o["weight_decay"] as! Double)
         let lr = o["lr"] as! Double
+        let adamw = AdamW(lr: lr, beta1: betas[0], beta2: betas[1], eps: o["eps"] as! Double,
+                          weightDecay: o["weight_decay"] as! Double)
         let lrSchedule = o[BundleContract.lrScheduleField] as? String ?? "constant"      // absent: bundles before v8
         _ = try AdamW.lrAt(lr: lr, schedule: lrSchedule, step: 0, steps: bundle.steps)   // unknown: refused up front
         let module = try DSTrainingModule(path: bundle.programURL.path, dataPath: bundle.programDataURL?.path)

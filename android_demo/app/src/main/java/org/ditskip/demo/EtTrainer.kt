@@ -37,9 +37,8 @@ class EtTrainer(private val bundle: TrainingBundle, private val runDir: File) {
         runDir.mkdirs()
         val o = bundle.manifest.getJSONObject("optimizer")
         val betas = o.getJSONArray("betas")
-        val adamw = AdamW(o.getDouble("lr"), betas.getDouble(0), betas.getDouble(1), o.getDouble("eps"),
-                          o.getDouble("weight_decay"))
         val lr = o.getDouble("lr")
+        val adamw = AdamW(lr, betas.getDouble(0), betas.getDouble(1), o.getDouble("eps"), o.getDouble("weight_decay"))
         val lrSchedule = o.optString(BundleContract.LR_SCHEDULE_FIELD, "constant")      // absent: bundles before v8
         AdamW.lrAt(lr, lrSchedule, 0, bundle.steps)                 // an unknown schedule: refused before any work
         val data = bundle.programDataFile
