@@ -60,11 +60,13 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import logging
 import math
 import platform
 import random
 import sys
 import time
+import warnings
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
@@ -81,7 +83,8 @@ from ditskip_edge.models.latents import LatentEncoder                     # noqa
 from ditskip_edge.models.loading import (build_vae, builtin_weights_path, testbed_weights_spec,  # noqa: E402
                                          transformer_class)
 from ditskip_edge.models.specs import builtin_spec                        # noqa: E402
-from ditskip_edge.models.text import MiniLMTextEncoder, _minilm          # noqa: E402
+from ditskip_edge.models.text import (MiniLMTextEncoder, _minilm, _minilm_tokenizer,  # noqa: E402
+                                      warn_if_truncated)
 from ditskip_edge.models.views import make_view                           # noqa: E402
 from ditskip_edge.patch_sampling import PatchSampler                      # noqa: E402
 from benchmarks.testbed.grow import STACKS, grow_depth                  # noqa: E402
@@ -89,16 +92,34 @@ from benchmarks.testbed.scenes import (SCENE_PX, SceneDomain, object_region, ran
                                       render)
 
 
+def truncated_captions(captions: list[str], spec) -> dict:
+    """How many captions are longer than the testbed's text encoder reads (spec.text.seq_len - 2 word pieces: CLS,
+    SEP), and of those how many lose more than the closing word "background" (the background's colour word, in
+    full or in part, or more): the pool's one-line account, instead of a warning per caption."""
+    tokenizer = _minilm_tokenizer()
+    keep = spec.text.seq_len - 2
+    dropped = [" ".join(t[keep:]).replace(" ##", "") for t in map(tokenizer.tokenize, captions)]
+    cut = [d for d in dropped if d]
+    more = [d for d in cut if d != "background"]
+    return {"captions": len(captions), "word_pieces_read": keep, "truncated": len(cut),
+            "losing_more_than_background": len(more), "examples_dropped": sorted(set(more))[:3]}
+
+
 def caption_pool(n: int, seed: int, spec, batch: int = 256, device: torch.device | str = "cpu",
                  domain: SceneDomain = SceneDomain()):
     """n random scenes of `domain` and their captions (fixed seed), the captions MiniLM-encoded once on `device`
-    (the GPU when pretraining there: 65k captions in seconds), plus the empty prompt as the last row."""
+    (the GPU when pretraining there: 65k captions in seconds), plus the empty prompt as the last row. The text
+    encoder's warning for each caption it cuts is left out here (thousands in a 65k pool): `truncated_captions`
+    counts them."""
     pool = random_scenes(n, seed, domain)
     scenes, captions = [s for s, _ in pool], [c for _, c in pool]
     enc = MiniLMTextEncoder(spec)
     minilm = _minilm()[1]
     minilm.to(device)
     txt, pooled = [], []
+    text_log = logging.getLogger(warn_if_truncated.__module__)
+    level = text_log.level
+    text_log.setLevel(logging.ERROR)
     try:
         for i in range(0, n + 1, batch):
             chunk = (captions + [""])[i:i + batch]
@@ -107,6 +128,7 @@ def caption_pool(n: int, seed: int, spec, batch: int = 256, device: torch.device
                 txt.append(c["txt"].to(device))
                 pooled.append(c["pooled"].to(device))
     finally:
+        text_log.setLevel(level)
         minilm.to("cpu")               # the cached encoder stays where every other caller expects it
     return scenes, captions, torch.cat(txt), torch.cat(pooled)    # last row: the empty prompt
 
@@ -291,7 +313,10 @@ def main() -> int:
             held = testbed_weights_spec(Path(args.init)).transformer_config
             config = {**config, "num_layers": held["num_layers"], "num_single_layers": held["num_single_layers"]}
             init_state = load_file(args.init)
-            with torch.device("meta"):        # shapes only: no weights allocated, no draws from the seeded RNG
+            # shapes only: no weights allocated, no draws from the seeded RNG, and none of torch's warnings that
+            # copying into a meta parameter is a no-op (one per tensor: the point of this check)
+            with torch.device("meta"), warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*to a meta parameter")
                 transformer_class(spec.arch).from_config(config).load_state_dict(init_state, strict=True)
         except (UserError, RuntimeError) as e:     # missing, unreadable, not FLUX blocks, another width
             ap.error(f"--init {args.init}: {str(e).strip().splitlines()[-1].strip()}")
@@ -301,6 +326,11 @@ def main() -> int:
     scenes, captions, txt_pool, pooled_pool = caption_pool(args.captions, args.seed, spec, device=device,
                                                              domain=domain)
     print(f"encoded {len(captions)} captions in {time.time() - t_start:.0f} s on {device}", flush=True)
+    truncation = truncated_captions(captions, spec)
+    print(f"{truncation['truncated']} of {truncation['captions']} captions are longer than the "
+          f"{truncation['word_pieces_read']} word pieces the text encoder reads; "
+          f"{truncation['losing_more_than_background']} lose more than 'background' "
+          f"(e.g. {', '.join(map(repr, truncation['examples_dropped'])) or 'none'})", flush=True)
 
     model = transformer_class(spec.arch).from_config(config)
     if init_state is not None:
@@ -337,7 +367,8 @@ def main() -> int:
            "started_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"), "batch": args.batch,
            "lr": args.lr, "captions": len(captions), "params": sum(p.numel() for p in variants[0].params),
            "ema": args.ema, "domain": asdict(domain), "config": config, "device": str(device), "init": args.init,
-           "init_sha256": init_sha, "grown_blocks": new_blocks, "grow_lr": args.grow_lr}
+           "init_sha256": init_sha, "grown_blocks": new_blocks, "grow_lr": args.grow_lr,
+           "caption_truncation": truncation}
     t0 = time.time()
     step, last_save, wait_s = 0, t0, 0.0
 

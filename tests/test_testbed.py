@@ -102,11 +102,14 @@ def test_pretrain_testbed_warm_starts_from_a_weights_file_and_writes_a_loadable_
     root = Path(__file__).resolve().parent.parent
     init = builtin_weights_path(resolve_spec("flux-testbed"))
     out = tmp_path / "transformer.safetensors"
-    subprocess.run([sys.executable, str(root / "benchmarks" / "pretrain_testbed.py"), "--minutes", "0.05",
-                    "--captions", "16", "--batch", "2", "--init", str(init), "--out", str(out), "--object-weight", "2",
-                    "--echo", "3", "--marking-share", "0.5"],
-                   check=True, capture_output=True, text=True, timeout=600)
+    run = subprocess.run([sys.executable, str(root / "benchmarks" / "pretrain_testbed.py"), "--minutes", "0.05",
+                          "--captions", "16", "--batch", "2", "--init", str(init), "--out", str(out),
+                          "--object-weight", "2", "--echo", "3", "--marking-share", "0.5"],
+                         check=True, capture_output=True, text=True, timeout=600)
     log = json.loads((tmp_path / "pretrain_log.json").read_text())
+    # the caption pool accounted for in one line and in the log, not in a warning per caption or per init tensor
+    assert log["caption_truncation"]["captions"] == log["captions"] == 16 and "captions are longer than" in run.stdout
+    assert "reads the first" not in run.stderr and "meta parameter" not in run.stderr
     assert log["final"] and log["steps"] >= 1 and len(log["losses"]) == log["steps"]
     assert len(log["init_sha256"]) == 64 and log["device"] == "cpu"
     assert log["object_weight"] == 2.0 and log["domain"] == {"inner_share": 0.0, "marking_share": 0.5}
@@ -114,6 +117,19 @@ def test_pretrain_testbed_warm_starts_from_a_weights_file_and_writes_a_loadable_
     before, after = load_file(str(init)), load_file(str(out))
     assert before.keys() == after.keys()
     assert any(not torch.equal(before[k], after[k]) for k in before)         # it trained from the init, and saved
+
+
+def test_truncated_captions_counts_the_captions_the_encoder_cuts_and_those_that_lose_more_than_background():
+    from benchmarks.pretrain_testbed import truncated_captions
+    from ditskip_edge.models.specs import builtin_spec
+    spec = builtin_spec("flux-testbed")                              # 16 text tokens: 14 word pieces and CLS, SEP
+    fits = "a pink sks heart in the center, on a green background"                 # 13 word pieces
+    loses_word = "a large red checkered bowtie on the left, on a yellow background"    # 15: "background" cut
+    loses_colour = "a large cyan checkered bowtie in the center, on a black background"  # 16: "black background"
+    account = truncated_captions([fits, loses_word, loses_colour], spec)
+    assert account["word_pieces_read"] == 14 and account["captions"] == 3
+    assert account["truncated"] == 2 and account["losing_more_than_background"] == 1
+    assert account["examples_dropped"] == ["black background"]
 
 
 def test_pretrain_testbed_trains_one_model_per_object_weight_on_worker_rendered_batches(tmp_path):
