@@ -334,12 +334,15 @@ def main() -> int:
         print(write_result(doc, out / stem, markdown))
         picture(runs, list(dict.fromkeys(r["recipe"] for r in runs if r["recipe"])), out / f"{stem}.png")
         return 0
-    from ditskip_edge.models.loading import resolve_spec
+    from ditskip_edge.models.loading import builtin_weights_path, resolve_spec
+    from ditskip_edge.runtime.bundle import sha256_file
     from ditskip_edge.runtime.errors import UserError
     try:
-        resolve_spec(args.model)
+        spec = resolve_spec(args.model)
     except UserError as e:
         ap.error(f"--model: {e}")
+    weights = builtin_weights_path(spec) if spec.weights else None     # which weights drew the pictures
+    model_sha256 = sha256_file(weights) if weights is not None and weights.is_file() else None
     from benchmarks.demo_recipe import more_backgrounds
     for recipe in args.recipes:
         n_backgrounds = parse_recipe(recipe).backgrounds
@@ -369,7 +372,8 @@ def main() -> int:
             print(json.dumps(brief),
                   f"({len(runs)}/{len(tasks)}, {time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
     out.mkdir(parents=True, exist_ok=True)
-    doc = {"run": provenance(), "stem": stem, "model": args.model, "backgrounds": args.backgrounds,
+    doc = {"run": provenance(), "stem": stem, "model": args.model, "model_sha256": model_sha256,
+           "backgrounds": args.backgrounds,
            "guidance": GUIDANCE,
            "noise_seeds": args.noise_seeds,
            "train_seeds": args.train_seeds, "rows": summarize(runs),
@@ -405,7 +409,8 @@ def markdown(doc: dict) -> str:
     rescored = [f"Scored again from the saved images (`{doc['stem']}_images/`): {provenance_md(doc['rescored'])}"] \
         if doc.get("rescored") else []
     lines = ["# `make demo`'s path on every held-out subject, over training seeds", "", provenance_md(doc["run"]),
-             *rescored, f"Model: `{doc.get('model', 'flux-testbed')}`", "",
+             *rescored, f"Model: `{doc.get('model', 'flux-testbed')}`"
+             + (f" (weights sha256 {doc['model_sha256']})" if doc.get("model_sha256") else ""), "",
              f"Per run (subject x training seed {', '.join(map(str, doc['train_seeds']))}): the demo's compile + "
              f"train (BlockSkip 50% by selection, captions naming the colour, a LoRA on every linear layer of the "
              f"kept blocks, whole photos) with the recipe's steps (x 4 samples) and learning rate, then 4 prompts on "
