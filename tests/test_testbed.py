@@ -770,9 +770,11 @@ def test_the_demos_compile_request_is_blockskip_50_with_the_demos_guidance_and_a
 
 def test_demo_subjects_runs_the_demos_path_on_a_weights_file_and_names_it_in_its_results(tmp_path):
     """benchmarks/demo_subjects.py --model W.safetensors (new testbed weights measured before they replace the
-    committed ones): the workers compile, train and draw on W; the results name it; a missing file is refused."""
+    committed ones): the workers compile, train and draw on W; the results name it, with its content's SHA-256; a
+    missing file is refused."""
     import shutil
     from ditskip_edge.models.loading import builtin_weights_path, resolve_spec
+    from ditskip_edge.runtime.bundle import sha256_file
     root = Path(__file__).resolve().parent.parent
     weights = tmp_path / "w" / "transformer.safetensors"
     weights.parent.mkdir()
@@ -783,7 +785,9 @@ def test_demo_subjects_runs_the_demos_path_on_a_weights_file_and_names_it_in_its
     subprocess.run(script + ["--model", str(weights)], check=True, capture_output=True, text=True, timeout=900)
     doc = json.loads((tmp_path / "out" / "demo_subjects.json").read_text())
     assert doc["model"] == str(weights) and [r["model"] for r in doc["runs"]] == [str(weights)]
-    assert f"Model: `{weights}`" in (tmp_path / "out" / "demo_subjects.md").read_text()
+    assert doc["model_sha256"] == sha256_file(weights) and len(doc["model_sha256"]) == 64
+    assert f"Model: `{weights}` (weights sha256 {doc['model_sha256']})" in (tmp_path / "out" / "demo_subjects.md"
+                                                                             ).read_text()
     missing = subprocess.run(script + ["--model", str(tmp_path / "none.safetensors")], capture_output=True, text=True,
                              timeout=600)
     assert missing.returncode == 2 and "no such weights file" in missing.stderr.strip().splitlines()[-1]
@@ -925,6 +929,27 @@ def test_demo_levers_reads_every_committed_pairing_and_refuses_a_missing_one(tmp
         collect(tmp_path)
     assert signed(0.0625) == "+0.063" and signed(-0.0365) == "-0.037" and signed(0.0) == "+0.000"
     assert separated({"mean": 0.2, "ci95": 0.1}) and not separated({"mean": -0.05, "ci95": 0.09})
+
+
+def test_pretraining_scale_reads_each_checkpoints_runs_pairs_them_in_full_and_refuses_a_missing_result(tmp_path):
+    """benchmarks/pretraining_scale.py: every result it names is in benchmarks/results (README's pretraining-scale
+    figures come from them), 12 runs per checkpoint x method x backgrounds and 4 base runs; each pairing of two
+    checkpoints covers all 12 runs (so its mean is the difference of the two means); a folder without them is
+    refused in one line."""
+    from benchmarks.pretraining_scale import BASE, CHECKPOINTS, METHODS, collect
+    doc = collect(Path(__file__).resolve().parent.parent / "benchmarks" / "results")
+    assert len(doc["cells"]) == len(CHECKPOINTS) * (2 * len(METHODS) + 1)
+    assert all(c["runs"] == (4 if c["method"] == BASE else 12) for c in doc["cells"])
+    by = {(c["checkpoint"], c["method"], c["backgrounds"]): c["recognised"]["mean"] for c in doc["cells"]}
+    for step in doc["steps"]:
+        after, before = step["pair"].split(" - ")
+        assert step["runs"] == 12
+        assert step["recognised"]["mean"] == pytest.approx(
+            by[(after, step["method"], step["backgrounds"])] - by[(before, step["method"], step["backgrounds"])],
+            abs=2e-4)
+    assert len(doc["carry"]) == len(CHECKPOINTS) * len(METHODS) and all(c["runs"] == 12 for c in doc["carry"])
+    with pytest.raises(SystemExit, match="pretraining_scale: no "):
+        collect(tmp_path)
 
 
 def test_demo_subjects_pairs_two_recipes_by_subject_and_training_seed():
