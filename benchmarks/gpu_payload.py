@@ -63,10 +63,11 @@ PIECE_BYTES = 12 << 20          # the device tool brings back no file over 16 Mi
 
 def pool_captions(n: int, seed: int, every_form: bool = False) -> list[str]:
     """The captions of pretrain_testbed.caption_pool(n, seed) (the default scene domain), without encoding them;
-    `every_form`: of a domain that draws every caption form a run's --marking-share / --inner-share can ask for
-    ("with white dots", "with an orange centre"), so that the vocabulary holds their words too."""
+    `every_form`: of a domain that draws every caption form a run's --marking-share / --inner-share /
+    --instance-share can ask for ("with white dots", "with an orange centre", "vex"), so that the vocabulary holds
+    their words too."""
     from benchmarks.testbed.scenes import SceneDomain, random_scenes
-    domain = SceneDomain(inner_share=0.5, marking_share=0.5) if every_form else SceneDomain()
+    domain = SceneDomain(inner_share=0.5, marking_share=0.5, instance_share=0.5) if every_form else SceneDomain()
     return [c for _, c in random_scenes(n, seed, domain)] + [""]
 
 

@@ -266,6 +266,10 @@ def main() -> int:
     ap.add_argument("--marking-share", type=share, default=0.0,
                     help="share of textured objects with a texture colour of their own, named (\"a pink square with "
                     "white dots\"; scenes.SceneDomain); 0 (default): the committed weights' domain")
+    ap.add_argument("--instance-share", type=share, default=0.0,
+                    help="share of scenes that are one of scenes.INSTANCES, a fixed object named by a made-up word "
+                    "on any background (\"a large pink vex square, on a blue background\"); 0 (default): the "
+                    "committed weights' domain")
     ap.add_argument("--inner-share", type=share, default=SceneDomain().inner_share,
                     help="share of objects with a centre of another colour (\"with an orange centre\"; default "
                     "%(default)s, as the last stage of the committed weights)")
@@ -284,7 +288,8 @@ def main() -> int:
         ap.error("--grow-lr is the grown blocks' learning rate: add blocks with --grow-double / --grow-single")
     if args.grow_lr is not None and args.grow_lr <= 0:
         ap.error(f"--grow-lr {args.grow_lr}: a learning rate above 0")
-    domain = SceneDomain(inner_share=args.inner_share, marking_share=args.marking_share)
+    domain = SceneDomain(inner_share=args.inner_share, marking_share=args.marking_share,
+                         instance_share=args.instance_share)
     if args.workers < 0:
         ap.error(f"--workers {args.workers}: 0 (render in this process) or more processes")
     if args.echo < 1:

@@ -93,6 +93,40 @@ def test_the_marking_domain_names_each_texture_colour_it_draws_and_leaves_the_de
         random_scenes(1, 0, SceneDomain(marking_share=1.5))
 
 
+def test_the_instance_domain_draws_each_named_object_alike_on_other_backgrounds_and_leaves_the_default_scenes():
+    """scenes.SceneDomain(instance_share): that share of the scenes is one of INSTANCES, whose made-up word always
+    stands for the same shape, colour and marking, on backgrounds other than its colour, captioned within the text
+    encoder's 14 word pieces; no instance is a held-out subject's shape and colour, and no name is "sks" or shares
+    its pieces; the default domain's scenes stay as they were."""
+    from benchmarks.testbed.scenes import HELD_OUT_PAIRS, INSTANCE_NAMES, INSTANCES, SceneDomain, random_scenes
+    from ditskip_edge.models.text import _minilm_tokenizer
+    plain = random_scenes(300, 5)
+    assert plain == random_scenes(300, 5, SceneDomain(instance_share=0.0))
+    assert [c for _, c in plain[:2]] == ['orange background with a large teal ring on the left', 'a green crescent']
+    tokenizer = _minilm_tokenizer()
+    assert len(set(INSTANCE_NAMES)) == len(INSTANCES) == 32
+    assert not set(tokenizer.tokenize(" ".join(INSTANCE_NAMES))) & set(tokenizer.tokenize("sks"))
+    assert all((i.shape, i.colour) not in HELD_OUT_PAIRS for i in INSTANCES)
+    names = {rgb: name for name, rgb in PALETTE.items()}
+    by_name, backgrounds, n_instances = {i.name: i for i in INSTANCES}, {}, 0
+    drawn = random_scenes(800, 5, SceneDomain(instance_share=0.5))
+    for scene, caption in drawn:
+        words = caption.split()
+        if len(words) < 4 or words[3] not in by_name:
+            continue
+        inst = by_name[words[3]]
+        assert caption == (f"a {words[1]} {inst.colour} {inst.name} {inst.shape}, on a {names[scene.background]} "
+                           f"background") and len(tokenizer.tokenize(caption)) <= 14
+        assert (scene.shape, names[scene.colour], scene.texture, names[scene.texture_colour]) == (
+            inst.shape, inst.colour, inst.texture, inst.texture_colour)
+        assert (scene.inner is None) == (inst.inner is None) and scene.background != scene.colour
+        backgrounds.setdefault(inst.name, set()).add(scene.background)
+        n_instances += 1
+    assert 0.4 * 800 < n_instances < 0.6 * 800 and min(map(len, backgrounds.values())) >= 4
+    with pytest.raises(ValueError, match="instance_share"):
+        random_scenes(1, 0, SceneDomain(instance_share=-0.1))
+
+
 def test_pretrain_testbed_warm_starts_from_a_weights_file_and_writes_a_loadable_model_echoing_each_batch(tmp_path):
     import subprocess
     import sys

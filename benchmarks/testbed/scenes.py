@@ -163,12 +163,19 @@ class SceneDomain:
       or light version of the object's colour ("a pink dotted square"). Real text-to-image models know "white polka
       dots" on anything; with 0 (the committed weights' pretraining) a subject's white dots on pink are a detail the
       model has never drawn on any object (`pretrain_testbed.py --marking-share`; what 65 CPU minutes of it
-      did, for prompts and for the demo: benchmarks/results/marking_domain.md)."""
+      did, for prompts and for the demo: benchmarks/results/marking_domain.md).
+    instance_share: the share of scenes that are one of INSTANCES, a fixed object (shape, colour and marking) named
+      by a made-up word as DreamBooth names a subject, on any background, size and place ("a large pink vex square,
+      on a blue background"). Real text-to-image models have seen named things (a brand's logo, a landmark) in
+      many contexts; with 0 (the committed weights' pretraining) no word ever stood for one instance, and a LoRA's
+      "sks" is the first (`pretrain_testbed.py --instance-share`; what 65 CPU minutes of it did:
+      benchmarks/results/instance_domain.md)."""
     inner_share: float = INNER_SHARE
     marking_share: float = 0.0
+    instance_share: float = 0.0
 
     def validate(self) -> None:
-        for name in ("inner_share", "marking_share"):
+        for name in ("inner_share", "marking_share", "instance_share"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"SceneDomain.{name} must be in [0, 1], got {getattr(self, name)}")
 
@@ -176,6 +183,8 @@ class SceneDomain:
 def random_scene(rnd: random.Random, domain: SceneDomain = SceneDomain()) -> tuple[Scene, str]:
     """A random pretraining scene and its caption. With the default domain the draws (and so every seed's scenes)
     are the ones pretraining always made: the domain's extra draws happen only where its shares are above 0."""
+    if domain.instance_share > 0 and rnd.random() < domain.instance_share:
+        return instance_scene(rnd.choice(INSTANCES), rnd)
     while True:
         colour, shape = rnd.choice(list(PALETTE)), rnd.choice(SHAPES)
         if (shape, colour) not in HELD_OUT_PAIRS:
@@ -214,6 +223,57 @@ def random_scene(rnd: random.Random, domain: SceneDomain = SceneDomain()) -> tup
                  + [place] * (rnd.random() > 0.3))
         caption = " ".join(words) + (f", on a {bg} background" if rnd.random() > 0.3 else "")
     return scene, caption
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One named object of the instance domain: always this shape, colour and marking (a texture in a colour of
+    its own, or a centre disc of another colour, as the subjects' markings are)."""
+    name: str
+    shape: str
+    colour: str
+    texture: str
+    texture_colour: str
+    inner: str | None
+
+
+# Made-up words of two MiniLM word pieces each, as "sks" is ("sk", "##s"); none shares a piece with "sks" or with a
+# scene word ("cyan" is "cy ##an"), so a caption of the form below stays within the text encoder's 14 word pieces.
+INSTANCE_NAMES = ("vex", "quib", "drel", "fim", "jux", "nox", "plim", "qua", "rix", "tav", "wex", "yip", "brov",
+                  "clem", "fenk", "hix", "jom", "kiv", "lut", "mip", "nep", "pem", "rulf", "sav", "tib", "vop", "wub",
+                  "yeb", "bax", "cov", "dup", "fep")
+
+
+def _instances() -> tuple[Instance, ...]:
+    rnd = random.Random("instances")
+    out = []
+    for name in INSTANCE_NAMES:
+        while True:
+            colour, shape = rnd.choice(list(PALETTE)), rnd.choice(SHAPES)
+            if (shape, colour) not in HELD_OUT_PAIRS:
+                break
+        marking = rnd.choice([c for c in PALETTE if c != colour])
+        if rnd.random() < 0.25:           # a centre of another colour, as the star's orange centre
+            out.append(Instance(name, shape, colour, "plain", colour, marking))
+        else:
+            out.append(Instance(name, shape, colour, rnd.choice(TEXTURES[1:]), marking, None))
+    return tuple(out)
+
+
+INSTANCES = _instances()
+
+
+def instance_scene(instance: Instance, rnd: random.Random) -> tuple[Scene, str]:
+    """`instance` on a random background (never its own colour), size and place, captioned "a <size> <colour>
+    <name> <shape>, on a <bg> background" (the place left for the model to fill in: the caption stays short)."""
+    bg = rnd.choice([c for c in PALETTE if c != instance.colour])
+    size, place = rnd.choice(list(SIZES)), rnd.choice(list(PLACES))
+    fx, fy = PLACES[place]
+    centre = (fx + rnd.uniform(-0.05, 0.05), fy + rnd.uniform(-0.05, 0.05))
+    inner = ("circle", PALETTE[instance.inner], 0.3) if instance.inner else None
+    scene = Scene(instance.shape, PALETTE[instance.colour], instance.texture, PALETTE[instance.texture_colour],
+                  PALETTE[bg], centre, SIZES[size] * rnd.uniform(0.9, 1.1), inner)
+    return scene, f"a {size} {instance.colour} {instance.name} {instance.shape}, on a {bg} background"
 
 
 def random_scenes(n: int, seed: int, domain: SceneDomain = SceneDomain()) -> list[tuple[Scene, str]]:
