@@ -43,6 +43,7 @@ ROWS = [   # (group, label, paired result in benchmarks/results/)
     (LEVERS, "weights knowing named markings (vs control)", "demo_subjects_marking_domain_vs_control.json"),
     (LEVERS, "grown testbed A (vs control)", "demo_subjects_grown_A_vs_control.json"),
     (LEVERS, "grown testbed B (vs control)", "demo_subjects_grown_B_vs_control.json"),
+    (LEVERS, "6x the GPU pretraining (committed vs stage 2)", "demo_subjects_committed_vs_gpu2_weights.json"),
     (LEVERS, "no block skipped (full LoRA)", "demo_subjects_unskipped_vs_selected_xeon.json"),
     (WHERE, "BlockSkip 50%: seen - new backgrounds", "demo_subjects_seen_vs_eval.json"),
     (WHERE, "full LoRA: seen - new backgrounds", "demo_subjects_seen_vs_eval_unskipped.json"),
