@@ -127,6 +127,24 @@ def test_the_instance_domain_draws_each_named_object_alike_on_other_backgrounds_
         random_scenes(1, 0, SceneDomain(instance_share=-0.1))
 
 
+def test_instance_samples_scores_each_instance_by_its_own_marking_and_prompts_it_as_the_domain_captions_it():
+    """benchmarks/instance_samples.py: an instance is scored as a subject with its marking (its texture's colour, or
+    its centre's), references on backgrounds neither an eval one nor its colour, and prompted in the domain's own
+    caption form (what `instance_scene` writes, large)."""
+    import random
+    from benchmarks.instance_samples import as_subject, prompt
+    from benchmarks.testbed.scenes import EVAL_BACKGROUNDS, INSTANCES, instance_scene
+    for inst in INSTANCES:
+        subject = as_subject(inst)
+        assert subject.marking == PALETTE[inst.inner if inst.inner else inst.texture_colour]
+        assert subject.marking != subject.colour and subject.shape == inst.shape
+        assert len(subject.reference_backgrounds) == 5
+        assert not set(subject.reference_backgrounds) & {*EVAL_BACKGROUNDS, inst.colour}
+    rnd = random.Random(0)
+    captions = {instance_scene(INSTANCES[0], rnd)[1] for _ in range(200)}
+    assert prompt(INSTANCES[0], "green") in captions
+
+
 def test_pretrain_testbed_warm_starts_from_a_weights_file_and_writes_a_loadable_model_echoing_each_batch(tmp_path):
     import subprocess
     import sys
