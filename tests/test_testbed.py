@@ -164,7 +164,8 @@ def test_pretrain_testbed_warm_starts_from_a_weights_file_and_writes_a_loadable_
     assert "reads the first" not in run.stderr and "meta parameter" not in run.stderr
     assert log["final"] and log["steps"] >= 1 and len(log["losses"]) == log["steps"]
     assert len(log["init_sha256"]) == 64 and log["device"] == "cpu"
-    assert log["object_weight"] == 2.0 and log["domain"] == {"inner_share": 0.0, "marking_share": 0.5}
+    assert log["object_weight"] == 2.0 and log["domain"] == {"inner_share": 0.0, "marking_share": 0.5,
+                                                           "instance_share": 0.0}
     assert log["echo"] == 3 and log["scenes"] == -(-log["steps"] // 3) * 2      # a new batch every third step
     before, after = load_file(str(init)), load_file(str(out))
     assert before.keys() == after.keys()
