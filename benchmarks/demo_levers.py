@@ -41,6 +41,7 @@ ROWS = [   # (group, label, paired result in benchmarks/results/)
     (LEVERS, "no LoRA on the text stream", "demo_subjects_imagestream_vs_all.json"),
     (LEVERS, "split 5/1 instead of selected", "demo_subjects_split51_vs_selected_xeon.json"),
     (LEVERS, "weights knowing named markings (vs control)", "demo_subjects_marking_domain_vs_control.json"),
+    (LEVERS, "weights knowing named instances (vs control)", "demo_subjects_instance_domain_vs_control.json"),
     (LEVERS, "grown testbed A (vs control)", "demo_subjects_grown_A_vs_control.json"),
     (LEVERS, "grown testbed B (vs control)", "demo_subjects_grown_B_vs_control.json"),
     (LEVERS, "6x the GPU pretraining (committed vs stage 2)", "demo_subjects_committed_vs_gpu2_weights.json"),

@@ -39,7 +39,10 @@ On a machine shared with other jobs use --threads 1: two threads spin in OpenMP 
 --marking-share 0.5 (scenes.SceneDomain: textures in a colour of their own, named, "with white dots") continued the
 committed weights for 65 CPU minutes beside a control without it (164k samples each, 2026-12-05): the model then
 draws a named marking 0.97 of the time against 0.78, and `make demo`'s path on the held-out subjects is unmoved
-(benchmarks/results/marking_domain.md); those weights were not kept.
+(benchmarks/results/marking_domain.md); those weights were not kept. --instance-share 0.5 (scenes.INSTANCES: 32
+made-up words, each one object on any background) with the control's flags, 2026-12-06: the words then draw their
+object's marking 0.80 of the time against 0.05 (benchmarks/instance_samples.py), the demo's path unmoved
+(benchmarks/results/instance_domain.md); not kept either.
 
 --grow-single / --grow-double (with --init) insert zero-gated copies of blocks into the init weights first
 (benchmarks/testbed/grow.py: the grown model draws what the init draws until the new gates open), --grow-lr trains the
