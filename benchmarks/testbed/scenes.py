@@ -237,8 +237,8 @@ class Instance:
     inner: str | None
 
 
-# Made-up words of two MiniLM word pieces each, as "sks" is ("sk", "##s"); none shares a piece with "sks" or with a
-# scene word ("cyan" is "cy ##an"), so a caption of the form below stays within the text encoder's 14 word pieces.
+# Made-up words of two MiniLM word pieces each, as "sks" is ("sk", "##s"), none sharing a piece with it ("xan" and
+# "zan" left out: "cyan" is "cy ##an"); a caption of the form below stays within the text encoder's 14 word pieces.
 INSTANCE_NAMES = ("vex", "quib", "drel", "fim", "jux", "nox", "plim", "qua", "rix", "tav", "wex", "yip", "brov",
                   "clem", "fenk", "hix", "jom", "kiv", "lut", "mip", "nep", "pem", "rulf", "sav", "tib", "vop", "wub",
                   "yeb", "bax", "cov", "dup", "fep")
