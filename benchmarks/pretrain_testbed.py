@@ -63,7 +63,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import logging
 import math
 import platform
 import random
@@ -87,7 +86,7 @@ from ditskip_edge.models.loading import (build_vae, builtin_weights_path, testbe
                                          transformer_class)
 from ditskip_edge.models.specs import builtin_spec                        # noqa: E402
 from ditskip_edge.models.text import (MiniLMTextEncoder, _minilm, _minilm_tokenizer,  # noqa: E402
-                                      warn_if_truncated)
+                                      dropped_words)
 from ditskip_edge.models.views import make_view                           # noqa: E402
 from ditskip_edge.patch_sampling import PatchSampler                      # noqa: E402
 from benchmarks.testbed.grow import STACKS, grow_depth                  # noqa: E402
@@ -101,7 +100,7 @@ def truncated_captions(captions: list[str], spec) -> dict:
     full or in part, or more): the pool's one-line account, instead of a warning per caption."""
     tokenizer = _minilm_tokenizer()
     keep = spec.text.seq_len - 2
-    dropped = [" ".join(t[keep:]).replace(" ##", "") for t in map(tokenizer.tokenize, captions)]
+    dropped = [dropped_words(tokenizer.tokenize(c), keep) for c in captions]
     cut = [d for d in dropped if d]
     more = [d for d in cut if d != "background"]
     return {"captions": len(captions), "word_pieces_read": keep, "truncated": len(cut),
@@ -120,18 +119,14 @@ def caption_pool(n: int, seed: int, spec, batch: int = 256, device: torch.device
     minilm = _minilm()[1]
     minilm.to(device)
     txt, pooled = [], []
-    text_log = logging.getLogger(warn_if_truncated.__module__)
-    level = text_log.level
-    text_log.setLevel(logging.ERROR)
     try:
         for i in range(0, n + 1, batch):
             chunk = (captions + [""])[i:i + batch]
             if chunk:
-                c = enc.encode_batch(chunk)
+                c = enc.encode_batch(chunk, warn_truncated=False)
                 txt.append(c["txt"].to(device))
                 pooled.append(c["pooled"].to(device))
     finally:
-        text_log.setLevel(level)
         minilm.to("cpu")               # the cached encoder stays where every other caller expects it
     return scenes, captions, torch.cat(txt), torch.cat(pooled)    # last row: the empty prompt
 

@@ -63,6 +63,11 @@ def _minilm():
 _WARNED: set[str] = set()          # prompts already warned about (a compile encodes its prompt several times)
 
 
+def dropped_words(tokens: list[str], max_tokens: int) -> str:
+    """What a text encoder reading `max_tokens` word pieces drops of `tokens`, as words ("" when all fit)."""
+    return " ".join(tokens[max_tokens:]).replace(" ##", "")
+
+
 def warn_if_truncated(prompt: str, tokens: list[str], max_tokens: int, model: str) -> bool:
     """A prompt longer than the text encoder reads loses its end silently (as CLIP's 77 tokens do in diffusers):
     say so on stderr, once per prompt, with the words dropped. Returns whether it was truncated."""
@@ -70,7 +75,7 @@ def warn_if_truncated(prompt: str, tokens: list[str], max_tokens: int, model: st
         return False
     if prompt not in _WARNED:
         _WARNED.add(prompt)
-        dropped = " ".join(tokens[max_tokens:]).replace(" ##", "")
+        dropped = dropped_words(tokens, max_tokens)
         logging.getLogger(__name__).warning(
             "prompt %r is %d tokens; %s's text encoder reads the first %d and drops %r", prompt, len(tokens), model,
             max_tokens, dropped)
@@ -91,9 +96,11 @@ class MiniLMTextEncoder:
         self.spec = spec
 
     @torch.no_grad()
-    def encode_batch(self, prompts: list[str]) -> Conditioning:
+    def encode_batch(self, prompts: list[str], warn_truncated: bool = True) -> Conditioning:
+        """`warn_truncated` False: no warning per prompt the encoder cuts (a caller that accounts for them itself,
+        as pretraining's 65k-caption pool does with one line)."""
         tok, model = _minilm()
-        for prompt in prompts:
+        for prompt in prompts if warn_truncated else []:
             warn_if_truncated(prompt, tok.tokenize(prompt), self.spec.text.seq_len - 2, self.spec.name)  # CLS, SEP
         hidden, mask = minilm_hidden(tok, model, prompts, self.spec.text.seq_len)     # [B, L, 384], [B, L]
         pooled = F.normalize(hidden.sum(1) / mask.sum(1, keepdim=True), dim=-1)
