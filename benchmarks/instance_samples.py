@@ -36,14 +36,13 @@ def as_subject(instance: Instance) -> Subject:
     """The instance as a held-out subject would be described, for `reference_images` and the demo's scores; its
     reference backgrounds are palette colours neither an eval background nor its own colour."""
     backgrounds = tuple(c for c in PALETTE if c not in EVAL_BACKGROUNDS and c != instance.colour)[:5]
-    inner = ("circle", PALETTE[instance.inner], 0.3) if instance.inner else None
     return Subject(instance.name, instance.shape, PALETTE[instance.colour], instance.texture,
-                   PALETTE[instance.texture_colour], inner, backgrounds, instance.shape)
+                   PALETTE[instance.texture_colour], instance.inner_disc, backgrounds, instance.shape)
 
 
 def prompt(instance: Instance, background: str) -> str:
-    """The domain's own caption form (`scenes.instance_scene`), large, on `background`."""
-    return f"a large {instance.colour} {instance.name} {instance.shape}, on a {background} background"
+    """The domain's own caption (`Instance.caption`), large, on `background`."""
+    return instance.caption("large", background)
 
 
 def score_weights(weights: str, noise_seeds: int) -> dict:

@@ -180,22 +180,31 @@ class SceneDomain:
                 raise ValueError(f"SceneDomain.{name} must be in [0, 1], got {getattr(self, name)}")
 
 
+def pretraining_colour_and_shape(rnd: random.Random) -> tuple[str, str]:
+    """A palette colour and a shape drawn together, never a held-out subject's pair (HELD_OUT_PAIRS)."""
+    while True:
+        colour, shape = rnd.choice(list(PALETTE)), rnd.choice(SHAPES)
+        if (shape, colour) not in HELD_OUT_PAIRS:
+            return colour, shape
+
+
+def placed(rnd: random.Random, size: str, place: str, jitter: float = 0.05) -> tuple[tuple[float, float], float]:
+    """The object's centre (the place's, jittered) and half-extent (the size's, +-10%) for a pretraining scene."""
+    fx, fy = PLACES[place]
+    centre = (fx + rnd.uniform(-jitter, jitter), fy + rnd.uniform(-jitter, jitter))
+    return centre, SIZES[size] * rnd.uniform(0.9, 1.1)
+
+
 def random_scene(rnd: random.Random, domain: SceneDomain = SceneDomain()) -> tuple[Scene, str]:
     """A random pretraining scene and its caption. With the default domain the draws (and so every seed's scenes)
     are the ones pretraining always made: the domain's extra draws happen only where its shares are above 0."""
     if domain.instance_share > 0 and rnd.random() < domain.instance_share:
         return instance_scene(rnd.choice(INSTANCES), rnd)
-    while True:
-        colour, shape = rnd.choice(list(PALETTE)), rnd.choice(SHAPES)
-        if (shape, colour) not in HELD_OUT_PAIRS:
-            break
+    colour, shape = pretraining_colour_and_shape(rnd)
     bg = rnd.choice([c for c in PALETTE if c != colour])
     texture = rnd.choice(TEXTURES)
     size, place = rnd.choice(list(SIZES)), rnd.choice(list(PLACES))
-    fx, fy = PLACES[place]
-    jitter = 0.05
-    centre = (fx + rnd.uniform(-jitter, jitter), fy + rnd.uniform(-jitter, jitter))
-    r = SIZES[size] * rnd.uniform(0.9, 1.1)
+    centre, r = placed(rnd, size, place)
     inner, centre_words = None, ""
     if rnd.random() < domain.inner_share:          # "with an orange centre": a centred disc of another colour
         ic = rnd.choice([c for c in PALETTE if c not in (colour, bg)])
@@ -234,7 +243,16 @@ class Instance:
     colour: str
     texture: str
     texture_colour: str
-    inner: str | None
+    inner: str | None                  # the centre disc's colour, or None
+
+    @property
+    def inner_disc(self) -> tuple[str, RGB, float] | None:
+        """The centre as `Scene.inner` and `Subject.inner` hold it."""
+        return ("circle", PALETTE[self.inner], 0.3) if self.inner else None
+
+    def caption(self, size: str, background: str) -> str:
+        """The domain's one caption form (the place left for the model to fill in: the caption stays short)."""
+        return f"a {size} {self.colour} {self.name} {self.shape}, on a {background} background"
 
 
 # Made-up words of two MiniLM word pieces each, as "sks" is ("sk", "##s"), none sharing a piece with it ("xan" and
@@ -248,10 +266,7 @@ def _instances() -> tuple[Instance, ...]:
     rnd = random.Random("instances")
     out = []
     for name in INSTANCE_NAMES:
-        while True:
-            colour, shape = rnd.choice(list(PALETTE)), rnd.choice(SHAPES)
-            if (shape, colour) not in HELD_OUT_PAIRS:
-                break
+        colour, shape = pretraining_colour_and_shape(rnd)
         marking = rnd.choice([c for c in PALETTE if c != colour])
         if rnd.random() < 0.25:           # a centre of another colour, as the star's orange centre
             out.append(Instance(name, shape, colour, "plain", colour, marking))
@@ -264,16 +279,13 @@ INSTANCES = _instances()
 
 
 def instance_scene(instance: Instance, rnd: random.Random) -> tuple[Scene, str]:
-    """`instance` on a random background (never its own colour), size and place, captioned "a <size> <colour>
-    <name> <shape>, on a <bg> background" (the place left for the model to fill in: the caption stays short)."""
+    """`instance` on a random background (never its own colour), size and place, with `Instance.caption`."""
     bg = rnd.choice([c for c in PALETTE if c != instance.colour])
     size, place = rnd.choice(list(SIZES)), rnd.choice(list(PLACES))
-    fx, fy = PLACES[place]
-    centre = (fx + rnd.uniform(-0.05, 0.05), fy + rnd.uniform(-0.05, 0.05))
-    inner = ("circle", PALETTE[instance.inner], 0.3) if instance.inner else None
+    centre, r = placed(rnd, size, place)
     scene = Scene(instance.shape, PALETTE[instance.colour], instance.texture, PALETTE[instance.texture_colour],
-                  PALETTE[bg], centre, SIZES[size] * rnd.uniform(0.9, 1.1), inner)
-    return scene, f"a {size} {instance.colour} {instance.name} {instance.shape}, on a {bg} background"
+                  PALETTE[bg], centre, r, instance.inner_disc)
+    return scene, instance.caption(size, bg)
 
 
 def random_scenes(n: int, seed: int, domain: SceneDomain = SceneDomain()) -> list[tuple[Scene, str]]:
