@@ -83,6 +83,12 @@ def separated(m: dict) -> bool:
     return abs(m["mean"]) > m["ci95"]
 
 
+def paired_cell(m: dict) -> str:
+    """A paired difference's table cell: "+0.094 +- 0.102", bold where the CI leaves 0 out."""
+    text = f"{signed(m['mean'])} +- {signed(m['ci95'])[1:]}"
+    return f"**{text}**" if separated(m) else text
+
+
 def markdown(doc: dict) -> str:
     lines = ["# Every lever tried on `make demo`'s path", "", provenance_md(doc["run"]), "",
              "Each row: recipe B - recipe A (`demo_subjects.py --paired A B`) over the runs both have (subject x "
@@ -93,9 +99,7 @@ def markdown(doc: dict) -> str:
         lines += [f"## {group[0].upper()}{group[1:]}", "", "| lever | runs | recognised | similarity | shown (A; B) | "
                   "A -> B | file |", "|---|---|---|---|---|---|---|"]
         for r in (r for r in doc["rows"] if r["group"] == group):
-            rec, sim = r["recognised"], r["similarity"]
-            cell = [f"{signed(m['mean'])} +- {signed(m['ci95'])[1:]}" for m in (rec, sim)]
-            cell = [f"**{c}**" if separated(m) else c for c, m in zip(cell, (rec, sim))]
+            cell = [paired_cell(r[m]) for m in ("recognised", "similarity")]
             lines.append(f"| {r['lever']} | {r['runs']} | {cell[0]} | {cell[1]} | {r['shown'][0]}; {r['shown'][1]} "
                          f"| `{r['a']}` -> `{r['b']}` | `{r['file']}` ({cpu(r['machine'])}, {r['date'][:10]}) |")
         lines.append("")

@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _meta import provenance, provenance_md, write_result                                # noqa: E402
-from demo_levers import cpu, separated, signed                                          # noqa: E402
+from demo_levers import cpu, paired_cell                                         # noqa: E402
 from demo_subjects import paired, runs_shown                                             # noqa: E402
 from benchmarks.testbed.metrics import mean_ci                                           # noqa: E402
 
@@ -135,11 +135,6 @@ def ci(m: dict) -> str:
     return f"{m['mean']:.2f}{half}"
 
 
-def diff(m: dict) -> str:
-    text = f"{signed(m['mean'])} +- {signed(m['ci95'])[1:]}"
-    return f"**{text}**" if separated(m) else text
-
-
 def markdown(doc: dict) -> str:
     lines = ["# `make demo`'s path on three stages of the testbed's pretraining", "", provenance_md(doc["run"]), "",
              "Per checkpoint (rows) the demo's recipe (200 steps x 4 samples, lr 4e-3) as BlockSkip 50% (selected "
@@ -161,11 +156,11 @@ def markdown(doc: dict) -> str:
     lines += ["", "## Each checkpoint against the one before (paired by subject and training seed)", "",
               "| pair | method | backgrounds | runs | recognised | similarity | shown (before; after) |",
               "|---|---|---|---|---|---|---|"]
-    lines += [f"| {s['pair']} | {s['method']} | {s['backgrounds']} | {s['runs']} | {diff(s['recognised'])} | "
-              f"{diff(s['similarity'])} | {s['shown'][0]}; {s['shown'][1]} |" for s in doc["steps"]]
+    lines += [f"| {s['pair']} | {s['method']} | {s['backgrounds']} | {s['runs']} | {paired_cell(s['recognised'])} | "
+              f"{paired_cell(s['similarity'])} | {s['shown'][0]}; {s['shown'][1]} |" for s in doc["steps"]]
     lines += ["", "## Carrying the subject to new backgrounds: seen - new, per checkpoint (the same LoRAs)", "",
               "| checkpoint | method | recognised, seen - new |", "|---|---|---|"]
-    lines += [f"| {c['checkpoint']} | {c['method']} | {diff(c['recognised'])} |" for c in doc["carry"]]
+    lines += [f"| {c['checkpoint']} | {c['method']} | {paired_cell(c['recognised'])} |" for c in doc["carry"]]
     first, last = doc["checkpoints"][-2]["label"], doc["checkpoints"][-1]["label"]
     lines += ["", f"## At {first} -> {last}'s rate (a two-point extrapolation on a log scale of samples)", "",
               f"| method | backgrounds | recognised per 10x samples | samples at which it would reach {BAR} |",
