@@ -29,7 +29,7 @@ from benchmarks._meta import provenance, provenance_md, write_result   # noqa: E
 
 
 def compile_once(photos: Path, out: Path, jobs: int) -> dict:
-    from benchmarks.testbed.scenes import SUBJECTS, subject_prompt
+    from testbed.scenes import SUBJECTS, subject_prompt
     from examples.demo import SUBJECT, compile_args
     cmd = [sys.executable, "-m", "ditskip_edge.cli",
            *compile_args(subject_prompt(SUBJECTS[SUBJECT], described=True), photos, out, jobs), "--json"]
@@ -58,7 +58,7 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "compile_jobs"))
     args = ap.parse_args()
-    from benchmarks.testbed.scenes import SUBJECTS, write_reference_photos
+    from testbed.scenes import SUBJECTS, write_reference_photos
     from examples.demo import SUBJECT
     runs = []
     with tempfile.TemporaryDirectory() as tmp:

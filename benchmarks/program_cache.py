@@ -48,7 +48,7 @@ def compile_once(args: list[str], out: Path, cache: str, env: dict[str, str] | N
 
 def demo_request(tmp: Path) -> list[str]:
     """`make demo`'s compile request (photos written under `tmp`), without --out / --force."""
-    from benchmarks.testbed.scenes import SUBJECTS, subject_prompt, write_reference_photos
+    from testbed.scenes import SUBJECTS, subject_prompt, write_reference_photos
     from examples.demo import SUBJECT, compile_args
     photos = tmp / "photos"
     write_reference_photos(SUBJECTS[SUBJECT], photos, 5, captions=True, described=True)   # as make demo

@@ -8,8 +8,8 @@ with BlockSkip 50%, and show the subject being learned.
                                      (6 of 12 blocks, split chosen by selection; the generation programs exported by a
                                       second process while the residual cache is computed)
                                      (a LoRA on every linear layer of the kept blocks, whole photos: the recipe
-                                      benchmarks/results/testbed_ceiling.md found draws the star here; captions,
-                                      steps and guidance from benchmarks/results/demo_recipe.md)
+                                      testbed/results/testbed_ceiling.md found draws the star here; captions,
+                                      steps and guidance from testbed/results/demo_recipe.md)
     ditskip-edge train demo_out/bundle                                           (eager runtime)
     LoRA -> full diffusers model (load_lora_adapter) -> "a teal sks star in the center, on a <colour> background"
     -> demo_out/before_after.png (rows: references, after on the references' own captions, before, after, fresh
@@ -42,17 +42,17 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "demo_out"
 SUBJECT = "teal_star"
 DEVICE_PROMPTS = 1                 # prompts the device runtime also draws (demo_out/device_generation.png)
-# the recipe benchmarks/results/testbed_ceiling.md found draws the star at this model's sizes: a LoRA on every linear
+# the recipe testbed/results/testbed_ceiling.md found draws the star at this model's sizes: a LoRA on every linear
 # layer of the kept blocks, trained on the whole photos (at 64 px data / 32 px train a low-noise patch is half the
 # photo: the star seen in pieces), each with its own caption
 STEPS = 200                        # x 4 samples, at LR: over 4 subjects x 3 training seeds no worse than 400 at 2e-3
-                                   # (benchmarks/results/demo_subjects.md; 800 drew no more: demo_recipe*.md), and
+                                   # (testbed/results/demo_subjects.md; 800 drew no more: demo_recipe*.md), and
                                    # half the train and residual-cache time
 GUIDANCE = 6.0                     # classifier-free guidance of the pictures (diffusers' and the device's): the
                                    # prompted background and the subject's colour word held against the LoRA
-                                   # (benchmarks/results/demo_recipe.md)
+                                   # (testbed/results/demo_recipe.md)
 LR = 4e-3                          # the LoRA's learning rate: twice the best of 1e-3 / 2e-3 / 5e-3 at 400 steps on the
-                                   # testbed's current weights (benchmarks/results/demo_recipe.md), for half the steps
+                                   # testbed's current weights (testbed/results/demo_recipe.md), for half the steps
 RANK = 8                           # the LoRA's rank
 PHOTOS = 5                         # reference photos of the subject (on 5 backgrounds, none of the eval ones)
 SHOWN_PROMPTS = 3                  # issue 16's bar: the subject recognisable in >= 3 of the 4 prompts
@@ -65,7 +65,7 @@ def compile_args(prompt: str, photos: Path, bundle: Path, jobs: int = 2, steps: 
                  t_sampling: str = "uniform", model: str = "flux-testbed", lr_schedule: str = "constant",
                  lora_targets: str | None = None) -> list[str]:
     """The demo's `ditskip-edge compile` request (benchmarks/compile_jobs.py times the same one;
-    benchmarks/demo_recipe.py varies it, without the generation programs). `split` (front, back): skip those
+    testbed/experiments/demo_recipe.py varies it, without the generation programs). `split` (front, back): skip those
     blocks instead of selecting a 50% split; `seed`: the schedule's (timesteps, crops, noise); `dynamic_patches`:
     train on the method's timestep-dependent crops instead of the whole photos; `rank`: the LoRA's;
     `t_sampling`: the training timesteps' distribution (compile --t-sampling); `model`: the testbed, or a
@@ -86,10 +86,10 @@ def compile_args(prompt: str, photos: Path, bundle: Path, jobs: int = 2, steps: 
 
 def main(argv: list[str] | None = None) -> int:
     from ditskip_edge.models.loading import resolve_spec
-    from benchmarks.testbed.instrument import fresh_photos
-    from benchmarks.testbed.metrics import SubjectEmbedder, score_images, subject_similarity
+    from testbed.instrument import fresh_photos
+    from testbed.metrics import SubjectEmbedder, score_images, subject_similarity
     from ditskip_edge.generate import generate, grid, load_model
-    from benchmarks.testbed.scenes import (SUBJECTS, eval_prompts, reference_background, reference_captions,
+    from testbed.scenes import (SUBJECTS, eval_prompts, reference_background, reference_captions,
                                           subject_prompt, write_reference_photos)
 
     torch.set_num_threads(1)   # 2 threads on a busy 2-core machine spin in OpenMP barriers
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=STEPS, help=f"optimizer steps of 4 samples (default {STEPS})")
     ap.add_argument("--model", default="flux-testbed",
                     help="the committed testbed (default), or a .safetensors file of other testbed weights "
-                    "(benchmarks/pretrain_testbed.py --out, a grown testbed too)")
+                    "(testbed/pretrain_testbed.py --out, a grown testbed too)")
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
     from ditskip_edge.runtime.errors import UserError
     try:

@@ -99,7 +99,7 @@ def labelled(picture, step_px: int, row_labels: list[str], col_labels: list[str]
 def build_demo_bundle(out: Path) -> tuple[Path, Path]:
     """The demo's bundle (flux-testbed, teal star, BlockSkip 50%) with the generation part, trained as the demo does."""
     from ditskip_edge.cli import main as cli_main
-    from benchmarks.testbed.scenes import SUBJECTS, subject_prompt, write_reference_photos
+    from testbed.scenes import SUBJECTS, subject_prompt, write_reference_photos
     subject = SUBJECTS["teal_star"]
     photos = out / "photos"
     write_reference_photos(subject, photos, 5, captions=True, described=True)    # the demo's captioned photos
@@ -125,7 +125,7 @@ def main() -> int:
         bundle, lora = Path(args.bundle), (Path(args.lora) if args.lora else None)
     else:
         bundle, lora = build_demo_bundle(OUT)
-    from benchmarks.testbed.scenes import SUBJECTS, eval_prompts
+    from testbed.scenes import SUBJECTS, eval_prompts
     prompts = [p for p, _ in eval_prompts(SUBJECTS["teal_star"], described=True)]
     result = device_vs_diffusers(bundle, lora, prompts, args.seed, args.steps)
     for r in result["images"]:

