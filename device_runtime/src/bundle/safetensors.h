@@ -1,0 +1,30 @@
+// safetensors as the runtime writes and reads it (ditskip_edge/runtime/safetensors_io.py): 8-byte little-endian
+// header length, header JSON {"__metadata__": {sorted}, key: {"dtype", "shape", "data_offsets"} in sorted key
+// order} with separators (",", ":"), padded with spaces to a multiple of 8, then the tensors' bytes in key order.
+// The same tensors always give the same bytes: the native core's LoRA and checkpoint equal the Python runtime's
+// file for file.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace ditskip {
+
+struct StTensor {
+  std::string dtype = "F32";           // F32 (F16 read only)
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;          // little-endian
+};
+
+using StTensors = std::map<std::string, StTensor>;           // sorted by key
+using StMetadata = std::map<std::string, std::string>;
+
+std::string safetensors_bytes(const StTensors& tensors, const StMetadata& metadata);
+void write_safetensors(const std::string& path, const StTensors& tensors, const StMetadata& metadata);   // atomic
+// Reads a whole file; refuses (naming the path) a header that is not safetensors, offsets outside the file, or a
+// dtype other than F32 / F16 / I8 / U8.
+void read_safetensors(const std::string& path, StTensors& tensors, StMetadata& metadata);
+
+}  // namespace ditskip
