@@ -12,7 +12,22 @@ android {
         targetSdk = 34
         versionCode = 1
         versionName = "0.1.0"
-        ndk { abiFilters += listOf("arm64-v8a", "x86_64") }
+        ndk { abiFilters += listOf("arm64-v8a") }      // the ABI ExecuTorch was built for (README)
+        externalNativeBuild {
+            cmake {
+                // the native core and its JNI library (device_runtime/bindings) against ExecuTorch's C++ libraries
+                // built with the NDK for arm64-v8a (README): -PexecutorchRoot=DIR, DIR holding include/ and lib/
+                arguments += listOf("-DEXECUTORCH_ROOT=${project.findProperty("executorchRoot") ?: ""}",
+                                    "-DANDROID_STL=c++_shared")
+                targets += listOf("ditskip_jni")
+            }
+        }
+    }
+    externalNativeBuild {
+        cmake {
+            path = file("../../device_runtime/CMakeLists.txt")
+            version = "3.22.1"
+        }
     }
     buildTypes {
         release { isMinifyEnabled = false }
@@ -27,20 +42,9 @@ android {
 }
 
 dependencies {
-    // ExecuTorch Android (Kotlin/Java API + JNI). The training classes (org.pytorch.executorch.training.*) need an
-    // AAR built with EXECUTORCH_BUILD_EXTENSION_TRAINING=ON; if the Maven AAR lacks them, build it (README) and
-    // pass -PuseLocalAar=true with the file at app/libs/executorch.aar.
-    if (project.findProperty("useLocalAar") == "true") {
-        implementation(files("libs/executorch.aar"))
-        implementation("com.facebook.fbjni:fbjni:0.5.1")
-        implementation("com.facebook.soloader:nativeloader:0.10.5")
-    } else {
-        implementation("org.pytorch:executorch-android:1.0.1")
-    }
     implementation("androidx.core:core-ktx:1.13.1")
     implementation("androidx.activity:activity-ktx:1.9.2")
     implementation("androidx.appcompat:appcompat:1.7.0")
     implementation("androidx.lifecycle:lifecycle-runtime-ktx:2.8.6")
     implementation("org.jetbrains.kotlinx:kotlinx-coroutines-android:1.8.1")
-    testImplementation("junit:junit:4.13.2")
 }
