@@ -1,0 +1,215 @@
+// The C boundary (include/ditskip/ditskip.h) over the C++ core. Every entry point catches: ditskip::Failure gives its
+// status and message, any other exception DITSKIP_INTERNAL_ERROR; the message is this thread's last error.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+
+#include "bundle/bundle.h"
+#include "ditskip/ditskip.h"
+#include "train/footprint.h"
+#include "train/log.h"
+#include "train/trainer.h"
+#include "util/failure.h"
+#include "util/json.h"
+
+#ifndef DITSKIP_VERSION_STRING
+#define DITSKIP_VERSION_STRING "0.0.0"
+#endif
+
+struct ditskip_bundle {
+  ditskip::Bundle bundle;
+};
+
+struct ditskip_trainer {
+  ditskip::Bundle* bundle = nullptr;
+  std::unique_ptr<ditskip::Trainer> trainer;
+};
+
+namespace {
+
+thread_local std::string last_error;
+
+std::mutex log_mutex;
+ditskip_log_callback log_callback = nullptr;
+void* log_user_data = nullptr;
+
+template <typename F>
+ditskip_status guarded(F&& body) {
+  last_error.clear();
+  try {
+    return body();
+  } catch (const ditskip::Failure& e) {
+    last_error = e.what();
+    return e.status();
+  } catch (const nlohmann::json::exception& e) {   // a field of another type than the format says
+    last_error = std::string("a bundle or run file has a malformed field (") + e.what() + ")";
+    return DITSKIP_BAD_INPUT;
+  } catch (const std::bad_alloc&) {
+    last_error = "out of memory";
+    return DITSKIP_INTERNAL_ERROR;
+  } catch (const std::exception& e) {
+    last_error = std::string("internal error: ") + e.what();
+    return DITSKIP_INTERNAL_ERROR;
+  } catch (...) {
+    last_error = "internal error: unknown exception";
+    return DITSKIP_INTERNAL_ERROR;
+  }
+}
+
+char* owned_copy(const std::string& s) {
+  char* out = static_cast<char*>(std::malloc(s.size() + 1));
+  if (out != nullptr) std::memcpy(out, s.c_str(), s.size() + 1);
+  return out;
+}
+
+std::string indented(const ditskip::json& doc) {
+  ditskip::PyDumps how;
+  how.indent = 1;
+  return ditskip::py_dumps(doc, how);
+}
+
+}  // namespace
+
+namespace ditskip {
+
+void log_message(LogLevel level, const std::string& message) {
+  std::lock_guard<std::mutex> lock(log_mutex);
+  if (log_callback != nullptr) {
+    log_callback(int(level), message.c_str(), log_user_data);
+  } else {
+    std::fprintf(stderr, "ditskip: %s%s\n", level == kLogWarning ? "warning: " : "", message.c_str());
+  }
+}
+
+}  // namespace ditskip
+
+extern "C" {
+
+const char* ditskip_last_error(void) { return last_error.c_str(); }
+
+void ditskip_set_log_callback(ditskip_log_callback callback, void* user_data) {
+  std::lock_guard<std::mutex> lock(log_mutex);
+  log_callback = callback;
+  log_user_data = user_data;
+}
+
+void ditskip_string_free(char* s) { std::free(s); }
+
+const char* ditskip_version(void) { return DITSKIP_VERSION_STRING; }
+
+ditskip_status ditskip_bundle_open(const char* bundle_dir, bool verify_files, ditskip_bundle** out) {
+  return guarded([&] {
+    if (out == nullptr) ditskip::refuse("ditskip_bundle_open: out is NULL");
+    *out = nullptr;
+    if (bundle_dir == nullptr) ditskip::refuse("ditskip_bundle_open: bundle_dir is NULL");
+    *out = new ditskip_bundle{ditskip::Bundle::open(bundle_dir, verify_files)};
+    return DITSKIP_OK;
+  });
+}
+
+void ditskip_bundle_free(ditskip_bundle* bundle) { delete bundle; }
+
+char* ditskip_bundle_manifest_json(const ditskip_bundle* bundle) {
+  char* out = nullptr;
+  guarded([&] {
+    if (bundle == nullptr) ditskip::refuse("ditskip_bundle_manifest_json: bundle is NULL");
+    out = owned_copy(indented(bundle->bundle.manifest()));
+    return DITSKIP_OK;
+  });
+  return out;
+}
+
+ditskip_train_params ditskip_train_default_params(void) {
+  ditskip_train_params p;
+  p.run_dir = nullptr;
+  p.precision = nullptr;
+  p.steps = 0;
+  p.checkpoint_every = 50;
+  p.resume = true;
+  p.device_preprocess = false;
+  p.stop_after = 0;
+  p.budget_anon_bytes = 0;
+  p.progress = nullptr;
+  p.progress_user_data = nullptr;
+  return p;
+}
+
+void ditskip_train_default_params_ref(ditskip_train_params* params) {
+  if (params != nullptr) *params = ditskip_train_default_params();
+}
+
+ditskip_status ditskip_trainer_create(ditskip_bundle* bundle, const ditskip_train_params* params,
+                                      ditskip_trainer** out) {
+  return guarded([&] {
+    if (out == nullptr) ditskip::refuse("ditskip_trainer_create: out is NULL");
+    *out = nullptr;
+    if (bundle == nullptr) ditskip::refuse("ditskip_trainer_create: bundle is NULL");
+    const ditskip_train_params p = params != nullptr ? *params : ditskip_train_default_params();
+    if (p.steps < 0) ditskip::refuse("--steps " + std::to_string(p.steps) + ": expected >= 1");
+    if (p.stop_after < 0) ditskip::refuse("stop_after " + std::to_string(p.stop_after) + ": expected >= 0");
+    if (p.budget_anon_bytes < 0) ditskip::refuse("budget " + std::to_string(p.budget_anon_bytes) + ": expected >= 0");
+    ditskip::TrainConfig cfg;
+    cfg.run_dir = p.run_dir != nullptr ? p.run_dir : "";
+    cfg.precision = p.precision != nullptr ? p.precision : "";
+    cfg.steps = p.steps;
+    cfg.checkpoint_every = p.checkpoint_every;
+    cfg.resume = p.resume;
+    cfg.device_preprocess = p.device_preprocess;
+    cfg.stop_after = p.stop_after;
+    cfg.budget_anon_bytes = p.budget_anon_bytes;
+    if (p.progress != nullptr) {
+      ditskip_progress_callback cb = p.progress;
+      void* user = p.progress_user_data;
+      cfg.progress = [cb, user](int step, int total, double loss) { return cb(step, total, loss, user); };
+    }
+    auto handle = std::make_unique<ditskip_trainer>();
+    handle->bundle = &bundle->bundle;
+    handle->trainer = std::make_unique<ditskip::Trainer>(bundle->bundle, std::move(cfg));
+    *out = handle.release();
+    return DITSKIP_OK;
+  });
+}
+
+ditskip_status ditskip_trainer_run(ditskip_trainer* trainer) {
+  return guarded([&] {
+    if (trainer == nullptr) ditskip::refuse("ditskip_trainer_run: trainer is NULL");
+    const ditskip_status status = trainer->trainer->run();
+    if (status == DITSKIP_CANCELLED) {
+      const ditskip::json& s = trainer->trainer->summary();
+      last_error = "cancelled: the checkpoint holds the first " + s.value("interrupted_at_step", ditskip::json(0)).dump() +
+                   " steps (" + s.value("run_dir", std::string()) + ")";
+    }
+    return status;
+  });
+}
+
+char* ditskip_trainer_summary_json(const ditskip_trainer* trainer) {
+  char* out = nullptr;
+  guarded([&] {
+    if (trainer == nullptr) ditskip::refuse("ditskip_trainer_summary_json: trainer is NULL");
+    const ditskip::json& s = trainer->trainer->summary();
+    if (s.is_null()) ditskip::refuse("ditskip_trainer_summary_json: the trainer has not run");
+    out = owned_copy(indented(s));
+    return DITSKIP_OK;
+  });
+  return out;
+}
+
+void ditskip_trainer_cancel(ditskip_trainer* trainer) {
+  if (trainer != nullptr && trainer->trainer) trainer->trainer->cancel();
+}
+
+void ditskip_trainer_free(ditskip_trainer* trainer) { delete trainer; }
+
+void ditskip_footprint(int64_t* rss_anon_bytes, int64_t* rss_file_bytes) {
+  ditskip::Footprint fp;
+  const bool ok = ditskip::read_footprint(fp);
+  if (rss_anon_bytes != nullptr) *rss_anon_bytes = ok ? fp.anon_bytes : -1;
+  if (rss_file_bytes != nullptr) *rss_file_bytes = ok ? fp.file_bytes : -1;
+}
+
+}  // extern "C"
