@@ -32,7 +32,8 @@ SPLITS = {"sana-tiny": (2, 1), "flux-tiny": (1, 2)}
 
 def compile_once(checkout: Path, model: str, out: Path) -> dict:
     front, back = SPLITS[model]
-    cmd = [sys.executable, "-m", "ditskip_edge.cli", "compile", "--model", model, "--prompt", "a photo of sks toy",
+    cli = "compiler.cli" if (checkout / "compiler" / "cli.py").is_file() else "ditskip_edge.cli"   # before the move
+    cmd = [sys.executable, "-m", cli, "compile", "--model", model, "--prompt", "a photo of sks toy",
            "--skip-front", str(front), "--skip-back", str(back), "--runtime", "executorch", "--out", str(out),
            "--force", "--json"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(checkout),
@@ -65,7 +66,7 @@ def main() -> int:
     ap.add_argument("--models", nargs="+", default=list(SPLITS))
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "block_program_reuse"))
     args = ap.parse_args()
-    if not (Path(args.before) / "ditskip_edge" / "compile.py").is_file():
+    if not (Path(args.before) / "ditskip_edge" / "models").is_dir():
         ap.error(f"--before {args.before}: not a ditskip-edge checkout")
     runs = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -96,7 +96,7 @@ def main() -> int:
         ap.error("--batches must start at 1 and divide --samples")
     import torch
     torch.set_num_threads(1)
-    from ditskip_edge.compile import CACHE_BATCH_SAMPLES
+    from compiler.compile import CACHE_BATCH_SAMPLES
     models = [time_model(m, args.batches, args.samples, args.repeats) for m in args.models]
     doc = {"provenance": provenance(), "samples": args.samples, "repeats": args.repeats, "models": models,
            "reading": f"compile uses {CACHE_BATCH_SAMPLES} samples per forward (`compile.CACHE_BATCH_SAMPLES`). The "

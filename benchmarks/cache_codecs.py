@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 from ditskip_edge.bundle_model import open_bundle  # noqa: E402
 from ditskip_edge.cache import DEFAULT_CODEC  # noqa: E402
 from ditskip_edge.cache.quality import REPORT_CODECS, cache_report  # noqa: E402
-from ditskip_edge.compile import CompileRequest, compile_bundle  # noqa: E402
+from compiler.compile import CompileRequest, compile_bundle  # noqa: E402
 from ditskip_edge.runtime.bundle import OptimizerSpec  # noqa: E402
 from ditskip_edge.lora import LoraSpec  # noqa: E402
 from ditskip_edge.models.loading import build_transformer, build_vae, resolve_spec, save_pipeline_folder  # noqa: E402

@@ -3,7 +3,7 @@ exported by a second process while the residual cache is computed).
 
     python benchmarks/compile_jobs.py --repeats 3     -> benchmarks/results/compile_jobs.{json,md}
 
-The request is `make demo`'s (`examples/demo.py compile_args`: flux-testbed, 5 reference photos of the teal star,
+The request is `make demo`'s (`examples/recipe.py compile_args`: flux-testbed, 5 reference photos of the teal star,
 BlockSkip 50% by selection, its steps x 4 samples, --generation). Runs alternate (jobs 1, jobs 2, jobs 1, ...) so
 that a drift of the machine falls on both. Each run is a fresh `ditskip-edge compile` process; jobs 1 runs with one
 torch thread (as the demo does), jobs 2 with two (split one per process). Wall seconds, and the process tree's CPU
@@ -30,8 +30,9 @@ from benchmarks._meta import provenance, provenance_md, write_result   # noqa: E
 
 def compile_once(photos: Path, out: Path, jobs: int) -> dict:
     from testbed.scenes import SUBJECTS, subject_prompt
-    from examples.demo import SUBJECT, compile_args
-    cmd = [sys.executable, "-m", "ditskip_edge.cli",
+    from examples.demo import SUBJECT
+    from examples.recipe import compile_args
+    cmd = [sys.executable, "-m", "compiler.cli",
            *compile_args(subject_prompt(SUBJECTS[SUBJECT], described=True), photos, out, jobs), "--json"]
     env = {**os.environ, "OMP_NUM_THREADS": str(jobs), "DITSKIP_EDGE_PROGRAM_CACHE": "off"}   # lower every run
     before = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from device_tests.runner import run_device  # noqa: E402
-from ditskip_edge.compile import CompileRequest, compile_bundle  # noqa: E402
+from compiler.compile import CompileRequest, compile_bundle  # noqa: E402
 from ditskip_edge.lora import LoraSpec  # noqa: E402
 from ditskip_edge.models import specs  # noqa: E402
 from ditskip_edge.models.specs import TextSpec  # noqa: E402

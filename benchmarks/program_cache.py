@@ -4,7 +4,7 @@ lowering every program.
     python benchmarks/program_cache.py     -> benchmarks/results/program_cache.{json,md}
 
 Two requests, each a fresh `ditskip-edge compile` process, one torch thread per process: `make demo`'s
-(`examples/demo.py compile_args`: flux-testbed, 5 reference photos of the teal star, BlockSkip 50% by selection,
+(`examples/recipe.py compile_args`: flux-testbed, 5 reference photos of the teal star, BlockSkip 50% by selection,
 --generation, --jobs 2) and a flux-tiny model bundle (the subject stage's forward programs and the training step,
 fp32, mapped weights). Per request, in this order: `--program-cache off`; then with a new, empty cache folder
 (everything lowered and stored); then again with that folder (everything read); the demo's request once more with
@@ -38,7 +38,7 @@ def compile_once(args: list[str], out: Path, cache: str, env: dict[str, str] | N
                  ) -> tuple[float, dict[str, str]]:
     """One `ditskip-edge compile` process (one torch thread, `env` added to the environment): (wall s, the program
     files' SHA-256s)."""
-    cmd = [sys.executable, "-m", "ditskip_edge.cli", *args, "--out", str(out), "--force", "--program-cache", cache,
+    cmd = [sys.executable, "-m", "compiler.cli", *args, "--out", str(out), "--force", "--program-cache", cache,
            "--json"]
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}, cwd=ROOT,
@@ -49,7 +49,8 @@ def compile_once(args: list[str], out: Path, cache: str, env: dict[str, str] | N
 def demo_request(tmp: Path) -> list[str]:
     """`make demo`'s compile request (photos written under `tmp`), without --out / --force."""
     from testbed.scenes import SUBJECTS, subject_prompt, write_reference_photos
-    from examples.demo import SUBJECT, compile_args
+    from examples.demo import SUBJECT
+    from examples.recipe import compile_args
     photos = tmp / "photos"
     write_reference_photos(SUBJECTS[SUBJECT], photos, 5, captions=True, described=True)   # as make demo
     demo = compile_args(subject_prompt(SUBJECTS[SUBJECT], described=True), photos, tmp / "unused")

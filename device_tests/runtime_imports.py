@@ -1,11 +1,12 @@
 """The device process's import guard: a phone has the runtime package and the runtime libraries, nothing else.
 
 `forbid_host_modules()` installs an import hook (first on sys.meta_path) that raises `ForbiddenImport` for the
-compiler (every `ditskip_edge` module outside `ditskip_edge.runtime`), the exporters (`export`), the libraries
-only the host has (diffusers, peft, transformers, torchao, onnx), the runtimes' compiler halves (executorch.exir
-beyond its `_warnings` decorator module, executorch.backends, onnxruntime.training's offline tooling) and torch's
-training and compilation machinery (torch.optim's optimizers are never imported by the runtime package; autograd
-is torch-internal and cannot be kept out of `import torch`, which ExecuTorch's bindings need for their tensors).
+compiler (`compiler` and every `ditskip_edge` module outside `ditskip_edge.runtime`), the exporters (`export`), the
+libraries only the host has (diffusers, peft, transformers, torchao, onnx), the runtimes' compiler halves
+(executorch.exir beyond its `_warnings` decorator module, executorch.backends, onnxruntime.training's offline
+tooling) and torch's training and compilation machinery (torch.optim's optimizers are never imported by the runtime
+package; autograd is torch-internal and cannot be kept out of `import torch`, which ExecuTorch's bindings need for
+their tensors).
 `host_modules_loaded()` lists any that got in anyway (checked at the end of every child run and by tests).
 
 The runtimes' own imports (`ditskip_edge/runtime/bindings.py`) enter the mixed runtime/compiler packages bare.
@@ -18,7 +19,7 @@ import sys
 from ditskip_edge.runtime import bindings
 
 FORBIDDEN = (
-    "ditskip_edge", "export", "diffusers", "peft", "transformers", "torchao", "onnx", "executorch.exir",
+    "ditskip_edge", "compiler", "export", "diffusers", "peft", "transformers", "torchao", "onnx", "executorch.exir",
     "executorch.backends", "onnxruntime.training.artifacts", "onnxruntime.training.optim",
     "onnxruntime.training.ortmodule", "onnxruntime.training.onnxblock", "torch._dynamo", "torch._inductor",
     "torch.onnx",

@@ -8,9 +8,9 @@ full diffusers model with the LoRA loaded (ditskip_edge/generate.py diffusers_re
 noise, prompt, steps and guidance. Writes demo_out/device_generation.png (rows: diffusers, device; at fp32 they agree
 to <= 1e-3 mean absolute pixel error, printed) and demo_out/device_<i>.png (the runtime's own PNGs).
 
-For the lead to wire into examples/demo.py: compile the demo bundle with `--generation` (and `--precision fp32`, or
-keep int8: then the rows differ by the quantization, ~4e-3 on flux-testbed), then call
-`device_vs_diffusers(bundle, lora, prompts)` after training.
+examples/demo.py calls `device_vs_diffusers(bundle, lora, prompts)` after training on its int8 bundle (the rows then
+differ by the quantization, ~4e-3 on flux-testbed); run alone, this builds the demo's bundle (examples/recipe.py) at
+fp32.
 """
 
 from __future__ import annotations
@@ -98,13 +98,13 @@ def labelled(picture, step_px: int, row_labels: list[str], col_labels: list[str]
 
 def build_demo_bundle(out: Path) -> tuple[Path, Path]:
     """The demo's bundle (flux-testbed, teal star, BlockSkip 50%) with the generation part, trained as the demo does."""
-    from ditskip_edge.cli import main as cli_main
+    from compiler.cli import main as cli_main
     from testbed.scenes import SUBJECTS, subject_prompt, write_reference_photos
     subject = SUBJECTS["teal_star"]
     photos = out / "photos"
     write_reference_photos(subject, photos, 5, captions=True, described=True)    # the demo's captioned photos
     bundle = out / "bundle_gen"
-    from examples.demo import compile_args
+    from examples.recipe import compile_args
     args = [*compile_args(subject_prompt(subject, described=True), photos, bundle, jobs=1), "--precision", "fp32"]
     if cli_main(args) != 0 or cli_main(["train", str(bundle), "--no-resume"]) != 0:
         raise SystemExit(1)

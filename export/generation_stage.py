@@ -72,7 +72,7 @@ UNSUPPORTED_SCHEDULER = ("use_karras_sigmas", "use_exponential_sigmas", "use_bet
 @dataclass(frozen=True)
 class GenerationPrograms:
     SUBJECT_INDEPENDENT: ClassVar[bool] = True   # reads the manifest's model and LoRA only: may run beside the
-                                                 # subject stage (compile --jobs 2, ditskip_edge/stage_worker.py)
+                                                 # subject stage (compile --jobs 2, compiler/stage_worker.py)
     precisions: tuple[str, ...] = ("int8",)     # frozen weights of the transformer programs, one set per precision
     steps: int = 20                              # default sampler steps (the device may choose others)
     guidance: float = 3.0                        # default classifier-free guidance scale

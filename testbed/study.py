@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from ditskip_edge.cache import DEFAULT_CODEC
-from ditskip_edge.compile import CompileRequest, compile_bundle
+from compiler.compile import CompileRequest, compile_bundle
 from ditskip_edge.generate import grid, load_model
 from ditskip_edge.images import to_uint8_image
 from ditskip_edge.lora import LoraSpec

@@ -97,7 +97,7 @@ def compile_tiny(out: Path, model: str = "flux-tiny", n_front: int = 1, n_back: 
                  grad_accum: int = 1, **kw) -> Path:
     """A tiny bundle through the compiler's API. kw: CompileRequest fields (programs=[ExecutorchPrograms(...)],
     cache_codec, optimizer, ...), and seed / images / prompt (images=None: a model bundle)."""
-    from ditskip_edge.compile import CompileRequest, compile_bundle
+    from compiler.compile import CompileRequest, compile_bundle
     from ditskip_edge.lora import LoraSpec
     from ditskip_edge.models.loading import resolve_spec
     from ditskip_edge.runtime.bundle import OptimizerSpec

@@ -280,7 +280,7 @@ def test_unknown_cache_codec_fails_before_writing_a_bundle(tmp_path):
 
 def test_cache_report_lists_bytes_error_and_loss_change_per_codec(flux_bundle, capsys):
     """cache-report --json: fp32 is the exact reference (ratio 1, error 0, loss change 0); int4 is smaller."""
-    from ditskip_edge.cli import main
+    from compiler.cli import main
     assert main(["cache-report", str(flux_bundle), "--json", "--codecs", "fp32;int4-g32", "--samples", "2",
                  "--train-steps", "1"]) == 0
     rep = json.loads(capsys.readouterr().out)
@@ -335,7 +335,7 @@ def test_the_host_cache_batches_within_its_token_budget_and_equals_one_sample_at
     tokens) to rounding; the batch follows the budget."""
     import numpy as np
 
-    import ditskip_edge.compile as c
+    import compiler.compile as c
     from conftest import compile_tiny
     from ditskip_edge.models.loading import build_transformer, resolve_spec
     from ditskip_edge.models.text import encode_prompt

@@ -10,7 +10,7 @@ import torch
 from PIL import Image
 
 from conftest import PHOTOS, compile_tiny, train_eager
-from ditskip_edge.cli import main
+from compiler.cli import main
 from ditskip_edge.models.loading import build_transformer, build_vae, resolve_spec, save_pipeline_folder
 from ditskip_edge.models.text import encode_prompt
 from ditskip_edge.models.views import full_model_forward
@@ -193,7 +193,7 @@ def test_bad_input_gets_a_clear_error_and_no_half_written_bundle(tmp_path, capsy
 
 
 def test_failure_inside_compilation_leaves_no_bundle(tmp_path, monkeypatch):
-    import ditskip_edge.compile as c
+    import compiler.compile as c
 
     def boom(*a, **k):
         raise RuntimeError("disk full")

@@ -7,7 +7,7 @@ import pytest
 from PIL import Image
 
 from conftest import PHOTOS
-from ditskip_edge.cli import main
+from compiler.cli import main
 
 
 def _compile(out, images=PHOTOS, *extra):
@@ -93,7 +93,7 @@ def test_too_many_photos_are_refused_before_decoding(tmp_path, capsys):
 def test_a_cache_larger_than_the_free_disk_is_refused_and_nothing_is_left(tmp_path, capsys, monkeypatch):
     import shutil
     from collections import namedtuple
-    import ditskip_edge.compile as c
+    import compiler.compile as c
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(c.shutil, "disk_usage", lambda p: usage(10**9, 10**9 - 1000, 1000))
     _refused(capsys, tmp_path, _compile(tmp_path / "b"), "the residual cache needs")

@@ -313,7 +313,7 @@ def test_restore_order_puts_an_input_copy_just_before_its_reader():
 
 def test_a_bad_all_passes_switch_is_refused_in_one_line_before_compile_starts(tmp_path, monkeypatch, capsys):
     """$DITSKIP_EDGE_XNNPACK_ALL_PASSES other than 0 / 1 (or unset): compile exits 2 with one line, writing nothing."""
-    from ditskip_edge.cli import main
+    from compiler.cli import main
     from export.lowering import ENV_ALL_PASSES
     monkeypatch.setenv(ENV_ALL_PASSES, "yes")
     assert main(["compile", "--model", "flux-tiny", "--prompt", "a photo of sks toy", "--out", str(tmp_path / "b"),

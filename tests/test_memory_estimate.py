@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from ditskip_edge.cli import main
+from compiler.cli import main
 from ditskip_edge.models.specs import builtin_spec
 from ditskip_edge.memory_estimate.memory import MemoryEstimate, program_preexisting, trace_step
 from ditskip_edge.memory_estimate.program import StepConfig, build_step_program

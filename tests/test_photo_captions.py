@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import PHOTOS, compile_tiny, train_device, train_eager
-from ditskip_edge.cli import main
+from compiler.cli import main
 
 CAPTIONS = {"toy_0": "a photo of sks toy on a table", "toy_1": "a photo of sks toy in the grass",
             "toy_2": "a photo of sks toy on snow"}

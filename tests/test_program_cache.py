@@ -132,7 +132,7 @@ def test_off_writes_nothing_and_an_unwritable_cache_is_only_a_warning(tmp_path, 
 
 def test_the_program_cache_command_shows_the_entries_per_kind_and_clears_them(tmp_path, monkeypatch, capsys):
     import json as js
-    from ditskip_edge.cli import main
+    from compiler.cli import main
     monkeypatch.setenv(pc.ENV_DIR, str(tmp_path / "elsewhere"))         # --dir wins over the environment
     cache = ProgramCache(tmp_path / "cache")
     cache.put(f"{1:064x}", "train_step", {"program.pte": b"\1" * 300, "data.w.ptd": b"\2" * 200}, {})

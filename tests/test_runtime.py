@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, compile_tiny
-from ditskip_edge.cli import main
+from compiler.cli import main
 from ditskip_edge.runtime.bundle import MANIFEST, read_manifest, sha256_file, write_manifest
 from ditskip_edge.runtime.checkpoint import CHECKPOINT
 

@@ -258,7 +258,7 @@ def test_pixel_stats_distance_is_zero_for_same_image_and_positive_otherwise():
 
 
 def test_cli_select_json_prints_one_document(tmp_path, capsys):
-    from ditskip_edge.cli import main
+    from compiler.cli import main
     plot = tmp_path / "scores.png"
     rc = main(["select", "--model", "sana-tiny", "--images", str(PHOTOS), "--prompt", PROMPT, "--skip-ratio",
                "0.3", "0.5", "--steps", "2", "--plot", str(plot), "--json"])
@@ -272,7 +272,7 @@ def test_cli_select_json_prints_one_document(tmp_path, capsys):
 
 
 def test_cli_select_writes_no_file_unless_asked(tmp_path, capsys, monkeypatch):
-    from ditskip_edge.cli import main
+    from compiler.cli import main
     monkeypatch.chdir(tmp_path)
     assert main(["select", "--model", "sana-tiny", "--prompt", PROMPT, "--budget", "2", "--steps", "2",
                  "--json"]) == 0
@@ -281,7 +281,7 @@ def test_cli_select_writes_no_file_unless_asked(tmp_path, capsys, monkeypatch):
 
 
 def test_cli_select_bad_budget_exits_2(capsys):
-    from ditskip_edge.cli import main
+    from compiler.cli import main
     assert main(["select", "--model", "sana-tiny", "--prompt", PROMPT, "--budget", "6", "--json"]) == 2
     assert "need 0 < k < 6" in capsys.readouterr().err
 

@@ -33,7 +33,7 @@ def one_torch_thread():
 def test_two_processes_write_the_same_bundle_as_one(tmp_path, monkeypatch, one_torch_thread):
     """A local FLUX pipeline folder (its own CLIP + T5 programs, every generation program in the worker, which starts
     before the model loads, so its start-up overlaps the load and the selection): the one-process bundle."""
-    import ditskip_edge.compile as compile_mod
+    import compiler.compile as compile_mod
     from export.generation_stage import GenerationPrograms
     from tiny_pipeline import save_tiny_flux_pipeline
     folder = str(save_tiny_flux_pipeline(tmp_path / "pipe"))
@@ -54,7 +54,7 @@ def test_two_processes_write_the_same_bundle_as_one(tmp_path, monkeypatch, one_t
 
 
 def test_a_failing_subject_stage_stops_the_worker_and_leaves_nothing(tmp_path, monkeypatch):
-    import ditskip_edge.compile as compile_mod
+    import compiler.compile as compile_mod
     from export.generation_stage import GenerationPrograms
 
     def broken(*a, **k):
@@ -74,7 +74,7 @@ def test_jobs_other_than_one_or_two_is_refused_before_any_work(tmp_path):
 
 
 def test_merge_takes_the_workers_new_fields_and_appends_its_programs():
-    from ditskip_edge.stage_worker import merge_manifest
+    from compiler.stage_worker import merge_manifest
     sent = {"model": {"name": "m"}, "programs": [{"path": "a"}]}
     target = {"model": {"name": "m"}, "programs": [{"path": "a"}, {"path": "train"}], "subject_stage": {"n": 1}}
     worker = {"model": {"name": "m"}, "programs": [{"path": "a"}, {"path": "gen"}], "generation": {"px": 64}}

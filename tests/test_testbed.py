@@ -780,7 +780,7 @@ def test_a_prompt_longer_than_the_testbeds_text_encoder_is_warned_about_naming_e
 def test_compile_refuses_a_prompt_the_testbeds_text_encoder_would_cut_in_one_line_before_any_work(tmp_path, capsys):
     """What the device runtime refuses at generation, compile refuses too: a prompt of more MiniLM tokens than
     flux-testbed reads (16 with [CLS] [SEP]) would train on a cut caption."""
-    from ditskip_edge.cli import main
+    from compiler.cli import main
     out = tmp_path / "bundle"
     code = main(["compile", "--model", "flux-testbed", "--prompt",
                  "a large teal sks star in the center, on a green background", "--out", str(out),
@@ -792,11 +792,11 @@ def test_compile_refuses_a_prompt_the_testbeds_text_encoder_would_cut_in_one_lin
 
 def test_the_demos_compile_request_is_blockskip_50_with_the_demos_guidance_and_a_recipe_split_replaces_selection(
         tmp_path):
-    """examples/demo.py compile_args (what make demo and testbed/experiments/demo_recipe.py compile): BlockSkip 50% chosen
-    by selection, per-photo captions, the generation programs drawn at the demo's guidance; a given split replaces
-    the selection and nothing else; every request parses with the CLI's own parser."""
-    from ditskip_edge.cli import build_parser
-    from examples.demo import GUIDANCE, STEPS, compile_args
+    """examples/recipe.py compile_args (what make demo and testbed/experiments/demo_recipe.py compile): BlockSkip 50%
+    chosen by selection, per-photo captions, the generation programs drawn at the demo's guidance; a given split
+    replaces the selection and nothing else; every request parses with the CLI's own parser."""
+    from compiler.cli import build_parser
+    from examples.recipe import GUIDANCE, STEPS, compile_args
     demo = compile_args("a teal sks star in the center", tmp_path / "photos", tmp_path / "bundle")
     parsed = build_parser().parse_args(demo)
     assert parsed.skip_ratio == 0.5 and parsed.skip_front is None and parsed.photo_captions
@@ -888,12 +888,12 @@ def test_demo_subjects_counts_a_run_as_shown_only_with_3_of_4_prompts_at_noise_s
 
 def test_image_stream_targets_leave_the_double_blocks_text_stream_frozen_and_reach_the_compile_request():
     """demo_recipe.image_stream_targets (demo_subjects' +imagestream): every linear of a FLUX block but the double
-    blocks' text-side ones (add_q/k/v_proj, to_add_out, ff_context, norm1_context); examples.demo.compile_args puts
+    blocks' text-side ones (add_q/k/v_proj, to_add_out, ff_context, norm1_context); examples.recipe.compile_args puts
     them after --lora-targets in place of all-linear, once."""
     from testbed.experiments.demo_recipe import image_stream_targets
     from ditskip_edge.lora import every_linear_suffix
     from ditskip_edge.models.loading import resolve_spec
-    from examples.demo import compile_args
+    from examples.recipe import compile_args
     spec = resolve_spec("flux-testbed")
     every = set(every_linear_suffix(spec.arch, spec.transformer_config))
     targets = image_stream_targets().split(",")
@@ -1254,7 +1254,7 @@ def test_a_weights_file_is_a_model_that_compiles_and_trains_with_its_block_count
     committed one draws (its new gates are zero), a bundle compiled on it plans over its 14 blocks and trains, and a
     missing file, a file of no FLUX blocks or weights of another width are refused in one line, before a bundle."""
     from safetensors.torch import load_file, save_file
-    from ditskip_edge.cli import main
+    from compiler.cli import main
     from ditskip_edge.models.loading import build_transformer, builtin_weights_path, resolve_spec
     from ditskip_edge.models.views import make_view
     from testbed.grow import grow_depth

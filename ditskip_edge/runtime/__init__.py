@@ -1,9 +1,9 @@
 """What a phone runs: everything between a bundle and a trained LoRA, with the runtime libraries only.
 
 Its boundary is this folder: modules here import numpy, safetensors, Pillow (photo decoding) and the runtime
-bindings (ExecuTorch's TrainingModule, onnxruntime.training.api), never the compiler (`ditskip_edge.*` outside
-`runtime/`), the exporters (`export/`), diffusers, peft, torchao, onnx or torch's autograd (tests/test_runtime.py
-checks it under the device import guard).
+bindings (ExecuTorch's TrainingModule, onnxruntime.training.api), never the compiler (`compiler/`, `ditskip_edge.*`
+outside `runtime/`), the exporters (`export/`), diffusers, peft, torchao, onnx or torch's autograd
+(tests/test_runtime.py checks it under the device import guard).
 
     bundle.py        manifest (self-verifying), file layout, BundleWriter, the opened Bundle (subject or model bundle)
     schedule.py      the training schedule and dynamic patch sampling's crop boxes (portable: host and device alike)
@@ -15,7 +15,7 @@ checks it under the device import guard).
     forward.py       the frozen model's forward programs, one block at a time: x0 and one sample's residuals
     subject.py       the subject stage: model bundle + photos -> subject bundle (stored or cache-free)
     contract.py      the program contract: input order, ProgramEntry, find_program
-    inputs.py        a scheduled sample -> the step's named inputs
+    inputs.py        a scheduled sample -> the step's named inputs; conditioning.py its text conditioning rows
     loop.py          the training loop and the StepAdapter interface; adamw.py, checkpoint.py, lora_file.py,
                      progress.py its parts
     executorch.py, ort.py   the two device step adapters; bindings.py imports their runtimes alone

@@ -195,7 +195,7 @@ class BundleWriter:
 
     @classmethod
     def attach(cls, root: Path, manifest: dict[str, Any]) -> "BundleWriter":
-        """A writer onto another writer's staging folder (a second process's program stages: ditskip_edge/
+        """A writer onto another writer's staging folder (a second process's program stages: compiler/
         stage_worker.py); it commits nothing, the owner of the folder does."""
         w = cls.__new__(cls)
         w.out_dir, w.work_dir, w.root, w.manifest, w._known = None, None, Path(root), manifest, {}

@@ -39,11 +39,11 @@ from .bundle import (CACHE_DIR, CACHE_MODES, MODEL_BUNDLE, PHOTOS_DIR, SCHEDULE_
 from .cache import CacheWriter
 from .cache_format import X0, CacheCodec, entry_layout
 from .codecs import decode_entry, encode_entry, relative_error
+from .conditioning import SampleConditioning
 from .contract import COND_PREFIX, CTX_PREFIX, STREAM_PREFIX, TRAIN_STEP, step_input_names
 from .errors import BundleError, UserError
 from .footprint import read_footprint
 from .forward import ForwardPrograms, encode_tiling_of, subject_programs
-from .inputs import SampleConditioning
 from .photos import PhotoPixels, load_photos, read_png, save_png
 from .progress import Progress
 from .schedule import Schedule, ScheduleConfig, check_photo_sizes, make_schedule

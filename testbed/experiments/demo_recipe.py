@@ -1,5 +1,5 @@
 """Which captions, length and guidance make `make demo`'s after row show the subject on backgrounds no reference
-shows: the demo's own path (`examples/demo.py compile_args`: BlockSkip 50%, selected split, per-photo captions, a
+shows: the demo's own path (`examples/recipe.py compile_args`: BlockSkip 50%, selected split, per-photo captions, a
 LoRA on every linear layer of the kept blocks, whole photos, `ditskip-edge train`, the LoRA loaded into the full
 diffusers model), varied in
   - the captions: "plain" ("a large sks star in the center, on a red background", the identifier carries
@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._meta import provenance, provenance_md                                              # noqa: E402
-from ditskip_edge.cli import main as cli_main                                           # noqa: E402
+from compiler.cli import main as cli_main                                           # noqa: E402
 from ditskip_edge.generate import generate, grid, load_model                            # noqa: E402
 from ditskip_edge.images import to_uint8_image                                          # noqa: E402
 from ditskip_edge.models.loading import resolve_spec                                    # noqa: E402
@@ -44,7 +44,8 @@ from testbed.instrument import fresh_photos                                 # no
 from testbed.metrics import SubjectEmbedder, mean_ci, score_images, subject_similarity  # noqa: E402
 from testbed.scenes import (SUBJECTS, eval_prompts, reference_images, subject_prompt,  # noqa: E402
                                       write_reference_photos)
-from examples.demo import GUIDANCE, LR, PHOTOS, RANK, compile_args                                  # noqa: E402
+from examples.demo import PHOTOS                                                                  # noqa: E402
+from examples.recipe import GUIDANCE, LR, RANK, compile_args                                      # noqa: E402
 
 CAPTIONS = {"plain": False, "described": True}       # caption style -> scenes.subject_prompt(described=)
 GUIDANCES = (3.0, 6.0)
@@ -138,7 +139,7 @@ def train_lora(subject, captions: str, steps: int, split: tuple[int, int] | None
     schedule's; `prior`: that many class images beside them, `write_class_images`; `model`: the testbed or a file
     of its weights; `unnamed_backgrounds`: each photo a second time, captioned with the training prompt, which names no
     background, as a caption dropout of the background phrase; `backgrounds`: that many photos on that many distinct
-    backgrounds, `more_backgrounds`; the rest as `examples.demo.compile_args`); returns the LoRA file and the plan."""
+    backgrounds, `more_backgrounds`; the rest as `examples.recipe.compile_args`); returns the LoRA file and the plan."""
     folder, bundle = work / "photos", work / "bundle"
     if backgrounds:
         subject, photos = more_backgrounds(subject, backgrounds, model), backgrounds

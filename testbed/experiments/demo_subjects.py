@@ -5,7 +5,7 @@ subject, with the training run (subject x training seed) as the unit, not the im
 on the subject and on the run (`demo_recipe.md`: the teal star's count moved 3 -> 2 of 4 when the residual cache's
 rounding changed). Per recipe (optimizer steps x 4 samples, learning rate), per subject, per training seed
 (`compile --seed`: the schedule's timesteps, crops and noise), this runs the demo's compile + train
-(`examples.demo.compile_args`, without the generation programs) and draws the 4 eval prompts (backgrounds no
+(`examples.recipe.compile_args`, without the generation programs) and draws the 4 eval prompts (backgrounds no
 reference shows) x `--noise-seeds` noise seeds at the demo's guidance with the LoRA loaded into the full diffusers
 model. Per subject and recipe: the share of a run's images recognised (the subject's shape nearest of the 10 scene
 shapes, its colour, its marking, the prompted background: `metrics.subject_recognised`; and apart, the marking
@@ -51,7 +51,8 @@ from ditskip_edge.generate import grid                                          
 from ditskip_edge.images import to_uint8_image                                          # noqa: E402
 from testbed.metrics import mean_ci, score_images                             # noqa: E402
 from testbed.scenes import SUBJECTS, eval_prompts, reference_images, subject_prompt  # noqa: E402
-from examples.demo import GUIDANCE, LR, PHOTOS, RANK, SHOWN_PROMPTS, STEPS                    # noqa: E402
+from examples.demo import PHOTOS, SHOWN_PROMPTS                                                  # noqa: E402
+from examples.recipe import GUIDANCE, LR, RANK, STEPS                                             # noqa: E402
 
 DEMO_RECIPE = f"{STEPS}x{LR:g}"
 TEACHER = "teacher"                   # the instrument's teacher as a row: what a long LoRA on every block draws

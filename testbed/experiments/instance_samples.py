@@ -28,7 +28,7 @@ from benchmarks._meta import provenance, provenance_md, write_result            
 from testbed.metrics import mean_ci, score_images                             # noqa: E402
 from testbed.scenes import (EVAL_BACKGROUNDS, INSTANCES, PALETTE, Instance, Subject,  # noqa: E402
                                       reference_images)
-from examples.demo import GUIDANCE                                                       # noqa: E402
+from examples.recipe import GUIDANCE                                                     # noqa: E402
 
 
 def as_subject(instance: Instance) -> Subject:

@@ -196,7 +196,7 @@ def blockskip_lora(spec, subject, prompt: str, blocks: tuple[int, ...], num_bloc
     import shutil
 
     from testbed.scenes import write_reference_photos
-    from ditskip_edge.cli import main as cli_main
+    from compiler.cli import main as cli_main
     from ditskip_edge.generate import load_model
     shutil.rmtree(work, ignore_errors=True)
     write_reference_photos(subject, work / "photos", 5, captions=True)

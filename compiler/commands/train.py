@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..runtime.contract import PROGRAM_PRECISIONS, RUNTIMES
-from ..runtime.errors import UserError
+from ditskip_edge.runtime.contract import PROGRAM_PRECISIONS, RUNTIMES
+from ditskip_edge.runtime.errors import UserError
 
 TRAIN_RUNTIMES = ("eager",) + RUNTIMES
 
@@ -28,19 +28,19 @@ def register(sub, add_json_flag) -> None:
 
 
 def run(args) -> dict:
-    from ..runtime.bundle import Bundle
-    from ..runtime.loop import RunConfig, train
+    from ditskip_edge.runtime.bundle import Bundle
+    from ditskip_edge.runtime.loop import RunConfig, train
     if args.checkpoint_every < 1:
         raise UserError(f"--checkpoint-every {args.checkpoint_every}: expected >= 1")
     run_dir = Path(args.run_dir) if args.run_dir else Path(args.bundle) / "runs" / args.runtime
     cfg = RunConfig(run_dir=run_dir, steps=args.steps, checkpoint_every=args.checkpoint_every,
                     resume=not args.no_resume)
     if args.runtime != "eager":
-        from ..runtime.run import train_bundle
+        from ditskip_edge.runtime.run import train_bundle
         return train_bundle(args.bundle, args.runtime, cfg, args.precision, args.device_preprocess)
     if args.precision or args.device_preprocess:
         raise UserError("--precision and --device-preprocess choose a device program: use them with --runtime "
                         "executorch or ort")
-    from ..eager import EagerStep
+    from ditskip_edge.eager import EagerStep
     bundle = Bundle.open(args.bundle)
     return train(bundle, EagerStep(bundle), cfg)

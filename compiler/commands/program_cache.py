@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..runtime.errors import UserError
+from ditskip_edge.runtime.errors import UserError
 
 
 def register(sub, add_json_flag) -> None:

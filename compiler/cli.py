@@ -1,9 +1,9 @@
 """The `ditskip-edge` console script.
 
-Each subcommand lives in `ditskip_edge/commands/<name>.py` with `register(subparsers, add_json_flag)` (which sets
+Each subcommand lives in `compiler/commands/<name>.py` with `register(subparsers, add_json_flag)` (which sets
 `func`) and returns a JSON-able dict. With --json that dict is the one document printed on stdout; otherwise a
 short human summary is. Logs and progress bars go to stderr; third-party libraries' warnings are shown only with
--v. A UserError is one line on stderr and exit code 2.
+-v (logs.py). A UserError is one line on stderr and exit code 2.
 """
 
 from __future__ import annotations
@@ -11,28 +11,11 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
-import warnings
 
-from .runtime.errors import UserError
+from ditskip_edge.runtime.errors import UserError
 
-THIRD_PARTY_LOGGERS = ("diffusers", "transformers", "torch", "torchao", "peft", "executorch", "onnxruntime", "httpx",
-                       "urllib3", "sentence_transformers", "root")
-
-
-def quiet_third_parties(verbose: bool) -> None:
-    """Before the libraries are imported: their warnings (torchao, transformers, ...) only with -v."""
-    if verbose:
-        return
-    warnings.filterwarnings("ignore")
-    os.environ.setdefault("DIFFUSERS_VERBOSITY", "error")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")          # transformers' "Loading weights" bars
-    import torch  # noqa: F401  (torch configures its loggers when imported: set their level after that)
-    for name in THIRD_PARTY_LOGGERS:
-        logging.getLogger(name).setLevel(logging.ERROR)
+from .logs import configure_logging, quiet_third_parties
 
 
 def add_json_flag(p: argparse.ArgumentParser) -> None:
@@ -60,10 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     verbose = "-v" in argv or "--verbose" in argv
     quiet_third_parties(verbose)
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, stream=sys.stderr,
-                        format="%(levelname)s %(name)s: %(message)s")
-    for ours in ("ditskip_edge", "export"):
-        logging.getLogger(ours).setLevel(logging.DEBUG if verbose else logging.INFO)
+    configure_logging(logging.DEBUG if verbose else logging.INFO, logging.DEBUG if verbose else logging.WARNING)
     args = build_parser().parse_args(argv)
     try:
         result = args.func(args)

@@ -4,8 +4,8 @@ old name as an alias."""
 
 from __future__ import annotations
 
-from ..memory_estimate.request import DEFAULT_RUNTIME_OVERHEAD_MIB, EstimateRequest, estimate_memory
-from ..runtime.contract import PRECISIONS, WEIGHT_PLACEMENTS
+from ditskip_edge.memory_estimate.request import DEFAULT_RUNTIME_OVERHEAD_MIB, EstimateRequest, estimate_memory
+from ditskip_edge.runtime.contract import PRECISIONS, WEIGHT_PLACEMENTS
 
 
 def register(sub, add_json_flag) -> None:
@@ -83,6 +83,6 @@ def _generation_px(args) -> tuple[int, ...]:
         return ()
     if args.generation_px:
         return tuple(args.generation_px)
-    from ..models.loading import resolve_spec
+    from ditskip_edge.models.loading import resolve_spec
     spec = resolve_spec(args.model)
     return tuple(dict.fromkeys([args.resolution or spec.train_px, spec.data_px]))

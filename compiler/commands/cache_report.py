@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..runtime.errors import UserError
+from ditskip_edge.runtime.errors import UserError
 
 
 def register(sub, add_json_flag) -> None:
@@ -21,8 +21,8 @@ def register(sub, add_json_flag) -> None:
 
 
 def run(args) -> dict:
-    from ..bundle_model import open_bundle
-    from ..cache.quality import cache_report
+    from ditskip_edge.bundle_model import open_bundle
+    from ditskip_edge.cache.quality import cache_report
     if not Path(args.bundle).is_dir():
         raise UserError(f"bundle {args.bundle} is not a folder")
     codecs = [c for c in args.codecs.split(";") if c.strip()] if args.codecs else None

@@ -5,21 +5,20 @@ from __future__ import annotations
 
 import os
 
+from ditskip_edge.cache import DEFAULT_CODEC
+from ditskip_edge.lora import ALL_LINEAR, LoraSpec, every_linear_suffix
+from ditskip_edge.models.loading import resolve_spec
+from ditskip_edge.remat import REMAT_CHOICES, RematSpec
+from ditskip_edge.runtime.bundle import LR_SCHEDULES, OptimizerSpec
+from ditskip_edge.runtime.contract import PROGRAM_PRECISIONS, RUNTIMES
+from ditskip_edge.runtime.errors import UserError
+from ditskip_edge.runtime.schedule import ScheduleConfig
 from export.executorch_stage import WEIGHTS, ExecutorchPrograms
 from export.executorch_subject import SubjectPrograms
 from export.generation_stage import GenerationPrograms
 from export.ort_stage import OrtPrograms
 
-from ..cache import DEFAULT_CODEC
 from ..compile import CompileRequest, compile_bundle
-from ..lora import ALL_LINEAR, LoraSpec, every_linear_suffix
-from ..models.loading import resolve_spec
-from ..remat import REMAT_CHOICES, RematSpec
-from ..runtime.bundle import LR_SCHEDULES, OptimizerSpec
-from ..runtime.contract import PROGRAM_PRECISIONS, RUNTIMES
-from ..runtime.errors import UserError
-from ..runtime.schedule import ScheduleConfig
-
 
 def register(sub, add_json_flag) -> None:
     p = sub.add_parser("compile", help="compile a bundle from photos, a prompt and a model (without --images: a model "

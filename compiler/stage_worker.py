@@ -17,14 +17,21 @@ from __future__ import annotations
 import copy
 import logging
 import multiprocessing as mp
-import sys
 import traceback
 from pathlib import Path
 
-from .runtime.bundle import BundleWriter
-from .runtime.errors import UserError
+from ditskip_edge.runtime.bundle import BundleWriter
+from ditskip_edge.runtime.errors import UserError
+from export.executorch_stage import ExecutorchPrograms, add_executorch_programs
+from export.generation_stage import GenerationPrograms, add_generation_programs
+from export.ort_stage import OrtPrograms, add_ort_programs
+
+from .logs import configure_logging, quiet_third_parties
 
 log = logging.getLogger(__name__)
+
+PROGRAM_STAGES = {ExecutorchPrograms: add_executorch_programs, OrtPrograms: add_ort_programs,
+                  GenerationPrograms: add_generation_programs}     # a program stage's config -> its exporter
 
 
 def subject_independent(stage) -> bool:
@@ -84,13 +91,9 @@ def merge_manifest(target: dict, sent: dict, worker: dict) -> None:
 def _work(root: str, manifest: dict, stages: list, threads: int, log_level: int, conn) -> None:
     import torch
 
-    from .cli import quiet_third_parties
     quiet_third_parties(log_level <= logging.DEBUG)
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
-    for ours in ("ditskip_edge", "export"):
-        logging.getLogger(ours).setLevel(log_level)
+    configure_logging(log_level)
     torch.set_num_threads(threads)
-    from .compile import PROGRAM_STAGES
     writer = BundleWriter.attach(Path(root), manifest)
     try:
         paths = [PROGRAM_STAGES[type(stage)](writer, stage) for stage in stages]

@@ -6,9 +6,9 @@ import json
 import time
 from pathlib import Path
 
-from ..runtime.errors import UserError
-from ..selection.embedders import DEFAULT_EMBEDDER
-from ..selection.scorer import METHODS, PROBES, SelectionConfig
+from ditskip_edge.runtime.errors import UserError
+from ditskip_edge.selection.embedders import DEFAULT_EMBEDDER
+from ditskip_edge.selection.scorer import METHODS, PROBES, SelectionConfig
 
 
 def register(sub, add_json_flag) -> None:
@@ -40,12 +40,12 @@ def register(sub, add_json_flag) -> None:
 
 
 def run(args) -> dict:
-    from ..images import load_photos
-    from ..models.loading import build_transformer, build_vae, resolve_spec
-    from ..models.views import block_names_of
-    from ..plan import skip_budget
-    from ..selection import check_budget, make_probe, scored_on, select_splits
-    from ..selection.plot import plot_scores
+    from ditskip_edge.images import load_photos
+    from ditskip_edge.models.loading import build_transformer, build_vae, resolve_spec
+    from ditskip_edge.models.views import block_names_of
+    from ditskip_edge.plan import skip_budget
+    from ditskip_edge.selection import check_budget, make_probe, scored_on, select_splits
+    from ditskip_edge.selection.plot import plot_scores
 
     if not args.skip_ratio and not args.budget:
         raise UserError("give --skip-ratio R [R ...] or --budget K [K ...]")

@@ -32,33 +32,31 @@ import torch.nn as nn
 from safetensors.torch import save_file
 from tqdm import tqdm
 
-from export.executorch_stage import ExecutorchPrograms, add_executorch_programs
+from ditskip_edge import __version__
+from ditskip_edge.cache import DEFAULT_CODEC
+from ditskip_edge.cache.store import ResidualCacheWriter
+from ditskip_edge.images import Photo, load_photos, to_uint8_image
+from ditskip_edge.lora import LoraSpec, lora_file_record
+from ditskip_edge.models.latents import LatentEncoder, encode_tiling
+from ditskip_edge.models.loading import build_transformer, build_vae, resolve_spec
+from ditskip_edge.models.specs import ModelSpec
+from ditskip_edge.models.text import encode_prompt
+from ditskip_edge.models.views import block_names_of, make_view
+from ditskip_edge.patch_sampling import PatchSampler
+from ditskip_edge.plan import SkipPlan
+from ditskip_edge.runtime.bundle import (CACHE_DIR, MODEL_BUNDLE, MODEL_WEIGHTS, PER_PHOTO_TEXT, PHOTOS_DIR,
+                                         PROMPTS_DIR, SCHEDULE_FILE, SHARED_TEXT, STORED, SUBJECT_BUNDLE, TEXT_FILE,
+                                         BundleWriter, OptimizerSpec, cache_identity)
+from ditskip_edge.runtime.cache_format import CacheCodec, entry_layout
+from ditskip_edge.runtime.errors import UserError
+from ditskip_edge.runtime.photos import read_captions
+from ditskip_edge.runtime.schedule import ScheduleConfig, check_photo_sizes, make_schedule
+from ditskip_edge.sample_inputs import clean_latents, sample_noise
+from ditskip_edge.skip_model import compute_residuals
+from export.executorch_stage import ExecutorchPrograms
 from export.executorch_subject import SubjectPrograms, add_subject_programs, entry_shapes, forward_examples
-from export.generation_stage import GenerationPrograms, add_generation_programs
-from export.ort_stage import OrtPrograms, add_ort_programs
 
-from . import __version__
-from .cache import DEFAULT_CODEC
-from .cache.store import ResidualCacheWriter
-from .images import Photo, load_photos, to_uint8_image
-from .lora import LoraSpec, lora_file_record
-from .models.latents import LatentEncoder, encode_tiling
-from .models.loading import build_transformer, build_vae, resolve_spec
-from .models.specs import ModelSpec
-from .models.text import encode_prompt
-from .models.views import block_names_of, make_view
-from .patch_sampling import PatchSampler
-from .plan import SkipPlan
-from .runtime.bundle import (CACHE_DIR, MODEL_BUNDLE, MODEL_WEIGHTS, PER_PHOTO_TEXT, PHOTOS_DIR, PROMPTS_DIR,
-                             SCHEDULE_FILE, SHARED_TEXT, STORED, SUBJECT_BUNDLE, TEXT_FILE, BundleWriter, OptimizerSpec,
-                             cache_identity)
-from .runtime.cache_format import CacheCodec, entry_layout
-from .runtime.errors import UserError
-from .runtime.photos import read_captions
-from .runtime.schedule import ScheduleConfig, check_photo_sizes, make_schedule
-from .sample_inputs import clean_latents, sample_noise
-from .skip_model import compute_residuals
-from .stage_worker import StageWorker, subject_independent
+from .stage_worker import PROGRAM_STAGES, StageWorker, subject_independent
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +69,6 @@ CACHE_BATCH_TOKENS = 2048       # ... and at most this many stream tokens per fo
 CACHE_WARN_REL_ERROR = 0.05     # compile warns when a residual's coding error exceeds this (||d_hat - d|| / ||d||)
 MAX_PROMPT_CHARS = 2000
 MAX_LR = 1.0
-PROGRAM_STAGES = {ExecutorchPrograms: add_executorch_programs, OrtPrograms: add_ort_programs,
-                  GenerationPrograms: add_generation_programs}
 
 
 @dataclass
@@ -115,7 +111,7 @@ def check_request(req: CompileRequest, spec: ModelSpec) -> ScheduleConfig:
         raise UserError("per-photo captions come beside the photos: give --images (a model bundle has no photos)")
     if len(set([req.prompt, *req.more_prompts])) != 1 + len(req.more_prompts):
         raise UserError("the same prompt is given twice")
-    from .runtime.photos import MAX_PHOTOS
+    from ditskip_edge.runtime.photos import MAX_PHOTOS
     if not 1 <= req.min_photos <= MAX_PHOTOS:
         raise UserError(f"min-photos must be in [1, {MAX_PHOTOS}], got {req.min_photos}")
     sched = req.schedule
@@ -267,7 +263,7 @@ def resolve_plan(req: CompileRequest, spec: ModelSpec, num_blocks: int, transfor
                  photos=None) -> SkipPlan:
     if req.n_front is not None or req.n_back is not None:
         return SkipPlan(num_blocks, req.n_front or 0, req.n_back or 0, "explicit")
-    from .selection import select_plan   # block selection by cross-attention masking (PAPER.md section 3)
+    from ditskip_edge.selection import select_plan   # block selection by cross-attention masking (PAPER.md section 3)
     return select_plan(spec, transformer, vae, photos, req.prompt, req.skip_ratio, seed=req.schedule.seed)
 
 
@@ -374,7 +370,7 @@ def compile_model_bundle(req: CompileRequest, spec: ModelSpec, sched: ScheduleCo
 def check_prompts_fit(spec: ModelSpec, texts: list[tuple[str, str]]) -> None:
     """Refuse, in one line, a prompt or caption longer than the model's text encoder reads (its end would be cut
     silently; the device runtime refuses such a prompt too)."""
-    from .models.text import prompt_tokens
+    from ditskip_edge.models.text import prompt_tokens
     for what, text in texts:
         counted = prompt_tokens(spec, text)
         if counted is not None and counted[0] > counted[1]:
