@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# NOT RUN HERE: written for a real iPhone (Xcode 15+ `devicectl`), never executed on the machine that wrote it.
+# NOT RUN HERE: no iPhone and no Xcode on the machines this was written on; never executed.
 #
-# iOS has no adb-like shell into an app: the measurement is the demo app's own readout. The app (ios_demo) writes
-# Documents/runs/<bundle>/device_run.json with, per step, phys_footprint (what jetsam compares with the limit) and
-# os_proc_available_memory() (what is left under the limit, increased-memory-limit entitlement included).
+# iOS runs no command-line program: the measurement is the demo app's run (ios_demo, the native core through the
+# Swift binding). The core writes Documents/runs/<bundle>/summary.json (losses, LoRA) and the app device_run.json
+# beside it (per step phys_footprint, what jetsam compares with the limit, and os_proc_available_memory()).
 #
 #   1. copy the bundle in:   device_tests/handset/ios_pull_readout.sh push BUNDLE_DIR
 #   2. on the phone: open DiT-BlockSkip, pick the bundle, Train (watch the memory section)
-#   3. pull the readout:     device_tests/handset/ios_pull_readout.sh pull BUNDLE_DIR [OUT_DIR]
+#   3. pull the run:         device_tests/handset/ios_pull_readout.sh pull BUNDLE_DIR [OUT_DIR]
 #
-# DEVICE defaults to the first connected device (xcrun devicectl list devices).
+# DEVICE defaults to the first connected device (xcrun devicectl list devices; Xcode 15+).
 set -euo pipefail
 CMD=${1:?usage: ios_pull_readout.sh push|pull BUNDLE_DIR [OUT_DIR]}
 BUNDLE=${2:?bundle dir}

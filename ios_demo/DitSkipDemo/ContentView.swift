@@ -4,10 +4,11 @@ import SwiftUI
 
 /// UI over the native runtime core (the Swift package device_runtime/bindings/swift, actor DitskipSession): pick
 /// photos, choose a bundle from Documents/ (copied in with Finder / Files), Train (the core trains it), watch loss and
-/// memory, Stop. The core writes Documents/runs/<bundle>/checkpoint.safetensors, lora/pytorch_lora_weights.safetensors
-/// and summary.json (what device_tests/handset/ios_pull_readout.sh pulls); a second Train resumes. The subject stage
-/// and generation are not in the core yet (issue 56): a model bundle's picked photos are written upright to
-/// Documents/photos/ for the host's `python -m ditskip_edge.runtime personalize`, and Generate says where to run it.
+/// memory, Stop. In Documents/runs/<bundle>/ the core writes checkpoint.safetensors, lora/ and summary.json, the app
+/// device_run.json (per-step footprint; device_tests/handset/ios_pull_readout.sh pulls the folder); a second Train
+/// resumes. The subject stage and generation are not in the core yet (issue 56): a model bundle's picked photos are
+/// written upright to Documents/photos/ for the host's `python -m ditskip_edge.runtime personalize`, and Generate
+/// says where to run it.
 struct ContentView: View {
     @State private var picked: [PhotosPickerItem] = []
     @State private var bundles: [URL] = []
@@ -65,11 +66,15 @@ struct ContentView: View {
                 let s = try DitskipSession(bundleDir: root)
                 session = s
                 defer { session = nil }
+                let timeline = FootprintTimeline()
                 let result = try await s.train(TrainOptions(runDir: runDir)) { step, total, loss in
+                    let m = MemoryProbe.read()
+                    timeline.rows.append([step, Int(m.footprintBytes), Int(m.availableBytes)])
                     let line = String(format: "step %d/%d  loss %.4f", step, total, loss)
-                    DispatchQueue.main.async { status = line; memory = MemoryProbe.read() }
+                    DispatchQueue.main.async { status = line; memory = m }
                     return true
                 }
+                timeline.write(to: runDir.appendingPathComponent("device_run.json"))
                 status = result.cancelled ? "stopped: checkpoint in runs/\(root.lastPathComponent) (Train resumes)"
                                           : "LoRA written: runs/\(root.lastPathComponent)/lora"
             } catch {
@@ -106,5 +111,19 @@ struct ContentView: View {
         guard let data = try? Data(contentsOf: root.appendingPathComponent("manifest.json")),
               let m = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any] else { return false }
         return m["bundle_kind"] as? String == "model"
+    }
+}
+
+/// Per training step, phys_footprint (what jetsam compares with the limit) and os_proc_available_memory(): the iOS
+/// readout the core cannot take (no /proc), written beside the core's summary.json as device_run.json
+/// (device_tests/handset/ios_pull_readout.sh pulls both). Appended on the training thread, read after `train` returns.
+private final class FootprintTimeline: @unchecked Sendable {
+    var rows: [[Int]] = []
+
+    func write(to url: URL) {
+        let doc: [String: Any] = ["timeline_fields": ["step", "footprint_bytes", "available_bytes"], "timeline": rows]
+        if let data = try? JSONSerialization.data(withJSONObject: doc, options: [.prettyPrinted]) {
+            try? data.write(to: url, options: .atomic)
+        }
     }
 }
