@@ -45,6 +45,7 @@ std::string safetensors_bytes(const StTensors& tensors, const StMetadata& metada
       refuse("tensor " + key + ": " + std::to_string(t.bytes.size()) + " bytes do not fill its shape and dtype " + t.dtype);
     json shape = json::array();
     for (int64_t d : t.shape) shape.push_back(d);
+    if (t.shape.empty()) shape.push_back(1);   // np.ascontiguousarray makes a 0-d array [1]: Python writes [1]
     header[key] = json{{"dtype", t.dtype}, {"shape", shape}, {"data_offsets", json::array({offset, offset + t.bytes.size()})}};
     offset += t.bytes.size();
   }

@@ -2,7 +2,7 @@
 // header length, header JSON {"__metadata__": {sorted}, key: {"dtype", "shape", "data_offsets"} in sorted key
 // order} with separators (",", ":"), padded with spaces to a multiple of 8, then the tensors' bytes in key order.
 // The same tensors always give the same bytes: the native core's LoRA and checkpoint equal the Python runtime's
-// file for file.
+// file for file. As Python's writer (np.ascontiguousarray), a scalar (shape []) is written with shape [1].
 #pragma once
 
 #include <cstdint>
