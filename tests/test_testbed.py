@@ -543,7 +543,7 @@ def test_unknown_subjects_methods_or_models_are_refused_before_any_work(tmp_path
 
 def test_caption_use_swaps_change_exactly_one_attribute_and_keep_the_caption_drawable():
     import random
-    from testbed_caption_use import SWAPS, caption, held_out_scenes, swapped
+    from testbed.experiments.testbed_caption_use import SWAPS, caption, held_out_scenes, swapped
     rnd = random.Random(0)
     for scene, words in held_out_scenes(40, seed=5):
         assert scene.texture == "plain" and scene.inner is None
@@ -585,7 +585,7 @@ def test_ceiling_configurations_vary_one_thing_at_a_time_from_full_fine_tuning_o
     whole-photo full fine-tune in that factor alone, and the LoRA row trains exactly the blocks asked for."""
     from dataclasses import asdict
 
-    from testbed_ceiling import configurations
+    from testbed.experiments.testbed_ceiling import configurations
     rows = configurations((1, 2, 3), steps_scale=0.5)
     assert rows["base"] == (None, False)
     full = asdict(rows["full, whole photos"][0])
@@ -608,7 +608,7 @@ def test_every_linear_rows_target_each_linear_of_a_block_and_differ_from_each_ot
     and dynamic-patch rows each differ from the every-block whole-photo row in that factor alone."""
     from dataclasses import asdict
 
-    from testbed_ceiling import configurations
+    from testbed.experiments.testbed_ceiling import configurations
     from ditskip_edge.lora import DEFAULT_TARGETS, every_linear_suffix
     from ditskip_edge.models.loading import resolve_spec
     spec = resolve_spec("flux-testbed")
@@ -1164,7 +1164,7 @@ def test_testbed_samples_marking_yardstick_passes_the_described_scene_and_fails_
 
     from testbed.metrics import marking_present
     from testbed.scenes import Scene, render
-    from testbed_samples import MARKED_PROMPTS, marked_share_rendered
+    from testbed.experiments.testbed_samples import MARKED_PROMPTS, marked_share_rendered
     for colour, shape, texture, marking, bg in MARKED_PROMPTS:
         share = marked_share_rendered(colour, shape, texture, marking, bg, 32)
         assert share > 0.05, (colour, shape, texture, marking)
@@ -1302,7 +1302,7 @@ def test_the_demo_and_testbed_samples_refuse_a_bad_weights_file_in_one_line_befo
                                                                                              monkeypatch):
     """python -m examples.demo --model / testbed_samples.py --weights with a missing file: argparse's one-line error
     (exit 2), before the demo replaces its last output or a model is built."""
-    import testbed_samples as samples
+    import testbed.experiments.testbed_samples as samples
     import examples.demo as demo
     monkeypatch.setattr(demo, "OUT", tmp_path / "demo_out")
     (tmp_path / "demo_out").mkdir()
@@ -1322,7 +1322,7 @@ def test_testbed_samples_samples_grown_weights_with_the_block_counts_they_hold(t
     from ditskip_edge.models.loading import builtin_weights_path, resolve_spec
     from ditskip_edge.models.views import make_view
     from testbed.grow import grow_depth
-    from testbed_samples import sampled_model
+    from testbed.experiments.testbed_samples import sampled_model
     spec = resolve_spec("flux-testbed")
     grown, _, _ = grow_depth(load_file(str(builtin_weights_path(spec))), spec.transformer_config, extra_single=8)
     save_file(grown, str(tmp_path / "grown.safetensors"))
