@@ -21,6 +21,12 @@ set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE ONLY)
 set(DITSKIP_CRYPTO_LIBRARY /usr/lib/aarch64-linux-gnu/libcrypto.so CACHE FILEPATH "the target's libcrypto")
 set(DITSKIP_HOST_HEADERS /usr/include CACHE PATH "architecture-independent headers (nlohmann, stb, openssl)")
 set(DITSKIP_HOST_ARCH_HEADERS /usr/include/aarch64-linux-gnu CACHE PATH "the target's multiarch headers (openssl)")
+# Under qemu-aarch64-static -L /usr/aarch64-linux-gnu the interpreter is the cross toolchain's ld.so
+# (/usr/aarch64-linux-gnu/lib), but its default search finds the C library in /lib/aarch64-linux-gnu first when the
+# multiarch libc6:arm64 is installed (libssl-dev:arm64 brings it): another build of glibc than that ld.so, and
+# pthread_create then spins forever in its stack cache. The toolchain's own lib folder first in the run path keeps
+# libc, libm and libstdc++ from the same build as the interpreter (a path that does not exist on a device: ignored).
+set(DITSKIP_EXTRA_RPATH /usr/aarch64-linux-gnu/lib CACHE STRING "the cross toolchain's C library, before multiarch")
 set(CMAKE_EXE_LINKER_FLAGS_INIT "-Wl,-rpath-link,/usr/lib/aarch64-linux-gnu")
 set(CMAKE_SHARED_LINKER_FLAGS_INIT "-Wl,-rpath-link,/usr/lib/aarch64-linux-gnu")
 set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64-static -L /usr/aarch64-linux-gnu)

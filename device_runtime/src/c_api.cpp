@@ -8,6 +8,8 @@
 #include <new>
 #include <string>
 
+#include <executorch/runtime/platform/platform.h>
+
 #include "bundle/bundle.h"
 #include "ditskip/ditskip.h"
 #include "train/footprint.h"
@@ -36,6 +38,26 @@ thread_local std::string last_error;
 std::mutex log_mutex;
 ditskip_log_callback log_callback = nullptr;
 void* log_user_data = nullptr;
+
+// ExecuTorch's own log lines (its PAL) go to the same sink: errors as warnings; its info / debug lines (CPU
+// detection, ...) only to a callback the app set, not to the default stderr sink.
+void executorch_log(et_timestamp_t, et_pal_log_level_t level, const char* filename, const char*, size_t line,
+                    const char* message, size_t length) {
+  std::string text(message, length);
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+  const bool severe = level == kError || level == kFatal;
+  {
+    std::lock_guard<std::mutex> lock(log_mutex);
+    if (!severe && log_callback == nullptr) return;
+  }
+  const char* base = std::strrchr(filename != nullptr ? filename : "", '/');
+  ditskip::log_message(severe ? ditskip::kLogWarning : ditskip::kLogInfo,
+                       std::string("executorch ") + (base != nullptr ? base + 1 : filename != nullptr ? filename : "") +
+                           ":" + std::to_string(line) + ": " + text);
+}
+
+const bool executorch_log_registered =
+    executorch::runtime::register_pal(executorch::runtime::PalImpl::create(executorch_log, __FILE__));
 
 template <typename F>
 ditskip_status guarded(F&& body) {
