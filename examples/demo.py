@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{marked[0]} -> {marked[1]}; shape, colour and background alone: {unmarked[0]} -> {unmarked[1]})\n"
               + (f"        below the {SHOWN_PROMPTS} of {len(texts)} this demo aims for: on the committed 4.6M-"
                  "parameter testbed no recipe tried reaches it reliably on backgrounds no photo shows, full LoRA "
-                 "included (README, \"The personalization testbed\")\n" if recognised[1] < SHOWN_PROMPTS else "")
+                 "included (testbed/README.md)\n" if recognised[1] < SHOWN_PROMPTS else "")
               + f"background as prompted: before {s0['background_ok']['mean']:.2f} -> after "
               f"{s1['background_ok']['mean']:.2f}\n"
               f"on the references' own captions (their backgrounds): similarity "
