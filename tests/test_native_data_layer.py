@@ -316,6 +316,13 @@ def _truncate_shard(b: Path) -> None:
     resign(b)
 
 
+def _without_subject_stage(b: Path, kind: str) -> None:
+    m = read_manifest(b, verify=False)
+    del m["subject_stage"]
+    m["bundle_kind"] = kind
+    write_manifest(b / MANIFEST, m)
+
+
 def _remove(rel: str):
     def damage(b: Path) -> None:
         (b / rel).unlink()
@@ -343,6 +350,8 @@ DAMAGE = {
     "truncated_shard": (_truncate_shard, "(truncated or overwritten)"),
     "no_index": (_remove("subject/cache/cache_index.json"), "residual cache index missing"),
     "no_shard": (_remove("subject/cache/shard_00000.bin"), "residual cache shard missing"),
+    "model_bundle": (lambda b: _without_subject_stage(b, "model"), "a model bundle (no photos, no schedule, no cache)"),
+    "bundle_kind": (lambda b: _without_subject_stage(b, "photos"), "bundle_kind 'photos', expected 'model' or 'subject'"),
     "bad_cache_mode": (lambda b: _rewrite(b, subject_stage={**read_manifest(b, verify=False)["subject_stage"],
                                                              "cache_mode": "sometimes"}),
                        "subject_stage.cache_mode 'sometimes', expected one of stored, x0-only, cache-free"),
