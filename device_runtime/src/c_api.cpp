@@ -14,6 +14,7 @@
 #include "ditskip/ditskip.h"
 #include "train/footprint.h"
 #include "train/log.h"
+#include "train/raw_program.h"
 #include "train/trainer.h"
 #include "util/failure.h"
 #include "util/json.h"
@@ -29,6 +30,10 @@ struct ditskip_bundle {
 struct ditskip_trainer {
   ditskip::Bundle* bundle = nullptr;
   std::unique_ptr<ditskip::Trainer> trainer;
+};
+
+struct ditskip_program {
+  std::unique_ptr<ditskip::RawProgram> program;
 };
 
 namespace {
@@ -149,7 +154,7 @@ ditskip_train_params ditskip_train_default_params(void) {
   ditskip_train_params p;
   p.run_dir = nullptr;
   p.precision = nullptr;
-  p.steps = 0;
+  p.steps = -1;
   p.checkpoint_every = 50;
   p.resume = true;
   p.device_preprocess = false;
@@ -171,7 +176,6 @@ ditskip_status ditskip_trainer_create(ditskip_bundle* bundle, const ditskip_trai
     *out = nullptr;
     if (bundle == nullptr) ditskip::refuse("ditskip_trainer_create: bundle is NULL");
     const ditskip_train_params p = params != nullptr ? *params : ditskip_train_default_params();
-    if (p.steps < 0) ditskip::refuse("--steps " + std::to_string(p.steps) + ": expected >= 1");
     if (p.stop_after < 0) ditskip::refuse("stop_after " + std::to_string(p.stop_after) + ": expected >= 0");
     if (p.budget_anon_bytes < 0) ditskip::refuse("budget " + std::to_string(p.budget_anon_bytes) + ": expected >= 0");
     ditskip::TrainConfig cfg;
@@ -226,6 +230,38 @@ void ditskip_trainer_cancel(ditskip_trainer* trainer) {
 }
 
 void ditskip_trainer_free(ditskip_trainer* trainer) { delete trainer; }
+
+ditskip_status ditskip_program_open(const char* pte_path, const char* ptd_path, ditskip_program** out) {
+  return guarded([&] {
+    if (out == nullptr) ditskip::refuse("ditskip_program_open: out is NULL");
+    *out = nullptr;
+    if (pte_path == nullptr) ditskip::refuse("ditskip_program_open: pte_path is NULL");
+    auto handle = std::make_unique<ditskip_program>();
+    handle->program = std::make_unique<ditskip::RawProgram>(pte_path, ptd_path != nullptr ? ptd_path : "");
+    *out = handle.release();
+    return DITSKIP_OK;
+  });
+}
+
+ditskip_status ditskip_program_load_method(ditskip_program* program, const char* method) {
+  return guarded([&] {
+    if (program == nullptr) ditskip::refuse("ditskip_program_load_method: program is NULL");
+    program->program->load_method(method != nullptr ? method : "forward");
+    return DITSKIP_OK;
+  });
+}
+
+ditskip_status ditskip_program_run(ditskip_program* program, const char* method, const ditskip_tensor* inputs,
+                                   int32_t n_inputs, double* first_output) {
+  return guarded([&] {
+    if (program == nullptr) ditskip::refuse("ditskip_program_run: program is NULL");
+    const double first = program->program->run(method != nullptr ? method : "forward", inputs, n_inputs);
+    if (first_output != nullptr) *first_output = first;
+    return DITSKIP_OK;
+  });
+}
+
+void ditskip_program_free(ditskip_program* program) { delete program; }
 
 void ditskip_footprint(int64_t* rss_anon_bytes, int64_t* rss_file_bytes) {
   ditskip::Footprint fp;

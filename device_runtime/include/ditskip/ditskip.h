@@ -66,7 +66,7 @@ typedef bool (*ditskip_progress_callback)(int32_t step, int32_t total_steps, dou
 typedef struct {
   const char *run_dir;          /* checkpoint, LoRA and summary go here; NULL: BUNDLE/runs/executorch */
   const char *precision;        /* which train_step program: "fp32" | "int8" | "int4"; NULL: the first listed */
-  int32_t steps;                /* train the first N optimizer steps of the schedule; 0: all */
+  int32_t steps;                /* train the first N optimizer steps of the schedule (1 .. its steps); -1: all */
   int32_t checkpoint_every;     /* optimizer steps between checkpoints (>= 1) */
   bool resume;                  /* continue from RUN_DIR/checkpoint.safetensors when it is this run's */
   bool device_preprocess;       /* x0 from the bundle's photos with its preprocess programs instead of the cache */
@@ -91,6 +91,41 @@ DITSKIP_API char *ditskip_trainer_summary_json(const ditskip_trainer *trainer);
 /* Asks a running ditskip_trainer_run to stop after the current step. Thread-safe. */
 DITSKIP_API void ditskip_trainer_cancel(ditskip_trainer *trainer);
 DITSKIP_API void ditskip_trainer_free(ditskip_trainer *trainer);
+
+/* ------------------------------------------------------------------------------------------------ raw programs */
+/* One ExecuTorch program run as it is, without a bundle (benchmarks, speed checks on a handset): its .pte and
+ * optional .ptd memory-mapped (not locked, not copied), a method called on caller-owned inputs. */
+typedef struct ditskip_program ditskip_program;
+
+typedef enum {
+  DITSKIP_FLOAT32 = 0,
+  DITSKIP_INT8 = 1,
+  DITSKIP_UINT8 = 2,
+  DITSKIP_INT32 = 3,
+  DITSKIP_INT64 = 4,
+  DITSKIP_FLOAT64 = 5,
+  DITSKIP_BOOL = 6            /* one byte per element, 0 or 1 */
+} ditskip_dtype;
+
+/* A view of caller-owned memory: ndim sizes in shape, numel * the dtype's size bytes (little-endian, contiguous) in
+ * data. The library reads it during ditskip_program_run only and never keeps or frees it. */
+typedef struct {
+  ditskip_dtype dtype;
+  int32_t ndim;
+  const int64_t *shape;
+  const void *data;
+} ditskip_tensor;
+
+/* Opens the program (ptd_path NULL: no external data file); its methods are loaded on first use. */
+DITSKIP_API ditskip_status ditskip_program_open(const char *pte_path, const char *ptd_path, ditskip_program **out);
+/* Loads a method now (its memory arena, the delegates' packed weights) so that the first run is a step alone.
+ * method NULL: "forward". Optional: ditskip_program_run loads a method it has not. */
+DITSKIP_API ditskip_status ditskip_program_load_method(ditskip_program *program, const char *method);
+/* Runs `method` (NULL: "forward") on n_inputs inputs in the method's order; the first element of output 0 as a
+ * double in *first_output (may be NULL), e.g. a training step's loss. Outputs stay in the program's memory. */
+DITSKIP_API ditskip_status ditskip_program_run(ditskip_program *program, const char *method,
+                                               const ditskip_tensor *inputs, int32_t n_inputs, double *first_output);
+DITSKIP_API void ditskip_program_free(ditskip_program *program);
 
 /* ------------------------------------------------------------------------------------------------ footprint */
 /* This process's resident memory as a phone counts it: RssAnon (dirty anonymous) and RssFile (file-backed), bytes;

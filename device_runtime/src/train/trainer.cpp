@@ -54,7 +54,7 @@ Trainer::Trainer(const Bundle& bundle, TrainConfig cfg) : bundle_(bundle), cfg_(
   inputs_ = std::make_unique<StepInputs>(bundle, schedule_, preprocess_.get());
 
   total_ = schedule_.steps;
-  if (cfg_.steps != 0) {
+  if (cfg_.steps != -1) {
     if (!(1 <= cfg_.steps && cfg_.steps <= schedule_.steps))
       refuse("--steps " + std::to_string(cfg_.steps) + ": expected 1 to " + std::to_string(schedule_.steps) +
              " (the bundle's schedule has " + std::to_string(schedule_.steps) + " steps)");

@@ -33,7 +33,7 @@ namespace ditskip {
 struct TrainConfig {
   std::string run_dir;               // empty: BUNDLE/runs/executorch
   std::string precision;             // empty: the first train_step program listed
-  int steps = 0;                     // 0: the whole schedule
+  int steps = -1;                    // -1: the whole schedule; else 1 .. the schedule's steps
   int checkpoint_every = 50;
   bool resume = true;
   bool device_preprocess = false;
