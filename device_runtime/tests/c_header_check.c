@@ -14,6 +14,30 @@ static void on_log(int level, const char *message, void *user_data) {
 }
 
 int ditskip_c_header_check(const char *bundle_dir);
+int ditskip_c_header_check_program(const char *pte, const char *ptd);
+
+int ditskip_c_header_check_program(const char *pte, const char *ptd) {
+  ditskip_program *program = NULL;
+  const int64_t shape[2] = {2, 3};
+  const float data[6] = {0, 1, 2, 3, 4, 5};
+  ditskip_tensor inputs[1];
+  double loss = 0;
+  ditskip_status status;
+  inputs[0].dtype = DITSKIP_FLOAT32;
+  inputs[0].ndim = 2;
+  inputs[0].shape = shape;
+  inputs[0].data = data;
+  status = ditskip_program_open(pte, ptd, &program);
+  if (status != DITSKIP_OK) return (int)status;
+  status = ditskip_program_load_method(program, NULL);
+  if (status == DITSKIP_OK) status = ditskip_program_run(program, "forward", inputs, 1, &loss);
+  ditskip_program_free(program);
+  switch (inputs[0].dtype) {
+    case DITSKIP_FLOAT32: case DITSKIP_INT8: case DITSKIP_UINT8: case DITSKIP_INT32: case DITSKIP_INT64:
+    case DITSKIP_FLOAT64: case DITSKIP_BOOL: break;
+  }
+  return (int)status + (loss > 0);
+}
 
 int ditskip_c_header_check(const char *bundle_dir) {
   ditskip_bundle *bundle = NULL;
