@@ -22,6 +22,11 @@ covers what neither counts and a device has too: thread stacks, the allocator's 
 The data budget adds the address space a runtime reserves without touching (RUNTIME_RESERVED_BYTES: counted by
 VmData, not resident). MALLOC_ARENA_MAX=1 keeps glibc from reserving 64 MiB per thread, MALLOC_ENV returns freed
 blocks to the system, and threads get 1 MiB stacks (RLIMIT_STACK before exec), as on Android.
+
+runtime="native" trains with the native device runtime (`ditskip-run train`, device_runtime/: no Python in the
+process) and counts the WHOLE process, nothing subtracted (baseline zero): the budget is the same prediction plus
+margin plus slack (the slack covers the runtime's fixed cost, `ditskip-run footprint`), enforced by the core itself
+(--budget-mib: over it, exit 3 with the checkpoint untouched) and by the parent's watch (SIGKILL past it).
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ DEFAULT_SLACK_BYTES = 64 * MIB
 # minus RssAnon growth): onnxruntime-training 1.19.2 grows the brk heap by about 270 MiB while its anonymous
 # resident memory grows by about 30 MiB. RLIMIT_DATA counts it, a phone's footprint limit would not.
 RUNTIME_RESERVED_BYTES = {"ort": 320 * MIB, "executorch": 16 * MIB}
+NATIVE = "native"              # run_device's runtime for the native core: it runs the bundle's executorch programs
 EXIT_CODES = {"ok": 0, "out_of_memory": 3, "over_budget": 3}
 
 
@@ -153,11 +159,18 @@ def run_device(bundle: str | Path, runtime: str, run_dir: str | Path, *, margin:
     run_dir.mkdir(parents=True, exist_ok=True)
     prediction = None
     if not uncapped and budget_bytes is None:
-        prediction = predict_memory(bundle, runtime, use_estimate, precision, subject_stage=photos is not None,
-                                    cache_free=cache_mode != "stored")
+        prediction = predict_memory(bundle, "executorch" if runtime == NATIVE else runtime, use_estimate, precision,
+                                    subject_stage=photos is not None, cache_free=cache_mode != "stored")
         budget_bytes = budget_from(prediction, margin, slack_bytes)
     if uncapped:
         budget_bytes = None
+    if runtime == NATIVE:
+        if photos is not None or no_train or keep_blocks or overwrite:
+            raise ValueError("run_device(runtime='native'): the native core trains a subject bundle; the subject "
+                             "stage runs in the Python runtime (photos / no_train / keep_blocks / overwrite)")
+        return _run_native(bundle, run_dir, budget_bytes, prediction, steps=steps, checkpoint_every=checkpoint_every,
+                           resume=resume, precision=precision, sample_s=sample_s, kill_when=kill_when,
+                           timeout_s=timeout_s)
     data_budget = None if budget_bytes is None else (budget_bytes + extra_data_bytes
                                                      + (RUNTIME_RESERVED_BYTES.get(runtime, 0) if reserve else 0))
     tmp = Path(tempfile.mkdtemp(prefix="device-", dir=run_dir))
@@ -215,6 +228,62 @@ def run_device(bundle: str | Path, runtime: str, run_dir: str | Path, *, margin:
     status, message = _outcome(proc.returncode, killed_by, result, log_text, budget_bytes, data_budget, timeline,
                                baseline)
     run = DeviceRun(status, proc.returncode, message, runtime, str(run_dir), budget_bytes,
+                    asdict(prediction) if prediction else None, result, baseline, timeline)
+    (run_dir / "device_run.json").write_text(json.dumps(run.to_json(), indent=1, default=str))
+    return run
+
+
+def _run_native(bundle: Path, run_dir: Path, budget_bytes: int | None, prediction: Prediction | None, *,
+                steps: int | None, checkpoint_every: int, resume: bool, precision: str | None, sample_s: float,
+                kill_when: Callable[[Path], bool] | None, timeout_s: float) -> DeviceRun:
+    """`ditskip-run train BUNDLE` under the cap: the core's own budget (--budget-mib) and the parent's watch, both on
+    the whole process's RssAnon."""
+    from .native_runtime import build, measure
+    runner = build("x86_64")
+    args = ["train", bundle, "--run-dir", run_dir, "--json", "--checkpoint-every", checkpoint_every]
+    if steps is not None:
+        args += ["--steps", steps]
+    if not resume:
+        args.append("--no-resume")
+    if precision:
+        args += ["--precision", precision]
+    if budget_bytes is not None:
+        args += ["--budget-mib", f"{budget_bytes / MIB:.9g}"]
+    killed_by: list[str] = []
+
+    def stop_when(sample) -> bool:
+        _, anon, _ = sample
+        if budget_bytes is not None and anon > budget_bytes:
+            killed_by.append("budget")
+        elif kill_when is not None and kill_when(run_dir):
+            killed_by.append("request")
+        return bool(killed_by)
+
+    env = {**MALLOC_ENV, "MALLOC_ARENA_MAX": os.environ.get("DEVICE_MALLOC_ARENA_MAX", "1"),
+           **{k: os.environ[k] for k in MALLOC_ENV if k in os.environ}}
+    m = measure(runner, *args, sample_s=sample_s, env=env, timeout=timeout_s, preexec_fn=_phone_like_limits,
+                stop_when=stop_when)
+    (run_dir / "device_log.txt").write_text(m.stderr)
+    timeline = [MemorySample(t, a, f) for t, a, f in m.timeline]
+    stderr_line = next((ln for ln in reversed(m.stderr.strip().splitlines()) if ln.startswith("ditskip-run")), "")
+    summary = m.json if m.returncode == 0 else None
+    if killed_by and killed_by[0] == "budget":
+        peak = max(s.anon_bytes for s in timeline)
+        status, message = "over_budget", (f"over budget: the native process's dirty anonymous memory (RssAnon, whole "
+                                          f"process) reached {peak / MIB:.1f} MiB, past the {budget_bytes / MIB:.1f} MiB "
+                                          f"budget; stopped as a phone would stop it (the last checkpoint is whole)")
+    elif killed_by or m.returncode < 0:
+        status, message = "killed", f"child killed (SIGKILL) by the runner ({killed_by[0] if killed_by else 'timeout'})"
+    elif m.returncode == 3:
+        status, message = "over_budget", f"over budget (the core's own check): {stderr_line}"
+    elif m.returncode == 0 and summary is not None:
+        status, message = "ok", ""
+    else:
+        status, message = "error", f"ditskip-run exited {m.returncode}: {stderr_line or m.stderr.strip()[-2000:]}"
+    baseline = {"anon_bytes": 0, "file_bytes": 0, "whole_process": True}   # nothing subtracted
+    result = {"status": status, "message": message, "summary": summary or {}, "command": "ditskip-run " +
+              " ".join(map(str, args))}
+    run = DeviceRun(status, m.returncode, message, NATIVE, str(run_dir), budget_bytes,
                     asdict(prediction) if prediction else None, result, baseline, timeline)
     (run_dir / "device_run.json").write_text(json.dumps(run.to_json(), indent=1, default=str))
     return run

@@ -24,7 +24,9 @@ def register(sub, add_json_flag) -> None:
     p.add_argument("--attention", default="math", choices=["math", "flash"],
                    help="math: the device program's attention (default); flash: torch's CPU kernel (eager)")
     p.add_argument("--runtime-overhead-mib", type=float, default=DEFAULT_RUNTIME_OVERHEAD_MIB,
-                   help="process / runtime library overhead added to the peak (assumed)")
+                   help="process / runtime library overhead added to the peak (default: assumed, a runtime library "
+                        "+ an app process); for the native core alone pass its measured fixed cost: `ditskip-run "
+                        "footprint --json` (benchmarks/results/device_footprint_*.json native_fixed_cost)")
     p.add_argument("--steps", type=int, default=500, help="optimizer steps (storage of the residual cache)")
     p.add_argument("--grad-accum", type=int, default=4, help="samples per step (storage of the residual cache)")
     p.add_argument("--remat", default="blocks",

@@ -12,7 +12,11 @@ from .memory import MIB, WEIGHTS, MemoryEstimate, StepTrace, storage_estimate, t
 from .program import StepConfig, remat_every
 from .split import split_for_ratio
 
-DEFAULT_RUNTIME_OVERHEAD_MIB = 100   # assumed: a runtime library + app process, not traced (see README)
+# assumed: a runtime library + app process, not traced (see README). The native core's own fixed cost is measured
+# (`ditskip-run footprint --json`: its process with the core and ExecuTorch's libraries loaded, nothing else; the
+# figure is in benchmarks/results/device_footprint_*.json native_fixed_cost); pass it as --runtime-overhead-mib to
+# estimate the native process alone, without an app around it.
+DEFAULT_RUNTIME_OVERHEAD_MIB = 100
 
 
 @dataclass(frozen=True)
