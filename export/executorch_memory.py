@@ -176,7 +176,7 @@ def traced_need(step, cfg=None, tracker_cls=None) -> dict:
         with _eager_like_program(module, every), sdpa_kernel([SDPBackend.MATH]), tracker:
             loss = module(*step.example)
             loss.backward()
-        loss = float(loss)
+        loss = float(loss.detach())
     finally:
         for p, g in zip(params, grads):
             p.grad = g

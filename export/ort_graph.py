@@ -16,6 +16,7 @@ builder), RMSNorm written out in plain ops while exporting.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from pathlib import Path
 
 import onnx
@@ -92,7 +93,18 @@ def export_step_onnx(step: nn.Module, inputs: tuple, names: list[str], path: Pat
     initializers their full-model names."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with onnx_exportable_ops():
+    with onnx_exportable_ops(), warnings.catch_warnings():
+        # ORT's training artifacts take a training-mode graph, which only the TorchScript exporter writes (the
+        # torch.export-based one has no training mode); torch 2.13 (pinned) marks that exporter, its `training`
+        # argument and its export context deprecated: notices about the exporter we choose, not about our graph
+        for message in (r"You are using the legacy TorchScript-based ONNX export",
+                        r"Setting `training` to something other than default is deprecated",
+                        r"The feature will be removed\. Please remove usage of this function"):
+            warnings.filterwarnings("ignore", message=message, category=DeprecationWarning)
+        # the step is traced at the bundle's fixed shapes: where tracing reads a shape as a Python number
+        # (FluxView.image_ids' token count, F.mse_loss's size check) the constant it records is the right one
+        warnings.filterwarnings("ignore", message=r"Converting a tensor to a Python (integer|boolean)",
+                                category=torch.jit.TracerWarning)
         torch.onnx.export(step, tuple(inputs), str(path), input_names=list(names), output_names=["loss"],
                           dynamo=False, export_params=True, do_constant_folding=False, opset_version=opset,
                           training=torch.onnx.TrainingMode.TRAINING)

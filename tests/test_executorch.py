@@ -53,8 +53,9 @@ def _eager_loss_and_grads(module, inputs):
 def _check_program_matches_eager(buffer: bytes, module, inputs, set_params: bool = False, data: bytes | None = None):
     """`data`: the program's .ptd (its frozen weights), when they are not in the .pte."""
     from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
-    from executorch.extension.training import TrainingModule
-    m = TrainingModule(_load_for_executorch_from_buffer(buffer, data_map_buffer=data))
+
+    from ditskip_edge.runtime.bindings import training_module
+    m = training_module(_load_for_executorch_from_buffer(buffer, data_map_buffer=data))
     loss_et = m.forward_backward("forward", inputs)[0]
     if set_params:       # write the eager module's LoRA into the runtime's parameters, then rerun
         eager = dict(module.named_parameters())

@@ -449,7 +449,7 @@ def test_folded_text_encoder_stores_its_weight_transposes_and_computes_the_same(
     from export.generation_modules import PipelineEncoder
     torch.manual_seed(0)
     t5 = T5EncoderModel(T5Config(vocab_size=300, d_model=64, d_kv=16, d_ff=2048, num_layers=1, num_heads=4,
-                                 feed_forward_proj="gated-gelu")).eval()
+                                 feed_forward_proj="gated-gelu")).eval().requires_grad_(False)
     module = PipelineEncoder("t5", t5)
     ids = torch.randint(3, 300, (1, 16))                # few tokens: a [d_ff, d_model] weight outweighs activations
     arenas, outs = {}, {}

@@ -38,12 +38,13 @@ def _two_block_flux_step():
 def _run(prog, inputs, tmp_path=None):
     """Loss and named gradients of one forward_backward; from files (.pte + .ptd) when the program has data."""
     from executorch.extension.pybindings.portable_lib import _load_for_executorch, _load_for_executorch_from_buffer
-    from executorch.extension.training import TrainingModule
+
+    from ditskip_edge.runtime.bindings import training_module
     if prog.data:
         paths = prog.write(tmp_path / "train_step.pte")
-        m = TrainingModule(_load_for_executorch(str(paths[0]), data_path=str(paths[1])))
+        m = training_module(_load_for_executorch(str(paths[0]), data_path=str(paths[1])))
     else:
-        m = TrainingModule(_load_for_executorch_from_buffer(prog.buffer))
+        m = training_module(_load_for_executorch_from_buffer(prog.buffer))
     loss = float(m.forward_backward("forward", inputs)[0])
     return loss, {k: v.clone() for k, v in m.named_gradients().items()}
 

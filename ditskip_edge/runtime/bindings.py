@@ -17,6 +17,7 @@ import importlib.machinery
 import importlib.util
 import sys
 import types
+import warnings
 
 
 def bare_package(name: str) -> None:
@@ -45,6 +46,15 @@ def executorch_training():
     """-> the module holding `_load_for_executorch_for_training` (ExecuTorch's C++ TrainingModule bindings)."""
     bare_package("executorch.exir")          # only executorch.exir._warnings gets loaded from it
     return importlib.import_module("executorch.extension.training")
+
+
+def training_module(program_module):
+    """ExecuTorch's TrainingModule over a loaded program. Its class is marked experimental: constructing it warns
+    "This API is experimental" (an ExperimentalWarning, a DeprecationWarning) every time; the device runtime uses
+    it on purpose, so that notice is left out here and nowhere else."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"This API is experimental", category=DeprecationWarning)
+        return executorch_training().TrainingModule(program_module)
 
 
 def executorch_inference():

@@ -72,7 +72,7 @@ def load_training_module(bundle: Bundle, program: dict):
             module = load(str(bundle.root / program["path"]), data_path=str(bundle.root / data[0]))
         else:
             module = load(str(bundle.root / program["path"]))
-    return bindings.executorch_training().TrainingModule(module)
+    return bindings.training_module(module)
 
 
 class Preprocessor:

@@ -75,6 +75,23 @@ def subject_programs(bundle: Bundle) -> tuple[dict[str, list[dict]], dict, dict[
     return encoders, by_name[EMBED][0], blocks
 
 
+def executorch_call(fn, what: str, program: Path, data: Path | None = None):
+    """fn() (an ExecuTorch load or run) with ExecuTorch's log lines kept off the user's stderr (its Python bindings
+    write them to sys.stderr: XNNPACK's cpuinfo probe on a delegated program's first run, a failure's reasons); a
+    failure is one BundleError naming the program (or its data file) with the first lines that say why."""
+    log = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(log):
+            return fn()
+    except Exception as e:  # noqa: BLE001 - ExecuTorch reports failures as RuntimeError with an error code
+        lines = [ln.strip() for ln in log.getvalue().splitlines() if ln.strip() and "cpuinfo" not in ln]
+        why = "; ".join([f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'no message'}"] + lines[:2])
+        if data is not None:
+            raise BundleError(f"{data}: does not match its program {program.name} (ExecuTorch could not "
+                              f"{what} it: {why})") from e
+        raise BundleError(f"{program}: ExecuTorch could not {what} the program ({why})") from e
+
+
 class ProgramRunner:
     """One forward-only ExecuTorch program: load (with its data file), call with named inputs, named outputs.
     ExecuTorch's log lines (its Python bindings write them to sys.stderr) are kept out of the user's stderr and put
@@ -91,17 +108,7 @@ class ProgramRunner:
         self.module = self._guarded(lambda: load(*args), "load")
 
     def _guarded(self, fn, what: str):
-        log = io.StringIO()
-        try:
-            with contextlib.redirect_stderr(log):
-                return fn()
-        except Exception as e:  # noqa: BLE001 - ExecuTorch reports failures as RuntimeError with an error code
-            lines = [ln.strip() for ln in log.getvalue().splitlines() if ln.strip() and "cpuinfo" not in ln]
-            why = "; ".join([f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'no message'}"] + lines[:2])
-            if self.data:
-                raise BundleError(f"{self.data[0]}: does not match its program {self.path.name} (ExecuTorch could not "
-                                  f"{what} it: {why})") from e
-            raise BundleError(f"{self.path}: ExecuTorch could not {what} the program ({why})") from e
+        return executorch_call(fn, what, self.path, self.data[0] if self.data else None)
 
     def check(self) -> None:
         """Run once on zeros: the method (and every weight it takes from its data file) is resolved on first run."""

@@ -42,6 +42,7 @@ from .contract import (CFG_BRANCHES, GEN_BLOCK, GEN_EMBED, GEN_HEAD, GENERATION_
                        TEXT_HASH, TEXT_KINDS, TEXT_MINILM, TEXT_PIPELINE, ordered_inputs)
 from .errors import BundleError, UserError
 from .footprint import read_footprint
+from .forward import executorch_call
 from .progress import Progress
 from .safetensors_io import read_safetensors
 from .weights import ST_DTYPES, MappedWeights, merge_lora, write_weights_streamed
@@ -102,11 +103,12 @@ class Programs:
 
     def __call__(self, entry: dict, named: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         module = self.loaded.get(entry["path"])
+        path = self.bundle.root / entry["path"]
         if module is None:
             self.drop()
-            module = self.loaded[entry["path"]] = self._load(str(self.bundle.root / entry["path"]))
+            module = self.loaded[entry["path"]] = executorch_call(lambda: self._load(str(path)), "load", path)
         tensors = [self.torch.from_numpy(a) for a in ordered_inputs(entry, named)]
-        outs = module.forward(tensors)
+        outs = executorch_call(lambda: module.forward(tensors), "run", path)
         self.watch.check()
         return {o["name"]: t.numpy() for o, t in zip(entry["outputs"], outs)}
 
