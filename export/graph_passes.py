@@ -363,7 +363,7 @@ def mm_to_bmm(ep: ExportedProgram, weights_left: bool = True) -> int:
     workspace, which every delegate call shares and which stays as large as the largest call needed for the whole
     run, outside the planned arena (a transpose chained into the delegate lands there too): at the 288M FLUX layout
     the remat program's RssAnon went from 141.7 to 72.3 MiB with this rewrite (benchmarks/device_footprint.py
-    --configs headline; device_footprint_before_workspace_fix.md). The activations (tokens x features) are transposed and packed instead; the backward's w.t() is a separate
+    --configs headline; device_footprint_before_workspace_fix.md@eb714ee, in git). The activations (tokens x features) are transposed and packed instead; the backward's w.t() is a separate
     transpose whose output the memory plan places (and frees) like any other tensor."""
     def transposed_product(g, n, left, a):
         """(left @ a.t()).t(), the right operand a.t() the small one."""

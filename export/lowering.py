@@ -21,7 +21,7 @@ rewrites. A training program's partitions are one bmm (with its transposes), per
 most of those passes change nothing. `pruned_xnnpack_passes` skips, per partition and per pass, the passes of
 `_xnnpack_pass_ops` when the partition holds none of the ops that pass rewrites (read from each pass's source in
 ExecuTorch 1.5.1); the others always run. The programs come out byte for byte the same
-(tests/test_lowering.py; `python benchmarks/xnnpack_pass_pruning.py` on the bundles' programs, with the times).
+(tests/test_lowering.py; `python benchmarks/xnnpack_pass_pruning.py@eb714ee` (git show) on the bundles' programs, with the times).
 """
 
 from __future__ import annotations

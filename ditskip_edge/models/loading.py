@@ -2,7 +2,7 @@
 
 `resolve_spec(name_or_path)` turns a CLI model argument into a ModelSpec: a built-in name, a local diffusers
 pipeline folder, or a `.safetensors` file of `flux-testbed` weights (`testbed_weights_spec`: weights that
-benchmarks/pretrain_testbed.py wrote, grown ones included, used without replacing the committed asset).
+testbed/pretrain_testbed.py wrote, grown ones included, used without replacing the committed asset).
 `build_transformer(spec, device)` returns the diffusers transformer with weights:
   - builtin tiny: random from spec.seed (zero-initialised modulation / output layers get small random values so
     that every block matters, as in a trained model);
@@ -65,7 +65,7 @@ def testbed_weights_spec(path: Path) -> ModelSpec:
     counts = flux_block_counts(keys)
     if not any(counts.values()):
         raise UserError(f"{path}: holds no FLUX transformer blocks (expected {TESTBED} weights, e.g. "
-                        f"benchmarks/pretrain_testbed.py --out)")
+                        f"testbed/pretrain_testbed.py --out)")
     base = builtin_spec(TESTBED)
     return replace(base, name=f"{TESTBED}@{path}", transformer_config={**base.transformer_config, **counts},
                    weights=str(path.resolve()))
@@ -154,7 +154,7 @@ def load_builtin_weights(model: nn.Module, spec: ModelSpec) -> None:
     path = builtin_weights_path(spec)
     if not path.is_file():
         raise UserError(f"{path}: the pretrained weights of '{spec.name}' are missing (made by "
-                        f"benchmarks/pretrain_testbed.py)")
+                        f"testbed/pretrain_testbed.py)")
     try:
         result = model.load_state_dict(load_file(str(path)), strict=False)
     except RuntimeError as e:                  # a tensor of another shape (another width)

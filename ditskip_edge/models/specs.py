@@ -4,7 +4,7 @@ Built-in names:
 - `flux-tiny`, `sana-tiny`: the real diffusers architectures at toy width, random weights from a fixed seed,
   with tiny random autoencoders of the real kinds (AutoencoderKL / AutoencoderDC) and the hash text encoder.
   Small enough for tests and the demo on 2 CPU cores.
-- `flux-testbed`: a small FLUX (12 blocks: 4 double + 8 single, width 128, 4.6M parameters) that the project pretrained itself (benchmarks/pretrain_testbed.py)
+- `flux-testbed`: a small FLUX (12 blocks: 4 double + 8 single, width 128, 4.6M parameters) that the project pretrained itself (testbed/pretrain_testbed.py)
   on generated captioned scenes, in pixel space (space-to-depth "pixel" autoencoder, no learned VAE), with MiniLM
   text conditioning. Its weights ship in ditskip_edge/assets/flux-testbed/. The personalization testbed's model.
 - `flux-dev`, `sana-1600m`, `sana-600m`: the real full-size transformer configs (FLUX.1-dev, SANA 1600M / 600M
@@ -112,7 +112,7 @@ BUILTIN_SPECS: dict[str, ModelSpec] = {
                                 patch_size=1),
         vae_config=_SANA_TINY_VAE, text=TextSpec("hash", seq_len=8, dim=24),
         vae_scale_factor=32, data_px=512, train_px=256),
-    # Pretrained here (benchmarks/pretrain_testbed.py): 64 px scenes, pixel space (2x2 space-to-depth, 12 channels; FLUX
+    # Pretrained here (testbed/pretrain_testbed.py): 64 px scenes, pixel space (2x2 space-to-depth, 12 channels; FLUX
     # packs 2x2 again, so one token is a 4x4 pixel patch), crops resized to 32 px (8x8 = 64 image tokens).
     "flux-testbed": ModelSpec(
         name="flux-testbed", arch=FLUX_ARCH,

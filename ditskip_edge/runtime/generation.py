@@ -93,7 +93,7 @@ class Programs:
     own planned arena, so calling another program first drops the loaded one (a sampler step loads embed, each block
     kind in turn and head once: FLUX's double blocks, then its single blocks), and the footprint is the largest
     program's arena, not the sum (measured at the 288M layout: 145 MiB with all four kept, benchmarks/results/
-    generation_memory_before_streamed_merge.md)."""
+    generation_memory_before_streamed_merge.md@eb714ee, in git)."""
 
     def __init__(self, bundle: Bundle, watch: FootprintWatch):
         import torch                          # the bindings exchange torch tensors (no autograd is used)
