@@ -131,6 +131,26 @@ def train_device(bundle_dir: Path, runtime: str, run_dir: Path | None, precision
     return train_bundle(bundle_dir, runtime, RunConfig(run_dir=run_dir, progress=False, **cfg), precision)
 
 
+def _native_runner(arch: str):
+    from device_tests import native_runtime
+    try:
+        return native_runtime.build(arch)
+    except native_runtime.NativeBuildError as e:
+        pytest.fail(str(e), pytrace=False)        # a missing toolchain is a failure, not a skip (.ci/run installs it)
+
+
+@pytest.fixture(scope="session")
+def runner():
+    """The native device runtime built for x86-64 (`make native`): device_tests.native_runtime.Runner."""
+    return _native_runner("x86_64")
+
+
+@pytest.fixture(scope="session")
+def arm64_runner():
+    """The native device runtime cross-built for arm64 (`make native-arm64`), run under qemu-aarch64."""
+    return _native_runner("arm64")
+
+
 @pytest.fixture(scope="session")
 def flux_bundle(tmp_path_factory) -> Path:
     """flux-tiny bundle: front 1, back 2 of 6 blocks, 6 steps."""

@@ -79,15 +79,6 @@ fun main(args: Array<String>) {
 # ------------------------------------------------------------------------------------------------- fixtures
 
 @pytest.fixture(scope="module")
-def runner():
-    from device_tests import native_runtime
-    try:
-        return native_runtime.build("x86_64")
-    except native_runtime.NativeBuildError as e:
-        pytest.fail(str(e), pytrace=False)
-
-
-@pytest.fixture(scope="module")
 def jni_dir(runner) -> Path:
     lib = runner.binary.parent / "bindings" / "libditskip_jni.so"
     if not lib.is_file():

@@ -34,22 +34,6 @@ from ditskip_edge.runtime.checkpoint import CHECKPOINT
 pytest.importorskip("executorch")
 
 
-@pytest.fixture(scope="session")
-def runner() -> native_runtime.Runner:
-    try:
-        return native_runtime.build("x86_64")
-    except native_runtime.NativeBuildError as e:
-        pytest.fail(str(e), pytrace=False)
-
-
-@pytest.fixture(scope="session")
-def arm64_runner() -> native_runtime.Runner:
-    try:
-        return native_runtime.build("arm64")
-    except native_runtime.NativeBuildError as e:
-        pytest.fail(str(e), pytrace=False)
-
-
 # ------------------------------------------------------------------------------------------------- bundles
 
 @pytest.fixture(scope="module")

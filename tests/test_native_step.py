@@ -32,14 +32,6 @@ STEPS = 3
 
 
 @pytest.fixture(scope="module")
-def runner() -> native_runtime.Runner:
-    try:
-        return native_runtime.build("x86_64")
-    except native_runtime.NativeBuildError as e:
-        pytest.fail(str(e), pytrace=False)
-
-
-@pytest.fixture(scope="module")
 def program(tmp_path_factory) -> dict:
     """A tiny exported training program (benchmarks/ptd_loader.py export_wide_step, 2 heads), its inputs as
     `ditskip-run step --inputs` reads them and as the Python bindings' runner loads them."""
