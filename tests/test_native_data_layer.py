@@ -12,7 +12,7 @@ Properties protected, each compared byte for byte with ditskip_edge/runtime:
 - safetensors files are written as safetensors_io.safetensors_bytes writes them, and any valid file reads back;
 - a photo's pixels are Pillow's convert("RGB") / 127.5 - 1 in float32, for RGB, grey, RGBA, LA and palette PNGs.
 
-The checker (device_runtime/tests/data_layer_check.cpp) is built once per module with g++ (`build_checker`).
+The checker (device_runtime/tests/data_layer_check.cpp) is the CMake target `make native` / `make native-arm64` build.
 """
 
 from __future__ import annotations
@@ -35,28 +35,11 @@ from ditskip_edge.runtime.bundle import MANIFEST, Bundle, read_manifest, sha256_
 from ditskip_edge.runtime.cache_format import CacheCodec, entry_layout, identity_digest
 from ditskip_edge.runtime.errors import UserError
 
-NATIVE = ROOT / "device_runtime"
-SOURCES = ["src/util/json.cpp", "src/util/files.cpp", "src/util/sha256.cpp", "src/bundle/bundle.cpp",
-           "src/bundle/schedule.cpp", "src/bundle/rng.cpp", "src/bundle/cache_reader.cpp",
-           "src/bundle/safetensors.cpp", "src/bundle/photos.cpp", "tests/data_layer_check.cpp"]
-
-
-def build_checker(out_dir: Path, compiler: str = "g++", extra: tuple[str, ...] = ()) -> Path:
-    """The one place the checker is built (to be switched to the CMake build's target)."""
-    if shutil.which(compiler) is None:
-        pytest.skip(f"{compiler} is not installed")
-    exe = out_dir / f"data_layer_check-{compiler}"
-    cmd = [compiler, "-std=c++17", "-O1", "-Wall", "-Wextra", "-ffp-contract=off", f"-I{NATIVE / 'src'}",
-           f"-I{NATIVE / 'include'}", *[str(NATIVE / s) for s in SOURCES], *extra, "-lcrypto", "-o", str(exe)]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-4000:]
-    assert "warning" not in out.stderr, out.stderr[-4000:]
-    return exe
-
-
 @pytest.fixture(scope="module")
-def checker(tmp_path_factory) -> Path:
-    return build_checker(tmp_path_factory.mktemp("native"))
+def checker(runner) -> Path:
+    """device_runtime/tests/data_layer_check.cpp as `make native` builds it (CMake target data_layer_check: the
+    library's own data-layer objects)."""
+    return runner.binary.parent / "data_layer_check"
 
 
 @pytest.fixture(scope="module")
@@ -564,18 +547,16 @@ def test_photo_pixels_are_pillows_rgb_over_127_5_minus_1(checker, bundle, tmp_pa
 
 # ------------------------------------------------------------------------------------------------------ arm64
 
-def test_arm64_build_draws_the_same_noise_and_writes_the_same_json(checker, tmp_path):
+def test_arm64_build_draws_the_same_noise_and_writes_the_same_json(checker, arm64_runner, tmp_path):
     """The same sources cross-built for aarch64 (as the phone build compiles them) and run under qemu: rng.normal's
     bits and py_dumps equal the x86-64 build's (libm and to_chars of another target)."""
-    qemu = shutil.which("qemu-aarch64-static")
-    if qemu is None or not Path("/usr/aarch64-linux-gnu").is_dir():
-        pytest.skip("no aarch64 cross toolchain / qemu-aarch64-static")
-    arm = build_checker(tmp_path, "aarch64-linux-gnu-g++", ("-L/usr/lib/aarch64-linux-gnu",))
+    from device_tests.native_runtime import QEMU
+    arm = arm64_runner.binary.parent / "data_layer_check"
     doc = tmp_path / "doc.json"
     doc.write_text(json.dumps(TRICKY))
     for args in (["rng", 2 ** 63 - 1, 4000], ["rng", 7, 4000], ["dumps", doc, "sort"]):
         native = run(checker, *args).stdout
-        emulated = subprocess.run([qemu, "-L", "/usr/aarch64-linux-gnu", str(arm), *map(str, args)],
+        emulated = subprocess.run([*QEMU, str(arm), *map(str, args)],
                                   capture_output=True, timeout=300)
         assert emulated.returncode == 0, emulated.stderr.decode(errors="replace")
         assert emulated.stdout == native, args

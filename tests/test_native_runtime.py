@@ -38,11 +38,12 @@ pytest.importorskip("executorch")
 
 @pytest.fixture(scope="module")
 def flux_xnnpack(tmp_path_factory) -> Path:
-    """flux-tiny, int8 and int4 frozen weights on XNNPACK, preprocess programs; 20 steps of one sample (the arm64
-    bound is stated after 20 steps)."""
+    """flux-tiny, int4 frozen weights on XNNPACK; 20 steps of one sample (the arm64 bound is stated after 20 steps).
+    int8 is covered by the portable-kernel bundles, --device-preprocess by sana_programs: XNNPACK lowering is the
+    suite's slowest export (about 75 s a program here)."""
     from export.executorch_stage import ExecutorchPrograms
     return compile_tiny(tmp_path_factory.mktemp("n_flux_xnn") / "bundle", "flux-tiny", steps=20,
-                        programs=[ExecutorchPrograms(("int8", "int4"), backend="xnnpack", preprocess=True)])
+                        programs=[ExecutorchPrograms(("int4",), backend="xnnpack", preprocess=False)])
 
 
 @pytest.fixture(scope="module")
@@ -89,8 +90,7 @@ def _same_run(native: dict, python: dict, native_dir: Path, python_dir: Path) ->
 
 
 CASES = {"flux_fp32": ("device_bundle", "fp32", ()), "flux_int8": ("device_bundle", "int8", ()),
-         "flux_int8_xnnpack": ("flux_xnnpack", "int8", ()),
-         "flux_int4_xnnpack_preprocess": ("flux_xnnpack", "int4", ("--device-preprocess",)),
+         "flux_int4_xnnpack": ("flux_xnnpack", "int4", ()),
          "sana_int8": ("sana_programs", "int8", ()), "sana_int4_preprocess": ("sana_programs", "int4",
                                                                              ("--device-preprocess",)),
          "testbed_demo_int8": ("demo_bundle", "int8", ())}
@@ -276,7 +276,7 @@ def test_over_the_footprint_budget_the_native_run_stops_with_exit_3_and_keeps_th
 # The arm64 run is the x86-64 run to float32 rounding, not bit for bit: ExecuTorch's arm64 optimized kernels
 # (libexecutorch_kernels_optimized of the arm64 wheel) contract multiply-adds into FMAs where the x86-64 build does
 # not. device_runtime/scripts/op_diff.sh (ditskip-op-trace, -DDITSKIP_OP_TRACE=ON) finds the first differing
-# operator: aten::native_layer_norm.out on the XNNPACK program (every XNNPACK delegate call before it is identical),
+# operator: aten::native_layer_norm.out on the XNNPACK int8 program (every XNNPACK delegate call before it is identical),
 # aten::bmm.out then aten::mm.out on the portable one. Our own code (inputs, noise, AdamW, accumulation) gives the
 # same bits on both (the inputs dumped on x86-64 give the arm64 kernels' loss; AdamW over 200 steps is identical).
 # The bounds (relative L2 difference of every LoRA tensor, and of each loss), measured: on XNNPACK programs (one
@@ -300,11 +300,11 @@ def _assert_close_runs(arm: dict, x86: dict, rtol: float) -> None:
     assert worst <= rtol, worst
 
 
-@pytest.mark.parametrize("case", ["flux_int8_xnnpack_20_steps", "sana_int4_preprocess"])
+@pytest.mark.parametrize("case", ["flux_int4_xnnpack_20_steps", "sana_int4_preprocess"])
 def test_the_arm64_build_under_emulation_gives_the_x86_64_builds_lora_to_float32_rounding(case, runner, arm64_runner,
                                                                                          request, tmp_path):
-    if case == "flux_int8_xnnpack_20_steps":
-        bundle, args = request.getfixturevalue("flux_xnnpack"), ("--precision", "int8")
+    if case == "flux_int4_xnnpack_20_steps":
+        bundle, args = request.getfixturevalue("flux_xnnpack"), ("--precision", "int4")
     else:
         bundle, args = request.getfixturevalue("sana_programs"), ("--precision", "int4", "--steps", "2",
                                                                   "--device-preprocess")
