@@ -34,6 +34,7 @@ from conftest import ROOT, compile_tiny
 from ditskip_edge.runtime.bundle import MANIFEST, Bundle, read_manifest, sha256_file, write_manifest
 from ditskip_edge.runtime.cache_format import CacheCodec, entry_layout, identity_digest
 from ditskip_edge.runtime.errors import UserError
+from test_runtime import swap                      # the damage table's entry swap (it re-signs the manifest)
 
 @pytest.fixture(scope="module")
 def checker(runner) -> Path:
@@ -244,17 +245,6 @@ def _rewrite(b: Path, **fields) -> None:
     write_manifest(b / MANIFEST, m)
 
 
-def _swap_entries(b: Path) -> None:
-    index = json.loads((b / "subject/cache/cache_index.json").read_text())
-    e0, e1 = index["entries"][0], index["entries"][1]
-    shard = b / "subject/cache" / e0["shard"]
-    raw = bytearray(shard.read_bytes())
-    x, y = raw[e0["offset"]:e0["offset"] + e0["bytes"]], raw[e1["offset"]:e1["offset"] + e1["bytes"]]
-    raw[e0["offset"]:e0["offset"] + e0["bytes"]], raw[e1["offset"]:e1["offset"] + e1["bytes"]] = y, x
-    shard.write_bytes(bytes(raw))
-    resign(b)
-
-
 def _edit_index(b: Path, edit) -> None:
     p = b / "subject/cache/cache_index.json"
     index = json.loads(p.read_text())
@@ -322,7 +312,7 @@ DAMAGE = {
     "format": (lambda b: _rewrite(b, format="other-bundle"), "format is 'other-bundle', expected"),
     "format_version": (lambda b: _rewrite(b, format_version=2), "format_version 2 is not supported"),
     "no_manifest": (lambda b: (b / MANIFEST).unlink(), "not a bundle (no manifest.json)"),
-    "swapped_entries": (_swap_entries, "entry 0 (bytes"),
+    "swapped_entries": (lambda b: swap(b, "executorch", None), "entry 0 (bytes"),
     "foreign_cache": (lambda b: _edit_index(b, _foreign_cache), "cache was made for another model, plan or schedule"),
     "edited_identity": (lambda b: _edit_index(b, _edited_identity), "field identity does not match identity_sha256"),
     "layout": (lambda b: _edit_index(b, _bad_layout), "field layout does not match codec"),

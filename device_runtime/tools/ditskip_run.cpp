@@ -79,6 +79,22 @@ void on_sigint(int) {
   if (running != nullptr) ditskip_trainer_cancel(running);
 }
 
+// What every verb parses alike: --json, --help, an unknown flag, and its one positional argument. Returns -1 when
+// `a` was taken, else the exit code to return.
+int common_arg(const std::string& a, std::string& positional, bool& as_json) {
+  if (a == "--json") {
+    as_json = true;
+    return -1;
+  }
+  if (a == "-h" || a == "--help") {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if ((!a.empty() && a[0] == '-') || !positional.empty()) return usage_error("", "unrecognized arguments: " + a);
+  positional = a;
+  return -1;
+}
+
 bool parse_int(const char* text, long long& out) {
   char* end = nullptr;
   out = std::strtoll(text, &end, 10);
@@ -138,17 +154,8 @@ int train(int argc, char** argv) {
       resume = false;
     } else if (a == "--device-preprocess") {
       device_preprocess = true;
-    } else if (a == "--json") {
-      as_json = true;
-    } else if (a == "-h" || a == "--help") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    } else if (!a.empty() && a[0] == '-') {
-      return usage_error("", "unrecognized arguments: " + a);
-    } else if (bundle_dir.empty()) {
-      bundle_dir = a;
-    } else {
-      return usage_error("", "unrecognized arguments: " + a);
+    } else if (int rc = common_arg(a, bundle_dir, as_json); rc >= 0) {
+      return rc;
     }
   }
   if (bundle_dir.empty()) return usage_error(verb, "the following arguments are required: bundle");
@@ -307,17 +314,8 @@ int step(int argc, char** argv) {
       } else if (!parse_int(v, steps) || steps < 1) {
         return usage_error(verb, std::string("argument --steps: expected an int >= 1, got '") + v + "'");
       }
-    } else if (a == "--json") {
-      as_json = true;
-    } else if (a == "-h" || a == "--help") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    } else if (!a.empty() && a[0] == '-') {
-      return usage_error("", "unrecognized arguments: " + a);
-    } else if (pte.empty()) {
-      pte = a;
-    } else {
-      return usage_error("", "unrecognized arguments: " + a);
+    } else if (int rc = common_arg(a, pte, as_json); rc >= 0) {
+      return rc;
     }
   }
   if (pte.empty()) return usage_error(verb, "the following arguments are required: program");
