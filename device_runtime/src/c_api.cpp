@@ -18,6 +18,7 @@
 #include "train/trainer.h"
 #include "util/failure.h"
 #include "util/json.h"
+#include "c_api_internal.h"
 
 #ifndef DITSKIP_VERSION_STRING
 #define DITSKIP_VERSION_STRING "0.0.0"
@@ -36,9 +37,17 @@ struct ditskip_program {
   std::unique_ptr<ditskip::RawProgram> program;
 };
 
+namespace ditskip::c_api {
+thread_local std::string last_error;
+}  // namespace ditskip::c_api
+
+using ditskip::c_api::guarded;
+using ditskip::c_api::indented;
+using ditskip::c_api::last_error;
+using ditskip::c_api::owned_copy;
+
 namespace {
 
-thread_local std::string last_error;
 
 std::mutex log_mutex;
 ditskip_log_callback log_callback = nullptr;
@@ -63,41 +72,6 @@ void executorch_log(et_timestamp_t, et_pal_log_level_t level, const char* filena
 
 const bool executorch_log_registered =
     executorch::runtime::register_pal(executorch::runtime::PalImpl::create(executorch_log, __FILE__));
-
-template <typename F>
-ditskip_status guarded(F&& body) {
-  last_error.clear();
-  try {
-    return body();
-  } catch (const ditskip::Failure& e) {
-    last_error = e.what();
-    return e.status();
-  } catch (const nlohmann::json::exception& e) {   // a field of another type than the format says
-    last_error = std::string("a bundle or run file has a malformed field (") + e.what() + ")";
-    return DITSKIP_BAD_INPUT;
-  } catch (const std::bad_alloc&) {
-    last_error = "out of memory";
-    return DITSKIP_INTERNAL_ERROR;
-  } catch (const std::exception& e) {
-    last_error = std::string("internal error: ") + e.what();
-    return DITSKIP_INTERNAL_ERROR;
-  } catch (...) {
-    last_error = "internal error: unknown exception";
-    return DITSKIP_INTERNAL_ERROR;
-  }
-}
-
-char* owned_copy(const std::string& s) {
-  char* out = static_cast<char*>(std::malloc(s.size() + 1));
-  if (out != nullptr) std::memcpy(out, s.c_str(), s.size() + 1);
-  return out;
-}
-
-std::string indented(const ditskip::json& doc) {
-  ditskip::PyDumps how;
-  how.indent = 1;
-  return ditskip::py_dumps(doc, how);
-}
 
 }  // namespace
 

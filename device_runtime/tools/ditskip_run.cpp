@@ -36,21 +36,9 @@
 #include <nlohmann/json.hpp>
 
 #include "ditskip/ditskip.h"
+#include "ditskip_run_common.h"
 
 namespace {
-
-const char kUsage[] =
-    "usage: ditskip-run train BUNDLE [--runtime executorch] [--precision fp32|int8|int4] [--run-dir D] [--steps N] "
-    "[--checkpoint-every N] [--no-resume] [--device-preprocess] [--budget-mib N] [--json]\n"
-    "       ditskip-run step PROGRAM.pte [--data D.ptd] --inputs DIR [--steps N] [--method forward] [--json]\n"
-    "       ditskip-run footprint [--json]\n"
-    "       ditskip-run --version\n";
-
-int usage_error(const std::string& verb, const std::string& message) {
-  std::fputs(kUsage, stderr);
-  std::fprintf(stderr, "ditskip-run%s%s: error: %s\n", verb.empty() ? "" : " ", verb.c_str(), message.c_str());
-  return 2;
-}
 
 // progress.py Progress: "\r<label> [####      ] done/total loss L rate/s" on stderr
 struct Bar {
@@ -79,27 +67,6 @@ void on_sigint(int) {
   if (running != nullptr) ditskip_trainer_cancel(running);
 }
 
-// What every verb parses alike: --json, --help, an unknown flag, and its one positional argument. Returns -1 when
-// `a` was taken, else the exit code to return.
-int common_arg(const std::string& a, std::string& positional, bool& as_json) {
-  if (a == "--json") {
-    as_json = true;
-    return -1;
-  }
-  if (a == "-h" || a == "--help") {
-    std::fputs(kUsage, stdout);
-    return 0;
-  }
-  if ((!a.empty() && a[0] == '-') || !positional.empty()) return usage_error("", "unrecognized arguments: " + a);
-  positional = a;
-  return -1;
-}
-
-bool parse_int(const char* text, long long& out) {
-  char* end = nullptr;
-  out = std::strtoll(text, &end, 10);
-  return end != text && *end == '\0';
-}
 
 int train(int argc, char** argv) {
   const std::string verb = "train";
@@ -440,11 +407,8 @@ int main(int argc, char** argv) {
   if (verb == "train") return train(argc - 2, argv + 2);
   if (verb == "step") return step(argc - 2, argv + 2);
   if (verb == "footprint") return footprint(argc - 2, argv + 2);
-  if (verb == "personalize" || verb == "generate") {
-    std::fprintf(stderr, "ditskip-run %s: error: not in the native core yet (a later issue moves it in); use "
-                         "python -m ditskip_edge.runtime %s\n", verb.c_str(), verb.c_str());
-    return 2;
-  }
+  if (verb == "personalize") return personalize_verb(argc - 2, argv + 2);
+  if (verb == "generate") return generate_verb(argc - 2, argv + 2);
   return usage_error("", "argument command: invalid choice: '" + verb + "' (choose from 'train', 'step', "
                          "'footprint', 'personalize', 'generate')");
 }

@@ -92,6 +92,59 @@ DITSKIP_API char *ditskip_trainer_summary_json(const ditskip_trainer *trainer);
 DITSKIP_API void ditskip_trainer_cancel(ditskip_trainer *trainer);
 DITSKIP_API void ditskip_trainer_free(ditskip_trainer *trainer);
 
+/* ------------------------------------------------------------------------------------------------ long stages */
+/* Progress of the subject stage and of generation: `stage` names the part running ("subject stage (residual
+ * cache)", "generate", "decode"), `done` of `total` units (cache entries, sampler steps, tiles). Return false to
+ * stop: the call returns DITSKIP_CANCELLED with everything durable kept (a subject stage resumes from it). */
+typedef bool (*ditskip_stage_callback)(const char *stage, int32_t done, int32_t total, void *user_data);
+
+/* ------------------------------------------------------------------------------------------------ subject stage */
+typedef struct {
+  const char *out_dir;          /* the subject bundle to write; NULL: MODEL_BUNDLE-subject beside the model bundle */
+  const char *prompt;           /* one of the model bundle's prompts; NULL: its first */
+  const char *cache_mode;       /* "stored" | "x0-only" | "cache-free"; NULL: "stored" */
+  bool resume;                  /* continue an interrupted run of the same inputs (true); false starts over */
+  bool overwrite;               /* replace out_dir if it exists */
+  bool keep_blocks;             /* keep every block program loaded (faster; every block's arena at once) */
+  int32_t stop_after;           /* stop (as if interrupted) after this many new cache entries; 0: never (tests) */
+  ditskip_stage_callback progress;
+  void *progress_user_data;
+} ditskip_personalize_params;
+
+DITSKIP_API ditskip_personalize_params ditskip_personalize_default_params(void);
+DITSKIP_API void ditskip_personalize_default_params_ref(ditskip_personalize_params *params);
+
+/* The subject stage on the device: a model bundle and a folder of the subject's photos -> a subject bundle that
+ * ditskip_trainer_* trains (the photos never leave the device). Refuses bad input before any work (unreadable or too
+ * few photos, a subject bundle given as the model bundle, programs of another model, a prompt the bundle lacks). A
+ * run stopped at any point (kill, cancel, stop_after) continues where it stopped when called again with the same
+ * inputs. *summary_json (may be NULL; caller frees) gets the JSON `python -m ditskip_edge.runtime personalize
+ * --no-train --json` prints under "subject_stage". */
+DITSKIP_API ditskip_status ditskip_personalize(const char *model_bundle_dir, const char *photos_dir,
+                                               const ditskip_personalize_params *params, char **summary_json);
+
+/* ------------------------------------------------------------------------------------------------ generation */
+typedef struct {
+  const char *prompt;           /* required, UTF-8 */
+  uint64_t seed;                /* 0 <= seed < 2^63 */
+  int32_t steps;                /* sampler steps; 0: the bundle's default */
+  double guidance;              /* classifier-free guidance; < 0: the bundle's default */
+  const char *lora;             /* the trained LoRA file or its folder; NULL: the base model */
+  const char *precision;        /* which generation programs: "fp32" | "int8" | "int4"; NULL: the first listed */
+  const char *out_png;          /* required: the PNG to write (written whole or not at all) */
+  ditskip_stage_callback progress;
+  void *progress_user_data;
+} ditskip_generate_params;
+
+DITSKIP_API ditskip_generate_params ditskip_generate_default_params(void);
+DITSKIP_API void ditskip_generate_default_params_ref(ditskip_generate_params *params);
+
+/* A picture from a prompt with the bundle's generation programs and, if given, the trained LoRA (merged once at the
+ * weights' bit width into a file beside it). *summary_json (may be NULL; caller frees) gets the JSON `python -m
+ * ditskip_edge.runtime generate --json` prints. */
+DITSKIP_API ditskip_status ditskip_generate(const char *bundle_dir, const ditskip_generate_params *params,
+                                            char **summary_json);
+
 /* ------------------------------------------------------------------------------------------------ raw programs */
 /* One ExecuTorch program run as it is, without a bundle (benchmarks, speed checks on a handset): its .pte and
  * optional .ptd memory-mapped (not locked, not copied), a method called on caller-owned inputs. */

@@ -140,6 +140,7 @@ ProgramEntry program_entry(const json& p, const std::string& where) {
       e.data.push_back(d.get<std::string>());
     }
   }
+  e.raw = p;
   return e;
 }
 

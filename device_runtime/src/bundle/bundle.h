@@ -30,6 +30,7 @@ struct ProgramEntry {                  // contract.py ProgramEntry (the fields t
   std::vector<std::pair<std::string, std::string>> trainable;          // program parameter name -> LoRA file key
   std::vector<std::pair<std::string, std::vector<int64_t>>> trainable_shapes;
   std::vector<std::string> data;       // bundle-relative .ptd (at most one for executorch)
+  json raw;                            // the manifest's record as it is (block, kind, encode stage, ...)
 };
 
 class Bundle {
