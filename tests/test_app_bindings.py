@@ -10,6 +10,10 @@ Properties protected:
   done, from which the next train resumes to the uninterrupted run's LoRA; an exception thrown in the callback stops
   the run the same way and reaches the caller; a refused bundle reaches Kotlin as DitskipException with the CLI's
   status and one-line message;
+- the Train button's path on a model bundle and the Generate button through the same binding: the subject stage on
+  photos writes the subject bundle `ditskip-run personalize --no-train` writes (cache shards and index byte for
+  byte), a stop from its listener returns CANCELLED and the next call continues to the same cache; generation with
+  the trained LoRA writes `ditskip-run generate`'s picture (the same pixels);
 - every `ditskip_*` name, params field and status the JNI, Kotlin and Swift sources use exists in ditskip.h; every
   Kotlin `external fun` has its JNI function and every JNI function its `external fun`; the Swift module map names the
   header.
@@ -28,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import compile_tiny
+from conftest import PHOTOS, compile_tiny
 
 ROOT = Path(__file__).resolve().parent.parent
 HEADER = ROOT / "device_runtime/include/ditskip/ditskip.h"
@@ -43,10 +47,40 @@ STEPS = 4
 DRIVER = """
 import org.ditskip.demo.DitskipException
 import org.ditskip.demo.DitskipSession
+import org.ditskip.demo.DitskipStages
+import org.ditskip.demo.GenerateOptions
+import org.ditskip.demo.PersonalizeOptions
 import org.ditskip.demo.TrainOptions
 import java.io.File
 
+// personalize MODEL PHOTOS OUT SUMMARY STOP_AT (the listener returns false at entry STOP_AT; -1 never)
+// generate BUNDLE PROMPT OUT_PNG LORA|- SUMMARY
+fun stages(args: Array<String>) {
+    val personalize = args[0] == "personalize"
+    val at = if (personalize) args[5].toInt() else -1
+    val seen = ArrayList<String>()
+    val st = DitskipStages()
+    try {
+        val result = if (personalize)
+            st.personalize(args[1], args[2], PersonalizeOptions(outDir = args[3])) { _, done, total ->
+                seen.add("$done/$total")
+                done != at
+            }
+        else
+            st.generate(args[1], args[2], args[3], GenerateOptions(seed = 7, lora = if (args[4] == "-") null else args[4])) { _, done, total ->
+                seen.add("$done/$total")
+                true
+            }
+        File(if (personalize) args[4] else args[5]).writeText(result.summaryJson ?: "null")
+        println("status " + result.status + " cancelled " + result.cancelled)
+    } catch (e: DitskipException) {
+        println("error " + e.status + " " + e.message)
+    }
+    println("progress " + seen.joinToString(","))
+}
+
 fun main(args: Array<String>) {
+    if (args[0] == "personalize" || args[0] == "generate") return stages(args)
     val mode = args[2]
     val at = if (args.size > 3) args[3].toInt() else -1
     val seen = ArrayList<String>()
@@ -178,14 +212,87 @@ def test_a_refused_bundle_reaches_kotlin_with_the_clis_status_and_line(driver_ja
     assert "\n" not in message and message in cli.stderr and "schedule.json" in message
 
 
+# ------------------------------------------------------------------------------------------------- the whole path
+
+@pytest.fixture(scope="module")
+def model_bundle(tmp_path_factory) -> Path:
+    """flux-tiny model bundle (no photos): portable fp32 subject-stage programs with mapped weights, the fp32
+    train_step, generation at fp32 with 2 sampler steps; int8 cache."""
+    from export.executorch_stage import ExecutorchPrograms
+    from export.executorch_subject import SubjectPrograms
+    from export.generation_stage import GenerationPrograms
+    return compile_tiny(tmp_path_factory.mktemp("bind-model") / "model", "flux-tiny", steps=STEPS, images=None,
+                        cache_codec="int8",
+                        programs=[ExecutorchPrograms(("fp32",), preprocess=False), GenerationPrograms(("fp32",), steps=2)],
+                        subject_programs=SubjectPrograms("fp32", backend="portable", external_weights=True))
+
+
+@pytest.fixture(scope="module")
+def cli_subject(runner, model_bundle, tmp_path_factory) -> Path:
+    """`ditskip-run personalize MODEL --photos PHOTOS --no-train`, then `ditskip-run train` on it: the reference."""
+    from device_tests import native_runtime
+    out = tmp_path_factory.mktemp("cli-subject") / "subject"
+    native_runtime.run(runner, "personalize", model_bundle, "--photos", PHOTOS, "--out", out, "--no-train", "--json",
+                       check=True)
+    native_runtime.run(runner, "train", out, "--run-dir", out / "runs/cli", "--json", check=True)
+    return out
+
+
+def cache_files(bundle: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted((bundle / "subject/cache").iterdir())}
+
+
+def test_the_kotlin_binding_runs_the_subject_stage_to_ditskip_runs_cache_byte_for_byte(driver_jar, jni_dir,
+                                                                                     model_bundle, cli_subject,
+                                                                                     tmp_path):
+    out = kotlin(driver_jar, jni_dir, "personalize", model_bundle, PHOTOS, tmp_path / "subject",
+                 tmp_path / "summary.json", -1)
+    assert out["status"] == "0 cancelled false"
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    n = summary["num_samples"]
+    assert out["progress"].split(",")[-1] == f"{n}/{n}"
+    assert cache_files(tmp_path / "subject") == cache_files(cli_subject)
+
+
+def test_a_stop_from_the_stage_listener_returns_cancelled_and_the_next_call_continues_to_the_same_cache(
+        driver_jar, jni_dir, model_bundle, cli_subject, tmp_path):
+    args = ("personalize", model_bundle, PHOTOS, tmp_path / "subject", tmp_path / "summary.json")
+    first = kotlin(driver_jar, jni_dir, *args, 2)
+    assert first["status"] == "1 cancelled true"                           # DITSKIP_CANCELLED
+    n = int(first["progress"].split(",")[0].split("/")[1])
+    assert first["progress"] == f"1/{n},2/{n}" and not (tmp_path / "subject").exists()
+    again = kotlin(driver_jar, jni_dir, *args, -1)
+    assert again["status"] == "0 cancelled false"
+    assert again["progress"].split(",")[0] == f"3/{n}"                      # the two entries done are not redone
+    assert cache_files(tmp_path / "subject") == cache_files(cli_subject)
+
+
+def test_the_kotlin_binding_generates_ditskip_runs_picture_with_the_trained_lora(driver_jar, jni_dir, runner,
+                                                                                cli_subject, tmp_path):
+    from PIL import Image
+
+    from device_tests import native_runtime
+    lora = cli_subject / "runs/cli/lora"
+    native_runtime.run(runner, "generate", cli_subject, "--prompt", "a photo of sks toy", "--seed", 7, "--lora", lora,
+                       "--out", tmp_path / "cli.png", check=True)
+    out = kotlin(driver_jar, jni_dir, "generate", cli_subject, "a photo of sks toy", tmp_path / "kt.png", lora,
+                 tmp_path / "summary.json")
+    assert out["status"] == "0 cancelled false"
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert out["progress"].split(",")[-1] == f"{summary['steps']}/{summary['steps']}"
+    with Image.open(tmp_path / "cli.png") as a, Image.open(tmp_path / "kt.png") as b:
+        assert a.size == b.size and a.tobytes() == b.tobytes()
+
+
 # ------------------------------------------------------------------------------------------------- textual
 
 def header_names() -> tuple[set[str], set[str]]:
-    """ditskip.h's declared names (functions, types, statuses) and ditskip_train_params' fields."""
+    """ditskip.h's declared names (functions, types, statuses) and the fields of its params structs."""
     text = HEADER.read_text()
     names = set(re.findall(r"\b(?:ditskip|DITSKIP)_\w+", text))
-    body = re.search(r"typedef struct \{(.*?)\} ditskip_train_params;", text, re.S).group(1)
-    fields = set(re.findall(r"(\w+);", re.sub(r"/\*.*?\*/", "", body, flags=re.S)))
+    fields: set[str] = set()
+    for body in re.findall(r"typedef struct \{(.*?)\} ditskip_\w+_params;", text, re.S):
+        fields |= set(re.findall(r"(\w+);", re.sub(r"/\*.*?\*/", "", body, flags=re.S)))
     return names, fields
 
 

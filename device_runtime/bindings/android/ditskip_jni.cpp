@@ -81,6 +81,68 @@ bool on_progress(int32_t step, int32_t total, double loss, void* user_data) {
   return go == JNI_TRUE;
 }
 
+
+// A subject stage or generation in progress: the Kotlin listener (StageProgress.onProgress(stage, done, total)) and
+// the calling thread's JNIEnv, for the core's ditskip_stage_callback.
+struct JniStage {
+  JNIEnv* env = nullptr;
+  jobject listener = nullptr;      // local ref (the call's duration), or null
+  jmethodID on_progress = nullptr;
+  jthrowable thrown = nullptr;     // local ref: the listener's exception, rethrown when the call returns
+};
+
+bool on_stage(const char* stage, int32_t done, int32_t total, void* user_data) {
+  auto* s = static_cast<JniStage*>(user_data);
+  if (s->listener == nullptr) return true;
+  JNIEnv* env = s->env;
+  jstring name = env->NewStringUTF(stage != nullptr ? stage : "");
+  jboolean go = env->CallBooleanMethod(s->listener, s->on_progress, name, static_cast<jint>(done),
+                                       static_cast<jint>(total));
+  env->DeleteLocalRef(name);
+  if (env->ExceptionCheck()) {
+    jthrowable err = env->ExceptionOccurred();
+    env->ExceptionClear();
+    if (s->thrown == nullptr) s->thrown = err;
+    return false;
+  }
+  return go == JNI_TRUE;
+}
+
+// Sets up `s` for `listener` (null: no callback); false when StageProgress.onProgress is missing (error pending).
+bool stage_listener(JNIEnv* env, jobject listener, JniStage& s) {
+  s.env = env;
+  s.listener = listener;
+  if (listener == nullptr) return true;
+  s.on_progress = env->GetMethodID(env->GetObjectClass(listener), "onProgress", "(Ljava/lang/String;II)Z");
+  return s.on_progress != nullptr;
+}
+
+// The call's end as Kotlin sees it: the listener's exception rethrown; OK / CANCELLED as a StageResult; any other
+// status thrown as DitskipException.
+jobject stage_result(JNIEnv* env, JniStage& s, ditskip_status st, char* summary) {
+  if (s.thrown != nullptr) {
+    ditskip_string_free(summary);
+    env->Throw(s.thrown);
+    return nullptr;
+  }
+  if (st != DITSKIP_OK && st != DITSKIP_CANCELLED) {
+    ditskip_string_free(summary);
+    throw_last_error(env, st);
+    return nullptr;
+  }
+  jclass cls = env->FindClass("org/ditskip/demo/StageResult");
+  if (cls == nullptr) {
+    ditskip_string_free(summary);
+    return nullptr;
+  }
+  jmethodID ctor = env->GetMethodID(cls, "<init>", "(ILjava/lang/String;)V");
+  if (ctor == nullptr) {
+    ditskip_string_free(summary);
+    return nullptr;
+  }
+  return env->NewObject(cls, ctor, static_cast<jint>(st), take_string(env, summary));
+}
+
 #ifdef __ANDROID__
 void to_logcat(int level, const char* message, void*) {
   __android_log_write(level == 0 ? ANDROID_LOG_INFO : ANDROID_LOG_WARN, "ditskip", message);
@@ -203,6 +265,65 @@ JNIEXPORT void JNICALL Java_org_ditskip_demo_DitskipNative_trainerFree(JNIEnv* e
   if (t->listener != nullptr) env->DeleteGlobalRef(t->listener);
   if (t->thrown != nullptr) env->DeleteGlobalRef(t->thrown);
   delete t;
+}
+
+// The subject stage (ditskip_personalize). Strings null and tri-state booleans / numbers < 0 keep the core's
+// defaults (ditskip_personalize_default_params). Runs on the caller's thread.
+JNIEXPORT jobject JNICALL Java_org_ditskip_demo_DitskipNative_personalize(
+    JNIEnv* env, jclass, jstring model_dir, jstring photos_dir, jstring out_dir, jstring prompt, jstring cache_mode,
+    jint resume, jint overwrite, jint keep_blocks, jint stop_after, jobject listener) {
+  ditskip_personalize_params p = ditskip_personalize_default_params();
+  bool set = false;
+  const std::string model = utf8(env, model_dir, &set), photos = utf8(env, photos_dir, &set);
+  const std::string out = utf8(env, out_dir, &set);
+  if (set) p.out_dir = out.c_str();
+  const std::string text = utf8(env, prompt, &set);
+  if (set) p.prompt = text.c_str();
+  const std::string mode = utf8(env, cache_mode, &set);
+  if (set) p.cache_mode = mode.c_str();
+  if (resume >= 0) p.resume = resume != 0;
+  if (overwrite >= 0) p.overwrite = overwrite != 0;
+  if (keep_blocks >= 0) p.keep_blocks = keep_blocks != 0;
+  if (stop_after >= 0) p.stop_after = stop_after;
+  JniStage s;
+  if (!stage_listener(env, listener, s)) return nullptr;
+  if (listener != nullptr) {
+    p.progress = on_stage;
+    p.progress_user_data = &s;
+  }
+  char* summary = nullptr;
+  const ditskip_status st = ditskip_personalize(model.c_str(), photos.c_str(), &p, &summary);
+  return stage_result(env, s, st, summary);
+}
+
+// Generation (ditskip_generate). steps <= 0 and guidance < 0 keep the bundle's defaults; lora / precision null: none /
+// the first listed. Runs on the caller's thread.
+JNIEXPORT jobject JNICALL Java_org_ditskip_demo_DitskipNative_generate(
+    JNIEnv* env, jclass, jstring bundle_dir, jstring prompt, jlong seed, jint steps, jdouble guidance, jstring lora,
+    jstring precision, jstring out_png, jobject listener) {
+  ditskip_generate_params p = ditskip_generate_default_params();
+  bool set = false;
+  const std::string bundle = utf8(env, bundle_dir, &set);
+  const std::string text = utf8(env, prompt, &set);
+  p.prompt = text.c_str();
+  p.seed = static_cast<uint64_t>(seed);
+  if (steps > 0) p.steps = steps;
+  if (guidance >= 0) p.guidance = guidance;
+  const std::string lora_path = utf8(env, lora, &set);
+  if (set) p.lora = lora_path.c_str();
+  const std::string prec = utf8(env, precision, &set);
+  if (set) p.precision = prec.c_str();
+  const std::string out = utf8(env, out_png, &set);
+  p.out_png = out.c_str();
+  JniStage s;
+  if (!stage_listener(env, listener, s)) return nullptr;
+  if (listener != nullptr) {
+    p.progress = on_stage;
+    p.progress_user_data = &s;
+  }
+  char* summary = nullptr;
+  const ditskip_status st = ditskip_generate(bundle.c_str(), &p, &summary);
+  return stage_result(env, s, st, summary);
 }
 
 // [RssAnon, RssFile] bytes of this process (-1 where the platform does not report it).

@@ -1,9 +1,11 @@
 import CDitskip
 import Foundation
 
-/// The iOS binding of the native runtime core (device_runtime/, C API include/ditskip/ditskip.h). The core does
-/// everything a training run does (bundle verification, schedule, residual cache, ExecuTorch's train_step with the
-/// .ptd mapped, AdamW, checkpoint and resume, the LoRA file, the summary), the same as `ditskip-run train`.
+/// The iOS binding of the native runtime core (device_runtime/, C API include/ditskip/ditskip.h). The core does the
+/// device's whole path, the same as `ditskip-run personalize | train | generate`: the subject stage (photos -> a
+/// subject bundle, `DitskipStages.personalize`), training (`DitskipSession`: bundle verification, residual cache,
+/// ExecuTorch's train_step with the .ptd mapped, AdamW, checkpoint and resume, the LoRA file) and generation with the
+/// trained LoRA (`DitskipStages.generate`).
 /// Not compiled on the machines this was written on (no Swift toolchain): tests/test_app_bindings.py checks that
 /// every `ditskip_*` name used here is in the header.
 
@@ -133,4 +135,133 @@ public actor DitskipSession {
     }
 
     public static var version: String { String(cString: ditskip_version()) }
+}
+
+/// A subject stage's or a generation's end: finished, or stopped by `onProgress` / `cancel()` (a subject stage keeps
+/// what it wrote and continues on the next call), with the summary JSON `ditskip-run personalize --no-train --json`
+/// (its "subject_stage") / `ditskip-run generate --json` prints.
+public struct StageResult: Sendable {
+    public let cancelled: Bool
+    public let summaryJSON: String?
+}
+
+/// `ditskip-run personalize`'s subject-stage options; nil keeps the core's default.
+public struct PersonalizeOptions: Sendable {
+    public var outDir: URL?
+    public var prompt: String?
+    public var cacheMode: String?
+    public var resume: Bool?
+    public var overwrite: Bool?
+    public var keepBlocks: Bool?
+    public init(outDir: URL? = nil, prompt: String? = nil, cacheMode: String? = nil, resume: Bool? = nil,
+                overwrite: Bool? = nil, keepBlocks: Bool? = nil) {
+        self.outDir = outDir; self.prompt = prompt; self.cacheMode = cacheMode; self.resume = resume
+        self.overwrite = overwrite; self.keepBlocks = keepBlocks
+    }
+}
+
+/// `ditskip-run generate`'s options; nil keeps the bundle's default.
+public struct GenerateOptions: Sendable {
+    public var seed: UInt64
+    public var steps: Int32?
+    public var guidance: Double?
+    public var lora: URL?
+    public var precision: String?
+    public init(seed: UInt64 = 0, steps: Int32? = nil, guidance: Double? = nil, lora: URL? = nil,
+                precision: String? = nil) {
+        self.seed = seed; self.steps = steps; self.guidance = guidance; self.lora = lora; self.precision = precision
+    }
+}
+
+/// The stage closure and the cancel flag, reached from the C callback through its user data.
+private final class StageBox: @unchecked Sendable {
+    let onProgress: (String, Int, Int) -> Bool
+    private let lock = NSLock()
+    private var stop = false
+    init(_ onProgress: @escaping (String, Int, Int) -> Bool) { self.onProgress = onProgress }
+    func cancel() { lock.lock(); stop = true; lock.unlock() }
+    var cancelled: Bool { lock.lock(); defer { lock.unlock() }; return stop }
+}
+
+private let stageCallback: ditskip_stage_callback = { stage, done, total, user in
+    let box = Unmanaged<StageBox>.fromOpaque(user!).takeUnretainedValue()
+    return !box.cancelled && box.onProgress(stage.map { String(cString: $0) } ?? "", Int(done), Int(total))
+}
+
+/// The stage running now, for `cancel()` from outside the actor (which is busy inside the call).
+private final class RunningStage: @unchecked Sendable {
+    private let lock = NSLock()
+    private var box: StageBox?
+    func set(_ b: StageBox?) { lock.lock(); box = b; lock.unlock() }
+    func cancel() { lock.lock(); box?.cancel(); lock.unlock() }
+}
+
+/// The subject stage and generation. The actor serializes the calls (each blocks it for its duration: call them from
+/// a Task); `cancel()` (any thread) stops the one running at its next progress point.
+public actor DitskipStages {
+    private let running = RunningStage()
+
+    public init() {}
+
+    public func personalize(modelDir: URL, photosDir: URL, _ options: PersonalizeOptions = PersonalizeOptions(),
+                            onProgress: @escaping (_ stage: String, _ done: Int, _ total: Int) -> Bool = { _, _, _ in true })
+        throws -> StageResult {
+        var params = ditskip_personalize_default_params()
+        let out = options.outDir.flatMap { strdup($0.path) }, prompt = options.prompt.flatMap { strdup($0) }
+        let mode = options.cacheMode.flatMap { strdup($0) }
+        defer { free(out); free(prompt); free(mode) }
+        if let out { params.out_dir = UnsafePointer(out) }
+        if let prompt { params.prompt = UnsafePointer(prompt) }
+        if let mode { params.cache_mode = UnsafePointer(mode) }
+        if let v = options.resume { params.resume = v }
+        if let v = options.overwrite { params.overwrite = v }
+        if let v = options.keepBlocks { params.keep_blocks = v }
+        let box = begin(onProgress)
+        defer { end() }
+        params.progress = stageCallback
+        params.progress_user_data = Unmanaged.passUnretained(box).toOpaque()
+        var summary: UnsafeMutablePointer<CChar>?
+        let status = withExtendedLifetime(box) { ditskip_personalize(modelDir.path, photosDir.path, &params, &summary) }
+        return try finish(status, summary)
+    }
+
+    public func generate(bundleDir: URL, prompt: String, outPNG: URL, _ options: GenerateOptions = GenerateOptions(),
+                         onProgress: @escaping (_ stage: String, _ done: Int, _ total: Int) -> Bool = { _, _, _ in true })
+        throws -> StageResult {
+        var params = ditskip_generate_default_params()
+        let text = strdup(prompt), out = strdup(outPNG.path)
+        let lora = options.lora.flatMap { strdup($0.path) }, precision = options.precision.flatMap { strdup($0) }
+        defer { free(text); free(out); free(lora); free(precision) }
+        params.prompt = UnsafePointer(text)
+        params.out_png = UnsafePointer(out)
+        params.seed = options.seed
+        if let v = options.steps { params.steps = v }
+        if let v = options.guidance { params.guidance = v }
+        if let lora { params.lora = UnsafePointer(lora) }
+        if let precision { params.precision = UnsafePointer(precision) }
+        let box = begin(onProgress)
+        defer { end() }
+        params.progress = stageCallback
+        params.progress_user_data = Unmanaged.passUnretained(box).toOpaque()
+        var summary: UnsafeMutablePointer<CChar>?
+        let status = withExtendedLifetime(box) { ditskip_generate(bundleDir.path, &params, &summary) }
+        return try finish(status, summary)
+    }
+
+    /// Stops the running subject stage or generation at its next progress point. Any thread.
+    public nonisolated func cancel() { running.cancel() }
+
+    private func begin(_ onProgress: @escaping (String, Int, Int) -> Bool) -> StageBox {
+        let box = StageBox(onProgress)
+        running.set(box)
+        return box
+    }
+
+    private func end() { running.set(nil) }
+
+    private func finish(_ status: ditskip_status, _ summary: UnsafeMutablePointer<CChar>?) throws -> StageResult {
+        defer { ditskip_string_free(summary) }
+        guard status == DITSKIP_OK || status == DITSKIP_CANCELLED else { throw DitskipError.last(status) }
+        return StageResult(cancelled: status == DITSKIP_CANCELLED, summaryJSON: summary.map { String(cString: $0) })
+    }
 }

@@ -2,10 +2,11 @@ package org.ditskip.demo
 
 /**
  * The app's binding to the native runtime core (device_runtime/, C API include/ditskip/ditskip.h) through
- * libditskip_jni (device_runtime/bindings/android/ditskip_jni.cpp). The core does everything a training run does:
- * bundle verification, schedule, residual cache, ExecuTorch's train_step with the .ptd mapped, AdamW, checkpoint
- * and resume, the LoRA file and the summary, the same as `ditskip-run train`. Plain Kotlin (no Android classes), so
- * tests/test_app_bindings.py runs it on a host JVM against the host-built core.
+ * libditskip_jni (device_runtime/bindings/android/ditskip_jni.cpp). The core does the device's whole path, the same
+ * as `ditskip-run personalize | train | generate`: the subject stage (photos -> subject bundle, [DitskipStages]),
+ * training ([DitskipSession]: bundle verification, residual cache, ExecuTorch's train_step with the .ptd mapped,
+ * AdamW, checkpoint and resume, the LoRA file) and generation with the trained LoRA ([DitskipStages.generate]).
+ * Plain Kotlin (no Android classes), so tests/test_app_bindings.py runs it on a host JVM against the host-built core.
  */
 class DitskipException(val status: Int, message: String) : Exception(message)
 
@@ -31,6 +32,11 @@ object DitskipNative {
         fun onStep(step: Int, totalSteps: Int, loss: Double): Boolean
     }
 
+    /** Called as the subject stage or generation advances (entries, sampler steps, tiles); false stops it. */
+    interface StageProgress {
+        fun onProgress(stage: String, done: Int, total: Int): Boolean
+    }
+
     @JvmStatic external fun version(): String
     @JvmStatic external fun lastError(): String
     @JvmStatic external fun bundleOpen(dir: String, verifyFiles: Boolean): Long
@@ -45,8 +51,78 @@ object DitskipNative {
     @JvmStatic external fun trainerSummaryJson(trainer: Long): String?
     @JvmStatic external fun trainerCancel(trainer: Long)
     @JvmStatic external fun trainerFree(trainer: Long)
+    /** ditskip_personalize: strings null and numbers / tri-state booleans < 0 keep the core's defaults. */
+    @JvmStatic external fun personalize(modelDir: String, photosDir: String, outDir: String?, prompt: String?,
+                                        cacheMode: String?, resume: Int, overwrite: Int, keepBlocks: Int,
+                                        stopAfter: Int, progress: StageProgress?): StageResult
+    /** ditskip_generate: steps <= 0 and guidance < 0 keep the bundle's defaults. */
+    @JvmStatic external fun generate(bundleDir: String, prompt: String, seed: Long, steps: Int, guidance: Double,
+                                     lora: String?, precision: String?, outPng: String,
+                                     progress: StageProgress?): StageResult
     /** [RssAnon, RssFile] bytes of this process, -1 where not reported. */
     @JvmStatic external fun footprint(): LongArray
+}
+
+/** A subject stage's or a generation's end: finished (status OK) or stopped by the listener (CANCELLED), with the
+ *  summary JSON `ditskip-run personalize --no-train --json` (its "subject_stage") / `ditskip-run generate --json`
+ *  prints. Every other status is thrown as [DitskipException]. Built by the JNI library. */
+class StageResult(val status: Int, val summaryJson: String?) {
+    val cancelled: Boolean get() = status == DitskipStatus.CANCELLED
+}
+
+/** `ditskip-run personalize`'s subject-stage options; null keeps the core's default. */
+class PersonalizeOptions(
+    val outDir: String? = null,
+    val prompt: String? = null,
+    val cacheMode: String? = null,
+    val resume: Boolean? = null,
+    val overwrite: Boolean? = null,
+    val keepBlocks: Boolean? = null,
+    val stopAfter: Int? = null
+)
+
+/** `ditskip-run generate`'s options; null keeps the bundle's default. */
+class GenerateOptions(
+    val seed: Long = 0,
+    val steps: Int? = null,
+    val guidance: Double? = null,
+    val lora: String? = null,
+    val precision: String? = null
+)
+
+/**
+ * The subject stage and generation, one call each on the caller's thread (call them from the same single-thread
+ * dispatcher as every other core call). [cancel] (any thread) stops the call in progress at its next progress point:
+ * a subject stage keeps what it wrote, and the same call later continues it.
+ */
+class DitskipStages {
+    @Volatile private var cancelled = false
+
+    fun personalize(modelDir: String, photosDir: String, options: PersonalizeOptions = PersonalizeOptions(),
+                    onProgress: (stage: String, done: Int, total: Int) -> Boolean = { _, _, _ -> true }): StageResult {
+        cancelled = false
+        return DitskipNative.personalize(modelDir, photosDir, options.outDir, options.prompt, options.cacheMode,
+            tri(options.resume), tri(options.overwrite), tri(options.keepBlocks), options.stopAfter ?: -1,
+            listener(onProgress))
+    }
+
+    fun generate(bundleDir: String, prompt: String, outPng: String, options: GenerateOptions = GenerateOptions(),
+                 onProgress: (stage: String, done: Int, total: Int) -> Boolean = { _, _, _ -> true }): StageResult {
+        cancelled = false
+        return DitskipNative.generate(bundleDir, prompt, options.seed, options.steps ?: 0, options.guidance ?: -1.0,
+            options.lora, options.precision, outPng, listener(onProgress))
+    }
+
+    /** Stops the running call at its next progress point (it returns CANCELLED). Any thread. */
+    fun cancel() {
+        cancelled = true
+    }
+
+    private fun listener(onProgress: (String, Int, Int) -> Boolean) = object : DitskipNative.StageProgress {
+        override fun onProgress(stage: String, done: Int, total: Int): Boolean = !cancelled && onProgress(stage, done, total)
+    }
+
+    private fun tri(b: Boolean?): Int = if (b == null) -1 else if (b) 1 else 0
 }
 
 /** `ditskip-run train`'s options; null keeps the core's default (ditskip_train_default_params). */

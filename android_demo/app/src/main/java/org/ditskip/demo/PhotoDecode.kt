@@ -9,8 +9,8 @@ import java.io.File
 
 /**
  * The picked photos -> upright PNG files in one folder, what the subject stage takes (`--photos DIR`). The platform
- * part of photo handling: the picker's file name, and ImageDecoder's decode with the EXIF orientation applied (Pillow
- * on the host applies none). Size checks, normalisation and everything after are the subject stage's. A photo that
+ * part of photo handling: the picker's file name, and ImageDecoder's decode with the EXIF orientation applied (the core applies it
+ * too, to files that reach it another way). Size checks, normalisation and everything after are the subject stage's. A photo that
  * cannot be read is refused in one line (IllegalArgumentException). Not compiled here (Android classes).
  */
 object PhotoDecode {
