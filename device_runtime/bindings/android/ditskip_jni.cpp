@@ -143,6 +143,17 @@ jobject stage_result(JNIEnv* env, JniStage& s, ditskip_status st, char* summary)
   return env->NewObject(cls, ctor, static_cast<jint>(st), take_string(env, summary));
 }
 
+// Runs call(callback, user_data, &summary) (a ditskip_personalize / ditskip_generate call) with the Kotlin listener
+// wired in as its progress callback; the StageResult, or the exception.
+template <typename Call>
+jobject run_stage(JNIEnv* env, jobject listener, Call call) {
+  JniStage s;
+  if (!stage_listener(env, listener, s)) return nullptr;
+  char* summary = nullptr;
+  const ditskip_status st = call(listener != nullptr ? on_stage : nullptr, &s, &summary);
+  return stage_result(env, s, st, summary);
+}
+
 #ifdef __ANDROID__
 void to_logcat(int level, const char* message, void*) {
   __android_log_write(level == 0 ? ANDROID_LOG_INFO : ANDROID_LOG_WARN, "ditskip", message);
@@ -285,15 +296,11 @@ JNIEXPORT jobject JNICALL Java_org_ditskip_demo_DitskipNative_personalize(
   if (overwrite >= 0) p.overwrite = overwrite != 0;
   if (keep_blocks >= 0) p.keep_blocks = keep_blocks != 0;
   if (stop_after >= 0) p.stop_after = stop_after;
-  JniStage s;
-  if (!stage_listener(env, listener, s)) return nullptr;
-  if (listener != nullptr) {
-    p.progress = on_stage;
-    p.progress_user_data = &s;
-  }
-  char* summary = nullptr;
-  const ditskip_status st = ditskip_personalize(model.c_str(), photos.c_str(), &p, &summary);
-  return stage_result(env, s, st, summary);
+  return run_stage(env, listener, [&](ditskip_stage_callback callback, void* user_data, char** summary) {
+    p.progress = callback;
+    p.progress_user_data = user_data;
+    return ditskip_personalize(model.c_str(), photos.c_str(), &p, summary);
+  });
 }
 
 // Generation (ditskip_generate). steps <= 0 and guidance < 0 keep the bundle's defaults; lora / precision null: none /
@@ -315,15 +322,11 @@ JNIEXPORT jobject JNICALL Java_org_ditskip_demo_DitskipNative_generate(
   if (set) p.precision = prec.c_str();
   const std::string out = utf8(env, out_png, &set);
   p.out_png = out.c_str();
-  JniStage s;
-  if (!stage_listener(env, listener, s)) return nullptr;
-  if (listener != nullptr) {
-    p.progress = on_stage;
-    p.progress_user_data = &s;
-  }
-  char* summary = nullptr;
-  const ditskip_status st = ditskip_generate(bundle.c_str(), &p, &summary);
-  return stage_result(env, s, st, summary);
+  return run_stage(env, listener, [&](ditskip_stage_callback callback, void* user_data, char** summary) {
+    p.progress = callback;
+    p.progress_user_data = user_data;
+    return ditskip_generate(bundle.c_str(), &p, summary);
+  });
 }
 
 // [RssAnon, RssFile] bytes of this process (-1 where the platform does not report it).
