@@ -1,0 +1,456 @@
+"""Real scale, measured (issue 57 items 1-2): SANA-1600M at its real size and FLUX.1-dev's real-width blocks, built
+from their real configs with random weights, compiled as a user would, run by the device runtime, measured.
+
+    nice -n 10 .venv/bin/python benchmarks/real_scale.py --model flux-dev-width --double 2 --single 4
+    nice -n 10 .venv/bin/python benchmarks/real_scale.py --model sana-1600m
+    -> benchmarks/results/real_scale.{json,md}   (records merged by (model, stage): a later run replaces its own)
+
+Per model:
+  build      a diffusers pipeline folder of random weights (transformer from the real config; the real autoencoder
+             config, memory_estimate/subject.py AUTOENCODER_CONFIGS; no text encoder weights here: the built-in hash
+             encoder at the real text shape (SANA: 300 x 2304, Gemma-2's; FLUX: 512 x 4096 + pooled 768, T5's and
+             CLIP's), recorded in ditskip_text.json), in fp32 as a downloaded checkpoint loads
+  compile    `ditskip-edge compile` of a MODEL bundle (no photos), as README's phone path: the estimate's 50% split
+             (--skip-front/--skip-back: the cross-attention probe of --skip-ratio would generate with the whole model
+             many times), int8, block remat, mapped weights (.ptd), the XNNPACK training program (--xnnpack), the
+             generation part; under /usr/bin/time -v (wall, CPU, peak RSS), bundle size on disk
+  personalize  `python -m ditskip_edge.runtime personalize --no-train` (the subject stage on the device: crops,
+             encoder, skipped blocks, residual cache) -> the subject bundle
+  train      the native core `ditskip-run train SUBJECT_BUNDLE --steps N --json` on that subject bundle
+  generate   `python -m ditskip_edge.runtime generate MODEL_BUNDLE --steps K --lora ...` (the trained LoRA)
+Every run stage is sampled from /proc/PID/status (device_tests/native_runtime.measure): the WHOLE process's RssAnon
+and RssFile peaks, nothing subtracted, beside `ditskip-edge estimate` of the same bundle's options with the
+runtime overhead set to the measured fixed cost of that process kind (native: `ditskip-run footprint`; Python: the
+interpreter with the runtime and ExecuTorch's bindings imported, nothing loaded), and with the default assumed
+overhead. Time: wall and CPU seconds (the machine is a 2-core box shared with other jobs: wall is noisy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+RESULTS = ROOT / "benchmarks" / "results"
+STEM = RESULTS / "real_scale"
+PY = str(ROOT / ".venv" / "bin" / "python")
+CLI = [PY, "-m", "compiler.cli"]
+NATIVE = ROOT / "build" / "native" / "ditskip-run"
+PHOTOS = ROOT / "examples" / "photos"
+MIB, GIB = 1 << 20, 1 << 30
+STAGES = ("build", "compile", "personalize", "train", "generate")
+ENV = {"PYTHONPATH": str(ROOT), "DITSKIP_PROGRESS": "0", "MALLOC_TRIM_THRESHOLD_": "0", "OMP_NUM_THREADS": "2"}
+
+
+# ------------------------------------------------------------------------------------------------------ configs
+def model_spec(args):
+    """The spec whose random weights the pipeline folder holds: the real transformer config, the real autoencoder
+    config, the hash text encoder at the real text shape."""
+    from ditskip_edge.memory_estimate.subject import AUTOENCODER_CONFIGS
+    from ditskip_edge.models.specs import BUILTIN_SPECS, TextSpec
+    if args.model == "sana-1600m":
+        s = BUILTIN_SPECS["sana-1600m"]
+        return replace(s, name="sana-1600m-random", vae_config=dict(AUTOENCODER_CONFIGS["sana"]),
+                       text=TextSpec("hash", seq_len=s.text.seq_len, dim=s.text.dim))
+    s = BUILTIN_SPECS["flux-dev"]
+    return replace(s, name=f"flux-dev-width-{args.double}d{args.single}s",
+                   transformer_config=dict(s.transformer_config, num_layers=args.double,
+                                           num_single_layers=args.single),
+                   vae_config=dict(AUTOENCODER_CONFIGS["flux-dev"]),
+                   text=TextSpec("hash", seq_len=s.text.seq_len, dim=s.text.dim, pooled_dim=s.text.pooled_dim))
+
+
+def tag(args) -> str:
+    return "sana-1600m" if args.model == "sana-1600m" else f"flux-dev-width-{args.double}d{args.single}s"
+
+
+def split(args) -> tuple[int, int]:
+    """The estimate's 50% split: the planner's default (split.py) for these block counts; SANA-1600M (6, 4)."""
+    return args.skip_front, args.skip_back
+
+
+def user_flags(args) -> list[str]:
+    """The compile / estimate options a user takes from `estimate`'s advice for this model."""
+    if args.model == "sana-1600m":
+        return ["--encode-tile-px", "256", "--encode-stages", "--decode-tile-px", "256"]
+    return []
+
+
+# ------------------------------------------------------------------------------------------------------ helpers
+class PyRunner:
+    """device_tests.native_runtime.measure runs `runner.argv + args`: here the Python device runtime."""
+    argv = [PY, "-m", "ditskip_edge.runtime"]
+
+
+class NativeRunner:
+    argv = [str(NATIVE)]
+
+
+def env() -> dict:
+    return {**os.environ, **ENV}
+
+
+def folder_bytes(p: Path) -> int:
+    return sum(f.stat().st_size for f in Path(p).rglob("*") if f.is_file())
+
+
+def time_v(stderr: str) -> dict:
+    pats = {"wall_s": r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)", "user_s": r"User time \(seconds\): (\S+)",
+            "sys_s": r"System time \(seconds\): (\S+)", "max_rss_kib": r"Maximum resident set size \(kbytes\): (\d+)"}
+    out = {}
+    for k, p in pats.items():
+        m = re.search(p, stderr)
+        if not m:
+            continue
+        v = m.group(1)
+        if k == "wall_s":
+            parts = [float(x) for x in v.split(":")]
+            v = sum(x * 60 ** i for i, x in enumerate(reversed(parts)))
+        out[k] = float(v)
+    if "max_rss_kib" in out:
+        out["peak_host_rss_bytes"] = int(out.pop("max_rss_kib") * 1024)
+    return out
+
+
+def last_json(text: str):
+    text = text.strip()
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    i = text.rfind("\n{")
+    try:
+        return json.loads(text[i + 1:] if i >= 0 else text[text.find("{"):])
+    except ValueError:
+        return None
+
+
+def measured(runner, *a, timeout=6000) -> dict:
+    from device_tests.native_runtime import measure
+    t0 = os.times()
+    m = measure(runner, *a, env=ENV, timeout=timeout, sample_s=0.01)
+    t1 = os.times()
+    rec = {"command": " ".join(map(str, runner.argv + list(a))).replace(str(ROOT) + "/", ""),
+           "returncode": m.returncode, "wall_s": round(m.wall_s if hasattr(m, "wall_s") else m.wall, 1),
+           "cpu_s": round((t1.children_user + t1.children_system) - (t0.children_user + t0.children_system), 1),
+           "rss_anon_bytes": m.peak_anon_bytes, "rss_file_bytes": m.peak_file_bytes, "json": m.json}
+    if m.returncode != 0:
+        rec["error"] = m.stderr.strip()[-2500:]
+    return rec
+
+
+def fixed_costs() -> dict:
+    """Whole-process RssAnon / RssFile of each runtime with nothing loaded: the estimate's runtime overhead."""
+    out = {}
+    r = subprocess.run([str(NATIVE), "footprint", "--json"], capture_output=True, text=True, env=env())
+    j = last_json(r.stdout) or {}
+    fp = j.get("footprint", j)
+    out["native"] = {"rss_anon_bytes": fp.get("rss_anon_bytes"), "rss_file_bytes": fp.get("rss_file_bytes"),
+                     "command": "ditskip-run footprint --json"}
+    code = ("import json, ditskip_edge.runtime.__main__, ditskip_edge.runtime.run\n"
+            "from ditskip_edge.runtime import bindings\n"
+            "bindings.executorch_training(); bindings.executorch_inference()\n"
+            "from ditskip_edge.runtime.footprint import read_footprint\n"
+            "f = read_footprint(); print(json.dumps({'rss_anon_bytes': f.anon_bytes, 'rss_file_bytes': f.file_bytes}))")
+    r = subprocess.run([PY, "-c", code], capture_output=True, text=True, env=env())
+    j = last_json(r.stdout) or {"error": r.stderr[-800:]}
+    out["python"] = dict(j, command="python -c 'import the runtime (ditskip_edge.runtime.bindings: ExecuTorch training and inference bindings); read footprint'")
+    return out
+
+
+def estimate(args, folder: Path, overhead_mib: float | None, gen_px: int) -> dict:
+    n, m = split(args)
+    cmd = CLI + ["estimate", "--model", str(folder), "--skip-front", str(n), "--skip-back", str(m),
+                 "--precision", "int8", "--backend", "xnnpack", "--remat", "blocks", "--weights", "mapped",
+                 "--subject-stage", "--generation-px", str(gen_px), "--json"] + user_flags(args)
+    if overhead_mib is not None:
+        cmd += ["--runtime-overhead-mib", f"{overhead_mib:.2f}"]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env())
+    if r.returncode:
+        return {"error": r.stderr[-1500:], "command": " ".join(cmd[1:])}
+    d = json.loads(r.stdout)
+    g = d["generation"][str(gen_px)]
+    return {"command": "ditskip-edge " + " ".join(cmd[3:]).replace(str(folder), "FOLDER"),
+            "train_bytes": d["memory"]["footprint_bytes"], "subject_bytes": d["subject_stage"]["footprint_bytes"],
+            "generate_bytes": g["footprint_bytes"], "file_backed_bytes": d["memory"]["file_backed_bytes"],
+            "runtime_overhead_bytes": d["memory"]["runtime_overhead_bytes"],
+            "tflops_per_sample": d.get("tflops_per_sample"), "plan": d["plan"], "summary": d["summary"],
+            "subject_tflops_per_sample": d["subject_stage"].get("tflops_per_sample"),
+            "generation_detail": {k: v for k, v in g.items() if k.endswith("_bytes") or k in ("image_tokens",
+                                                                                              "cfg_branches")}}
+
+
+# ------------------------------------------------------------------------------------------------------- stages
+def stage_build(args, work: Path) -> dict:
+    """Random-weight pipeline folder; in a child so its memory is its own (the build peak is reported too)."""
+    folder = work / "pipeline"
+    if (folder / "model_index.json").is_file() and not args.force:
+        return {"folder": str(folder), "reused": True, "bytes": folder_bytes(folder)}
+    code = ("import sys, json, time, torch; sys.path.insert(0, 'benchmarks'); import real_scale as rs\n"
+            "from ditskip_edge.models.loading import build_transformer, build_vae, save_pipeline_folder\n"
+            f"a = rs.parse(json.loads({json.dumps(json.dumps(sys.argv[1:]))}))\n"
+            "spec = rs.model_spec(a)\n"
+            "t = build_transformer(spec); v = build_vae(spec)\n"
+            "n = sum(p.numel() for p in t.parameters())\n"
+            f"save_pipeline_folder(spec, t, v, {str(folder)!r})\n"
+            "print(json.dumps({'transformer_params': n, 'vae_params': sum(p.numel() for p in v.parameters())}))")
+    shutil.rmtree(folder, ignore_errors=True)
+    r = subprocess.run(["/usr/bin/time", "-v", PY, "-c", code], capture_output=True, text=True, env=env(), cwd=ROOT)
+    if r.returncode:
+        raise SystemExit(f"build failed: {r.stderr[-3000:]}")
+    return {"folder": str(folder), **json.loads(r.stdout.strip().splitlines()[-1]), **time_v(r.stderr),
+            "bytes": folder_bytes(folder)}
+
+
+def compile_cmd(args, folder: Path, out: Path) -> list[str]:
+    n, m = split(args)
+    return (CLI + ["compile", "--model", str(folder), "--prompt", args.prompt, "--out", str(out),
+                   "--skip-front", str(n), "--skip-back", str(m), "--steps", str(args.schedule_steps),
+                   "--grad-accum", str(args.grad_accum), "--runtime", "executorch", "--precision", "int8",
+                   "--xnnpack", "--remat", "blocks", "--weights", "mapped", "--generation",
+                   "--generation-steps", str(args.gen_steps), "--jobs", "1", "--program-cache", "off", "--json"]
+            + user_flags(args))
+
+
+def stage_compile(args, work: Path) -> dict:
+    out = work / "model.bundle"
+    cmd = compile_cmd(args, work / "pipeline", out)
+    shutil.rmtree(out, ignore_errors=True)
+    r = subprocess.run(["/usr/bin/time", "-v"] + cmd, capture_output=True, text=True, env=env(), cwd=ROOT)
+    (work / "compile.stderr").write_text(r.stderr)
+    rec = {"command": "ditskip-edge " + " ".join(cmd[3:]).replace(str(work) + "/", "WORK/"), **time_v(r.stderr),
+           "returncode": r.returncode}
+    if r.returncode:
+        rec["error"] = r.stderr[-3000:]
+        return rec
+    rec["bundle_bytes"] = folder_bytes(out)
+    big = sorted(((f.stat().st_size, str(f.relative_to(out))) for f in out.rglob("*") if f.is_file()), reverse=True)
+    rec["largest_files"] = [{"path": p, "bytes": b} for b, p in big[:8]]
+    return rec
+
+
+def photos(args, work: Path) -> Path:
+    """The example photos upscaled to the model's data resolution (SANA refuses a short side under half its 512-px
+    train crops; the toy photos are 240-300 px)."""
+    from PIL import Image
+    d = work / "photos"
+    d.mkdir(exist_ok=True)
+    side = model_spec(args).data_px
+    for p in sorted(PHOTOS.glob("*.png")):
+        im = Image.open(p).convert("RGB")
+        s = side / min(im.size)
+        im.resize((round(im.size[0] * s), round(im.size[1] * s)), Image.BICUBIC).save(d / p.name)
+    return d
+
+
+def stage_personalize(args, work: Path) -> dict:
+    sub = work / "subject.bundle"
+    return measured(PyRunner, "personalize", work / "model.bundle", "--photos", photos(args, work), "--out", sub,
+                    "--no-train", "--force", "--json")
+
+
+def stage_train(args, work: Path) -> dict:
+    run = work / "native-run"
+    shutil.rmtree(run, ignore_errors=True)
+    return measured(NativeRunner, "train", work / "subject.bundle", "--run-dir", run, "--steps", args.train_steps,
+                    "--no-resume", "--json")
+
+
+def stage_generate(args, work: Path) -> dict:
+    lora = work / "native-run" / "lora"
+    a = ["generate", work / "model.bundle", "--prompt", args.prompt, "--seed", "0", "--steps", args.gen_steps,
+         "--out", work / "generated.png", "--json"]
+    if lora.exists():
+        a[2:2] = ["--lora", lora]
+    return measured(PyRunner, *a)
+
+
+# ------------------------------------------------------------------------------------------------------- report
+def per_step(stage: str, j: dict | None, rec: dict, args) -> dict:
+    """Seconds per step / per sample from the runtime's own JSON, else wall / count."""
+    j = j or {}
+    if stage == "train":
+        s = j.get("summary", j)
+        n = s.get("steps") or args.train_steps
+        return {"seconds_per_step": s.get("seconds_per_step"), "steps": n,
+                "cpu_seconds_per_step": round(rec["cpu_s"] / n, 1),      # the whole process's CPU, loading included
+                "losses": s.get("losses")}
+    if stage == "personalize":
+        st = j.get("subject_stage", {})
+        n = st.get("num_samples") or args.schedule_steps * args.grad_accum
+        return {"seconds_per_sample": st.get("seconds_per_sample"), "samples": n,
+                "cpu_seconds_per_sample": round(rec["cpu_s"] / n, 1)}  # the whole process's CPU / samples
+    return {"seconds_per_sample": j.get("seconds", rec["wall_s"]), "sampler_steps": args.gen_steps,
+            "cpu_seconds_per_sample": rec["cpu_s"], "seconds_per_sampler_step": j.get("seconds_per_step"),
+            "seconds_decode": j.get("seconds_decode"), "seconds_text": j.get("seconds_text"),
+            "size_px": j.get("size_px")}
+
+
+def load() -> dict:
+    p = STEM.with_suffix(".json")
+    return json.loads(p.read_text()) if p.is_file() else {"records": []}
+
+
+def save(doc: dict, mine: list | None = None) -> None:
+    """Write the results; with `mine` (this run's records) merged into the file as it is now, so that two runs of
+    this script (one per model) at once keep each other's records."""
+    if mine is not None:
+        now = load()
+        doc = dict(now, provenance=doc["provenance"], fixed_costs=doc.get("fixed_costs", now.get("fixed_costs")))
+        for r in mine:
+            put(doc, r)
+    tmp = STEM.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(doc, indent=1, default=str))
+    tmp.replace(STEM.with_suffix(".json"))
+    STEM.with_suffix(".md").write_text(markdown(doc))
+
+
+def put(doc: dict, rec: dict) -> None:
+    doc["records"] = [r for r in doc["records"] if (r["model"], r["stage"]) != (rec["model"], rec["stage"])] + [rec]
+
+
+def markdown(doc: dict) -> str:
+    from _meta import provenance_md
+    f = lambda b: "" if b is None else f"{b / MIB:.1f}"  # noqa: E731
+    lines = ["# Real scale, measured: SANA-1600M and FLUX.1-dev's real-width blocks (issue 57 items 1-2)", "",
+             provenance_md(doc["provenance"]),
+             "Machine SHARED with other engineers' builds and tests (2 cores): wall seconds are noisy, CPU seconds "
+             "are given beside them. Random weights (no hub here); text encoder = the built-in hash encoder at the "
+             "real text shape (SANA 300 x 2304, FLUX 512 x 4096 + pooled 768): Gemma-2 / T5 / CLIP are not measured. "
+             "RssAnon / RssFile = the WHOLE process's peaks (sampled from /proc every 10 ms, nothing subtracted). "
+             "Estimate = `ditskip-edge estimate` of the same options with the runtime overhead set to that process "
+             "kind's measured fixed cost (native core: `ditskip-run footprint`; Python runtime: interpreter + runtime "
+             "+ ExecuTorch bindings imported).", ""]
+    fc = doc.get("fixed_costs", {})
+    if fc:
+        lines.append("Fixed costs: " + "; ".join(f"{k} RssAnon {f(v.get('rss_anon_bytes'))} MiB, RssFile "
+                                                 f"{f(v.get('rss_file_bytes'))} MiB" for k, v in fc.items()) + "\n")
+    lines += ["| model | stage | runtime | RssAnon MiB | RssFile MiB | estimate MiB | measured / estimate | "
+              "estimate, default overhead MiB | s / step or sample (wall) | CPU s | command |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in doc["records"]:
+        if r["stage"] in ("build", "compile"):
+            continue
+        if "error" in r:
+            lines.append(f"| {r['model']} | {r['stage']} | {r.get('runtime', '')} | failed: "
+                         f"`{r['error'][-300:].replace(chr(10), ' ').replace('|', '/')}` | | | | | | | `{r.get('command', '')}` |")
+            continue
+        t = r.get("seconds_per_step") or r.get("seconds_per_sample")
+        c = r.get("cpu_seconds_per_step") or r.get("cpu_seconds_per_sample")
+        unit = "step" if "seconds_per_step" in r else "sample"
+        ratio = r.get("measured_over_estimate")
+        lines.append(f"| {r['model']} | {r['stage']} | {r.get('runtime', '')} | **{f(r['rss_anon_bytes'])}** | "
+                     f"{f(r['rss_file_bytes'])} | {f(r.get('estimate_bytes'))} | "
+                     f"{'' if ratio is None else f'{ratio:.2f}x'} | {f(r.get('estimate_default_overhead_bytes'))} | "
+                     f"{'' if t is None else f'{t:.1f} s/{unit}'} | {'' if c is None else f'{c:.1f}'} | "
+                     f"`{r.get('command', '')}` |")
+    lines += ["", "## Compiling (the user's host)", "",
+              "| model | wall s | CPU s (user + sys) | peak host RSS GiB | model bundle GiB | command |",
+              "|---|---|---|---|---|---|"]
+    for r in doc["records"]:
+        if r["stage"] != "compile":
+            continue
+        if "error" in r:
+            lines.append(f"| {r['model']} | failed: `{r['error'][-300:].replace(chr(10), ' ').replace('|', '/')}` "
+                         f"| | | | `{r['command']}` |")
+            continue
+        lines.append(f"| {r['model']} | {r.get('wall_s', 0):.0f} | {r.get('user_s', 0) + r.get('sys_s', 0):.0f} | "
+                     f"{r.get('peak_host_rss_bytes', 0) / GIB:.2f} | {r.get('bundle_bytes', 0) / GIB:.2f} | "
+                     f"`{r['command']}` |")
+    for r in doc["records"]:
+        if r["stage"] == "build":
+            lines.append(f"\n{r['model']}: random-weight pipeline folder, transformer "
+                         f"{r.get('transformer_params', 0) / 1e6:.0f}M parameters, autoencoder "
+                         f"{r.get('vae_params', 0) / 1e6:.0f}M, {r.get('bytes', 0) / GIB:.2f} GiB on disk (fp32)"
+                         + (f", built in {r['wall_s']:.0f} s at {r['peak_host_rss_bytes'] / GIB:.2f} GiB peak RSS"
+                            if 'wall_s' in r else "") + ".")
+    if doc.get("notes"):
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in doc["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+def parse(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="flux-dev-width", choices=["flux-dev-width", "sana-1600m"])
+    ap.add_argument("--double", type=int, default=2, help="flux-dev-width: double blocks")
+    ap.add_argument("--single", type=int, default=4, help="flux-dev-width: single blocks")
+    ap.add_argument("--skip-front", type=int, default=None)
+    ap.add_argument("--skip-back", type=int, default=None)
+    ap.add_argument("--stages", default=",".join(STAGES))
+    ap.add_argument("--work", default=None, help="default /tmp/real_scale/<model>")
+    ap.add_argument("--prompt", default="a photo of sks toy")
+    ap.add_argument("--schedule-steps", type=int, default=2, help="compile --steps (samples = x --grad-accum)")
+    ap.add_argument("--grad-accum", type=int, default=1)
+    ap.add_argument("--train-steps", type=int, default=2, help="native train --steps")
+    ap.add_argument("--gen-steps", type=int, default=2, help="generation sampler steps")
+    ap.add_argument("--force", action="store_true")
+    a = ap.parse_args(argv)
+    if a.skip_front is None:
+        a.skip_front, a.skip_back = ((6, 4) if a.model == "sana-1600m" else default_flux_split(a))
+    return a
+
+
+def default_flux_split(a) -> tuple[int, int]:
+    from ditskip_edge.memory_estimate.split import split_for_ratio
+    p = split_for_ratio(a.double + a.single, 0.5)
+    return p.n_front, p.n_back
+
+
+def main() -> None:
+    from _meta import provenance
+    args = parse()
+    work = Path(args.work or f"/tmp/real_scale/{tag(args)}")
+    work.mkdir(parents=True, exist_ok=True)
+    doc = load()
+    doc["provenance"] = provenance()
+    name = tag(args)
+    gen_px = model_spec(args).train_px
+    mine: list[dict] = []
+    for stage in args.stages.split(","):
+        t0 = time.perf_counter()
+        print(f"[{time.strftime('%H:%M:%S')}] {name} {stage} ...", file=sys.stderr, flush=True)
+        if stage == "build":
+            rec = stage_build(args, work)
+        elif stage == "compile":
+            rec = stage_compile(args, work)
+        else:
+            if "fixed_costs" not in doc or args.force:
+                doc["fixed_costs"] = fixed_costs()
+            rec = {"personalize": stage_personalize, "train": stage_train, "generate": stage_generate}[stage](args, work)
+            rec["runtime"] = "native core (ditskip-run)" if stage == "train" else "Python runtime (ExecuTorch bindings)"
+            if "error" not in rec:
+                rec.update(per_step(stage, rec.get("json"), rec, args))
+                kind = "native" if stage == "train" else "python"
+                oh = doc["fixed_costs"][kind].get("rss_anon_bytes")
+                est = estimate(args, work / "pipeline", oh / MIB if oh else None, gen_px)
+                dflt = estimate(args, work / "pipeline", None, gen_px)
+                key = {"train": "train_bytes", "personalize": "subject_bytes", "generate": "generate_bytes"}[stage]
+                rec["estimate"] = est
+                if "error" not in est:
+                    rec["estimate_bytes"] = est[key]
+                    rec["measured_over_estimate"] = round(rec["rss_anon_bytes"] / est[key], 3)
+                if "error" not in dflt:
+                    rec["estimate_default_overhead_bytes"] = dflt[key]
+        rec.update(model=name, stage=stage, stage_wall_s=round(time.perf_counter() - t0, 1),
+                   provenance=provenance(), split=list(split(args)))
+        mine.append(rec)
+        save(doc, mine)
+        msg = rec.get("error", "")[-600:] or json.dumps({k: v for k, v in rec.items() if k not in (
+            "json", "estimate", "largest_files", "provenance")}, default=str)[:600]
+        print(f"[{time.strftime('%H:%M:%S')}] {name} {stage}: {msg}", file=sys.stderr, flush=True)
+        if "error" in rec and stage in ("build", "compile"):
+            break
+
+
+if __name__ == "__main__":
+    main()
