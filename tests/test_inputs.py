@@ -45,6 +45,9 @@ OPTION_CASES = {
     "unknown precision": (["--runtime", "ort", "--precision", "int3"], "--precision int3"),
     "precision without a runtime": (["--precision", "int4"], "--precision sets the device programs"),
     "xnnpack without executorch": (["--xnnpack"], "--xnnpack lowers the ExecuTorch programs"),
+    "backend without executorch": (["--backend", "portable"], "--backend sets the ExecuTorch training program"),
+    "xnnpack and backend portable": (["--runtime", "executorch", "--xnnpack", "--backend", "portable"],
+                                     "--xnnpack and --backend portable"),
     "unknown codec": (["--cache-codec", "int3"], "unknown cache codec 'int3'"),
     "too many blocks skipped": (["--skip-back", "5"], "leaves no kept block"),
 }
@@ -109,3 +112,13 @@ def test_train_refuses_out_of_range_options(flux_bundle, tmp_path, capsys, extra
     err = capsys.readouterr().err
     assert code == 2 and expect in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "r" / "checkpoint.safetensors").exists()
+
+
+def test_compile_exports_the_xnnpack_training_program_unless_told_portable():
+    """issue 57: the default is the fast program (ditskip_edge/backends.py); --xnnpack stays an accepted alias."""
+    from compiler.commands.compile import program_stages
+    from ditskip_edge.backends import DEFAULT_TRAIN_BACKEND
+    assert DEFAULT_TRAIN_BACKEND == "xnnpack"
+    assert program_stages(["executorch"], "int8", None)[0].backend == "xnnpack"
+    assert program_stages(["executorch"], "int8", "portable")[0].backend == "portable"
+    assert program_stages(["executorch"], "int8", None, xnnpack=True)[0].backend == "xnnpack"

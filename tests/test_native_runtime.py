@@ -66,7 +66,7 @@ def demo_bundle(tmp_path_factory) -> Path:
     subject = SUBJECTS[SUBJECT]
     write_reference_photos(subject, base / "photos", PHOTOS, captions=True, described=True)
     args = compile_args(subject_prompt(subject, described=True), base / "photos", base / "bundle", jobs=1, steps=3,
-                        generation=False) + ["--runtime", "executorch"]
+                        generation=False) + ["--runtime", "executorch", "--backend", "portable"]
     assert cli_main(args) == 0
     return base / "bundle"
 

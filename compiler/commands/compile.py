@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+from ditskip_edge.backends import DEFAULT_TRAIN_BACKEND, TRAIN_BACKENDS
 from ditskip_edge.cache import DEFAULT_CODEC
 from ditskip_edge.lora import ALL_LINEAR, LoraSpec, every_linear_suffix
 from ditskip_edge.models.loading import resolve_spec
@@ -59,7 +60,11 @@ def register(sub, add_json_flag) -> None:
     p.add_argument("--precision", default="int8",
                    help=f"frozen weights of the device programs, comma-separated for several programs: "
                         f"{', '.join(PROGRAM_PRECISIONS)} (default int8)")
-    p.add_argument("--xnnpack", action="store_true", help="executorch: lower to XNNPACK where it works")
+    p.add_argument("--backend", default=None, choices=list(TRAIN_BACKENDS),
+                   help=f"executorch: the training program's kernels: xnnpack (its matmuls and transposes lowered to "
+                        f"XNNPACK) or portable (ExecuTorch's portable kernels alone, several times slower per step; "
+                        f"default {DEFAULT_TRAIN_BACKEND}: benchmarks/results/device_footprint_backends.md)")
+    p.add_argument("--xnnpack", action="store_true", help="the same as --backend xnnpack (older spelling)")
     p.add_argument("--generation", action="store_true",
                    help="also the generation part (text encoder, every block's forward, decoder, sampler) so the "
                         "device draws pictures with the trained LoRA: python -m ditskip_edge.runtime generate")
@@ -118,8 +123,9 @@ def register(sub, add_json_flag) -> None:
     p.set_defaults(func=run)
 
 
-def program_stages(runtimes: list[str], precision: str, xnnpack: bool, generation: GenerationPrograms | None = None,
-                   remat: str | None = None, weights: str | None = None) -> list:
+def program_stages(runtimes: list[str], precision: str, backend: str | None, generation: GenerationPrograms | None = None,
+                   remat: str | None = None, weights: str | None = None, xnnpack: bool = False) -> list:
+    """backend: the ExecuTorch training program's (None: DEFAULT_TRAIN_BACKEND); xnnpack: --xnnpack was given."""
     names = [r.strip() for arg in runtimes for r in arg.split(",") if r.strip()]
     bad = [r for r in names if r not in RUNTIMES]
     if bad:
@@ -128,12 +134,14 @@ def program_stages(runtimes: list[str], precision: str, xnnpack: bool, generatio
     if not names and generation is None and precision != "int8":
         raise UserError("--precision sets the device programs' frozen weights: add --runtime executorch and/or ort, "
                         "or --generation")
+    if xnnpack and backend == "portable":
+        raise UserError("--xnnpack and --backend portable: give one of them")
     if xnnpack and "executorch" not in names:
         raise UserError("--xnnpack lowers the ExecuTorch programs: add --runtime executorch")
-    for flag, value in (("--remat", remat), ("--weights", weights)):
+    for flag, value in (("--backend", backend), ("--remat", remat), ("--weights", weights)):
         if value is not None and "executorch" not in names:
             raise UserError(f"{flag} sets the ExecuTorch training program: add --runtime executorch")
-    et = ExecutorchPrograms(precisions, "xnnpack" if xnnpack else "portable",
+    et = ExecutorchPrograms(precisions, "xnnpack" if xnnpack else (backend or DEFAULT_TRAIN_BACKEND),
                             remat=str(RematSpec.parse(remat or "blocks")), weights=weights or "mapped")
     stages = []
     for r in dict.fromkeys(names):
@@ -186,12 +194,12 @@ def run(args) -> dict:
                          overwrite=args.force,
                          cache_codec=args.cache_codec, encode_tile_px=args.encode_tile_px, jobs=args.jobs,
                          photo_captions=args.photo_captions,
-                         programs=program_stages(args.runtimes, args.precision, args.xnnpack,
+                         programs=program_stages(args.runtimes, args.precision, args.backend,
                                                  GenerationPrograms(steps=args.generation_steps, guidance=args.guidance,
                                                                     px=args.generation_px,
                                                                     decode_tile_px=args.decode_tile_px,
                                                                     text_precision=args.text_precision,
                                                                     attention_chunk=args.attention_chunk)
                                                  if args.generation else None,
-                                                 remat=args.remat, weights=args.weights))
+                                                 remat=args.remat, weights=args.weights, xnnpack=args.xnnpack))
     return compile_bundle(req)
