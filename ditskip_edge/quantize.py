@@ -6,8 +6,13 @@ need differs from torchao's tensor subclasses (STACK.md: torchao's int4 keeps on
 weights are baked as float constants):
   - int8: codes int8 [O, I], scales fp32 [O, 1]
   - int4: codes packed two per byte uint8 [O, I/2] (low nibble = even column), offset by 8; scales fp32 [O, I/g, 1]
-Forward dequantizes with plain ops (int4 unpacking with remainder/div, no bitwise ops: portable ExecuTorch
-kernels and ONNX opset 16 take them) and calls F.linear. LoRA layers (peft) wrap the quantized base unchanged.
+int8 uses its codes as integers (issue 57): the per-output-channel scale commutes with the matmul, so forward is
+(x @ float(codes).T) * s + b and the input gradient (grad_y * s) @ float(codes). The only weight-sized tensor is the
+exact int8 -> fp32 cast of the codes (no second fp32 copy for codes * s); the scale multiplies the output, tokens x O
+instead of O x K. int4 dequantizes with plain ops (unpacking with remainder/div, no bitwise ops: portable ExecuTorch
+kernels and ONNX opset 16 take them) and calls F.linear: moving its per-group scales to the output would need one
+partial product per group (K/g x tokens x O, larger than the O x K weight whenever tokens > g), so it does not pay.
+LoRA layers (peft) wrap the quantized base unchanged.
 
 Frozen nn.Conv2d (SANA's GLUMBConv: 1x1 conv_inverted / conv_point, depthwise 3x3 conv_depth; the patch embedder)
 get the same scheme over the flattened weight [O, K], K = in/groups * kh * kw (QuantConv2d):
@@ -15,11 +20,13 @@ get the same scheme over the flattened weight [O, K], K = in/groups * kh * kw (Q
   - int4: codes packed two per byte uint8 [ceil(O*K/2)] over the flattened [O, K] codes (row-major; a depthwise
     3x3 has K = 9, odd, so pairs may straddle rows; an odd total is padded with one zero nibble), offset by 8;
     scales fp32 [O, K/g, 1] with g = group_size when it divides K, else g = K (per output channel)
-and forward is F.conv2d with the module's stride / padding / dilation / groups on the dequantized weight.
+and forward is F.conv2d with the module's stride / padding / dilation / groups: at int8 on the cast codes with the
+scale on the output channels (as the linear), at int4 on the dequantized weight.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -27,6 +34,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .runtime.contract import PROGRAM_PRECISIONS
+
+
+# int8 layers multiply the scale into the output (module docstring); False restores the weight dequantization
+# (x @ (float(codes) * s).T), for before/after measurements only (environment DITSKIP_INT8_SCALE_ON_OUTPUT=0).
+INT8_SCALE_ON_OUTPUT = os.environ.get("DITSKIP_INT8_SCALE_ON_OUTPUT", "1") != "0"
 
 
 @dataclass(frozen=True)
@@ -99,17 +111,41 @@ def _decode_rows(layer: nn.Module, o: int, k: int) -> torch.Tensor:
     return (q.reshape(o, k // layer.group, layer.group) * layer.w_scale).reshape(o, k)
 
 
+def _codes_float(layer: nn.Module) -> torch.Tensor:
+    """int8 codes as fp32 (exact), the only weight-sized tensor an int8 layer makes."""
+    return layer.w_codes.to(torch.float32)
+
+
+def _channel_scale(layer: nn.Module, ndim: int) -> torch.Tensor:
+    """The int8 per-output-channel scale shaped to multiply an output whose channels are dim -1 (linear, ndim 0) or
+    dim 1 of an ndim-D tensor (convolution)."""
+    s = layer.w_scale.reshape(-1)
+    return s if ndim == 0 else s.reshape([1, -1] + [1] * (ndim - 2))
+
+
+def _scaled_linear(x: torch.Tensor, layer: nn.Module) -> torch.Tensor:
+    """int8: (x @ float(codes).T) * s (+ b); autograd's input gradient is then (grad_y * s) @ float(codes)."""
+    y = F.linear(x, _codes_float(layer)) * _channel_scale(layer, 0)
+    return y if layer.bias is None else y + layer.bias
+
+
 class _DequantLinear(torch.autograd.Function):
-    """y = x W^T + b with W dequantized in forward and again in backward; saves no weight-sized tensor."""
+    """y = x W^T + b with W (int8: the cast codes) made in forward and again in backward; saves no weight-sized
+    tensor."""
 
     @staticmethod
     def forward(ctx, x, layer):
         ctx.layer = layer
+        if layer.bits == 8 and INT8_SCALE_ON_OUTPUT:
+            return _scaled_linear(x, layer)
         return F.linear(x, layer.dequantized_weight(), layer.bias)
 
     @staticmethod
     def backward(ctx, grad_out):
-        return grad_out @ ctx.layer.dequantized_weight(), None
+        m = ctx.layer
+        if m.bits == 8 and INT8_SCALE_ON_OUTPUT:
+            return (grad_out * _channel_scale(m, 0)) @ _codes_float(m), None
+        return grad_out @ m.dequantized_weight(), None
 
 
 class QuantLinear(nn.Module):
@@ -141,6 +177,8 @@ class QuantLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.recompute_in_backward and x.requires_grad and torch.is_grad_enabled():
             return _DequantLinear.apply(x, self)
+        if self.bits == 8 and INT8_SCALE_ON_OUTPUT:
+            return _scaled_linear(x, self)
         return F.linear(x, self.dequantized_weight(), self.bias)
 
     def storage_bytes(self) -> int:
@@ -154,12 +192,16 @@ class _DequantConv2d(torch.autograd.Function):
     def forward(ctx, x, layer):
         ctx.layer = layer
         ctx.input_shape = x.shape
-        return layer._conv(x, layer.dequantized_weight())
+        return layer(x)
 
     @staticmethod
     def backward(ctx, grad_out):
         m = ctx.layer
-        gx = torch.nn.grad.conv2d_input(ctx.input_shape, m.dequantized_weight(), grad_out, stride=m.stride,
+        if m.bits == 8 and INT8_SCALE_ON_OUTPUT:
+            w, grad_out = _codes_float(m).reshape(m.weight_shape), grad_out * _channel_scale(m, grad_out.dim())
+        else:
+            w = m.dequantized_weight()
+        gx = torch.nn.grad.conv2d_input(ctx.input_shape, w, grad_out, stride=m.stride,
                                         padding=m.padding, dilation=m.dilation, groups=m.groups)
         return gx, None
 
@@ -195,13 +237,16 @@ class QuantConv2d(nn.Module):
     def dequantized_weight(self) -> torch.Tensor:
         return _decode_rows(self, self.weight_shape[0], self.flat_in).reshape(self.weight_shape)
 
-    def _conv(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        return F.conv2d(x, w, self.bias, self.stride, self.padding, self.dilation, self.groups)
+    def _conv(self, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        return F.conv2d(x, w, bias, self.stride, self.padding, self.dilation, self.groups)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.recompute_in_backward and x.requires_grad and torch.is_grad_enabled():
             return _DequantConv2d.apply(x, self)
-        return self._conv(x, self.dequantized_weight())
+        if self.bits == 8 and INT8_SCALE_ON_OUTPUT:      # the scale on the output channels, as the linear's
+            y = self._conv(x, _codes_float(self).reshape(self.weight_shape), None) * _channel_scale(self, x.dim())
+            return y if self.bias is None else y + self.bias.reshape(_channel_scale(self, x.dim()).shape)
+        return self._conv(x, self.dequantized_weight(), self.bias)
 
     def storage_bytes(self) -> int:
         return sum(b.numel() * b.element_size() for b in self.buffers())

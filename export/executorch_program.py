@@ -54,6 +54,7 @@ class ExportConfig:
     input_grad_conv: bool = True                # graph_passes.conv_input_grad_as_convolution (SANA's depthwise 3x3)
                                                 # and silu_backward_in_order (its SiLU)
     views_per_use: bool = True                  # graph_passes.views_per_use (LoRA weights' transposes)
+    transpose_before_cast: bool = True          # graph_passes.transpose_before_cast (int8 codes transposed as int8)
     remat: str = "none"                         # "none" | "blocks" | "every:K" (remat.py)
     external_weights: bool = False              # frozen constants in a .ptd file beside the .pte
     memory_planner: str = "best"                # "greedy" (ExecuTorch's) | "best_fit" | "best" (memory_plan.py)
@@ -185,6 +186,8 @@ def joint_with_passes(ep, cfg: ExportConfig):
     passes["unused_constants"] = graph_passes.remove_unused_constants(ep)
     if cfg.backend == "xnnpack" and cfg.mm_as_bmm:
         passes["mm_to_bmm"] = graph_passes.mm_to_bmm(ep)
+    if cfg.transpose_before_cast:
+        passes["transpose_before_cast"] = graph_passes.transpose_before_cast(ep)
     if cfg.views_per_use:
         passes["views_per_use"] = graph_passes.views_per_use(ep)
     return ep, passes

@@ -190,6 +190,7 @@ def _lower_forward(ep, backend: str, external_weights: bool, matmuls: bool, tag_
         cfg = ExportConfig(backend=backend, xnnpack_ops="bmm", external_weights=external_weights)
         if backend == "xnnpack":
             graph_passes.mm_to_bmm(ep)
+        graph_passes.transpose_before_cast(ep)      # int8 codes transposed before their cast (issue 57)
         for n in ep.graph_module.graph.nodes:
             # XNNPACK's ConvertToLinearPass rebuilds F.linear from the nodes whose source record (source_fn_stack,
             # else torch_fn, else the innermost nn_module_stack entry) names a linear: the rewritten matmuls keep

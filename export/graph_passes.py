@@ -20,6 +20,10 @@ can any other exporter that starts from a joint graph.
   a convolution of the gradient with the flipped kernel, which does not read it.
 - `silu_backward_in_order`: SiLU's backward with no tensor of ones and its products ordered so that fewer
   temporaries are alive at once (it sits where SANA's backward holds the most).
+- `transpose_before_cast`: a transpose of an integer -> float cast (int8 codes as fp32: quantize.py multiplies the
+  scale into the matmul's output, so the cast is the weight a matmul reads) becomes the cast of the transposed
+  codes: the transpose copies int8 (a quarter of the bytes) and no fp32 weight is alive twice (the cast and its
+  transposed copy) for one matmul.
 - `views_per_use`: a view of a program input (the transpose of a LoRA weight) is a copy in ExecuTorch; shared by a
   forward and a backward op it stays in the arena from one to the other. Each use gets its own view, made just
   before it, and a transpose of a transpose folds into one permute (or none).
@@ -386,6 +390,42 @@ def mm_to_bmm(ep: ExportedProgram, weights_left: bool = True) -> int:
 
     n = _rewrite_nodes(ep, (aten.mm.default,), rewrite)
     ep.graph_module.graph.eliminate_dead_code()           # the weights' transposes no longer read
+    _finish(ep)
+    return n
+
+
+_CASTS = (aten._to_copy.default, aten.to.dtype)
+_TRANSPOSES = (aten.permute.default, aten.t.default)
+
+
+def _integer_to_float_cast(node) -> Node | None:
+    """x when node casts an integer tensor x to a floating one (and does nothing else), else None."""
+    if not isinstance(node, Node) or node.op != "call_function" or node.target not in _CASTS:
+        return None
+    src, out = (node.args[0] if node.args else None), _fake(node)
+    fsrc = _fake(src)
+    if not isinstance(fsrc, torch.Tensor) or not isinstance(out, torch.Tensor):
+        return None
+    if fsrc.dtype.is_floating_point or not out.dtype.is_floating_point or fsrc.shape != out.shape:
+        return None
+    extra = set(node.kwargs) - {"dtype", "layout", "device", "memory_format"}
+    return src if not extra and len(node.args) <= 2 else None
+
+
+def transpose_before_cast(ep: ExportedProgram) -> int:
+    """permute(cast(x), dims) -> cast(permute(x, dims)) for an integer x (module docstring). Returns the number of
+    transposes moved."""
+    def rewrite(g, n):
+        src = _integer_to_float_cast(n.args[0])
+        if src is None:
+            return None
+        cast = n.args[0]
+        args = (src, *n.args[1:])
+        moved = _insert(g, n.target, args, like=n)
+        return _insert(g, cast.target, (moved, *cast.args[1:]), dict(cast.kwargs), like=n)
+
+    n = _rewrite_nodes(ep, _TRANSPOSES, rewrite)
+    ep.graph_module.graph.eliminate_dead_code()
     _finish(ep)
     return n
 

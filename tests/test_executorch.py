@@ -298,16 +298,19 @@ def test_quantized_programs_are_smaller_and_close(wide_programs):
 
 
 def test_arena_keeps_no_dequantized_weights_between_forward_and_backward(wide_programs):
-    """Without the recompute pass the arena holds the backward-used dequantized (transposed) weights from forward
-    to backward; with it the arena is smaller and at the traced need of the eager step that recomputes them (within
-    5%). (With the node order restored and the best-fit plan, the saving is no longer half a dequantized weight: the
-    arena without the pass is also tighter; measured 12.7 MiB with, 14.3 without, traced need 12.8.)"""
+    """int8 reads its codes as integers (issue 57: quantize.py multiplies the scale into the matmul's output, and
+    graph_passes.transpose_before_cast transposes the int8 codes before their cast), so no dequantized weight is
+    held from forward to backward whether or not the recompute pass runs (the arena is no larger than without it),
+    and the arena is within half the largest dequantized weight of the traced need of the eager step (which reads
+    the cast weight transposed as a view; the program copies the int8 codes transposed, a quarter weight). Measured
+    7.66 MiB with and without the pass, traced need 6.17 (before issue 57: 12.7 with, 14.3 without, traced 12.8)."""
     from ditskip_edge.quantize import QuantSpec
     from export.executorch_program import ExportConfig, export_training_program
     step, prog = wide_programs["int8"]
     without = export_training_program(step, ExportConfig(quant=QuantSpec("int8", group_size=64),
                                                          recompute_frozen=False))
     saved = without.memory["planned_arena_bytes"] - prog.memory["planned_arena_bytes"]
-    assert prog.passes["recompute_frozen"] > 0
-    assert saved > 0, (saved, prog.memory)
-    assert prog.memory["planned_arena_bytes"] <= 1.05 * prog.memory["traced_equivalent_bytes"], prog.memory
+    assert prog.passes["recompute_frozen"] > 0 and prog.passes["transpose_before_cast"] > 0
+    assert saved >= 0, (saved, prog.memory)
+    m = prog.memory
+    assert m["planned_arena_bytes"] <= m["traced_equivalent_bytes"] + 0.5 * m["largest_dequantized_weight_bytes"], m
