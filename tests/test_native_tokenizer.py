@@ -13,7 +13,9 @@ over-long prompts):
   with lstrip / rstrip / single_word / normalized, BPE unk / fuse_unk / byte_fallback, WordLevel) tokenize as
   `tokenizers` does;
 - a component the core does not implement is refused in one line naming the file and its JSON path (exit code 2);
-- the same sources cross-built for arm64 give the same answers under qemu.
+- the same sources cross-built for arm64 give the same answers under qemu;
+- the Python runtime's tokenizers (ditskip_edge/runtime/text_tokens.py: `tokenizers` itself, with the pipelines'
+  truncation and padding) give transformers' ids, mask and count too; the tiny tokenizers rebuild identically.
 
 The checker: device_runtime/tests/text_check.cpp (`make native` / `make native-arm64`).
 """
@@ -277,6 +279,41 @@ def test_unsupported_component_is_refused_naming_the_file_and_its_path(checker, 
     err = out.stderr.decode().strip()
     assert out.returncode == 2 and len(err.splitlines()) == 1, (out.returncode, err)
     assert err == f"{path}: {needle}"
+
+
+# ------------------------------------------------------------------------------------------ the Python runtime
+
+def python_runtime(built, minilm, name: str):
+    from ditskip_edge.runtime.text_tokens import TextTokenizer
+    if name == "wordpiece":
+        return TextTokenizer.from_wordpiece_vocab(minilm[1], MINILM_LEN), minilm[0], MINILM_LEN
+    tok, path = built[name]
+    return TextTokenizer.from_file(path, STYLES[name][1], tok.pad_token_id), tok, STYLES[name][1]
+
+
+@pytest.mark.parametrize("name", KINDS)
+def test_python_runtime_tokenizer_equals_transformers_on_every_prompt(built, minilm, name):
+    """generation.py's tokenizer (text_tokens.TextTokenizer over `tokenizers`) as the pipelines call transformers."""
+    port, tok, max_len = python_runtime(built, minilm, name)
+    texts = prompts()
+    got = [dict(zip(("ids", "mask"), port.encode(t)), count=port.count_tokens(t)) for t in texts]
+    bad = mismatches(texts, got, transformers_reference(tok, texts, max_len))
+    assert not bad, f"{len(bad)} of {len(texts)} prompts differ:\n" + "\n".join(bad[:10])
+
+
+def test_python_runtime_refuses_a_file_that_is_not_a_tokenizer_json_naming_it(tmp_path):
+    from ditskip_edge.runtime.text_tokens import TextTokenizer
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps({"model": {"type": "Nope"}}), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"tokenizer\.json: not a tokenizer\.json"):
+        TextTokenizer.from_file(path, 77, 0)
+
+
+@pytest.mark.parametrize("style", list(STYLES))
+def test_tiny_tokenizer_builds_are_deterministic(style):
+    """Other code (tiny model folders) sizes embeddings by these vocabularies: a rebuild must be the same file."""
+    build = STYLES[style][0]
+    assert build().backend_tokenizer.to_str() == build().backend_tokenizer.to_str()
 
 
 # ------------------------------------------------------------------------------------------------ arm64
