@@ -1,4 +1,4 @@
-// The `added_tokens` step, first of all (ditskip_edge/runtime/tokenizer/added_tokens.py): tokens found literally in
+// The `added_tokens` step, first of all (`tokenizers`' AddedVocabulary): tokens found literally in
 // the text become whole tokens, leftmost-longest: normalized=false ones in the raw text, then normalized=true ones
 // (their normalized form) in the normalized text of what is left; lstrip / rstrip / single_word as `tokenizers`
 // applies them. WordPiece (vocab.txt) uses it for BERT's special tokens, as `tokenizers`' BertWordPieceTokenizer.

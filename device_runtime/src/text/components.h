@@ -1,7 +1,7 @@
-// The steps of a tokenizer.json, each built from its JSON entry (ditskip_edge/runtime/tokenizer/normalizers.py,
-// pre_tokenizers.py, models.py, processors.py): what tokenizer_json.cpp runs in `tokenizers`' order. A component
+// The steps of a tokenizer.json, each built from its JSON entry as `tokenizers` builds its normalizers,
+// pre-tokenizers, models and post-processors: what tokenizer_json.cpp runs in `tokenizers`' order. A component
 // type or setting this runtime does not implement is refused naming its path in the JSON ("normalizer.normalizers[0]:
-// type 'BertNormalizer' is not supported"), the Python port's wording.
+// type 'BertNormalizer' is not supported").
 #pragma once
 
 #include <cstdint>

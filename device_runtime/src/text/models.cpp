@@ -1,4 +1,4 @@
-// The `model` step (ditskip_edge/runtime/tokenizer/models.py): BPE, Unigram, WordLevel, word -> ids.
+// The `model` step (`tokenizers`' models): BPE, Unigram, WordLevel, word -> ids.
 //   BPE        merges lowest rank first, leftmost on ties (a heap over a linked list of symbols, as `tokenizers`'
 //              Word::merge_all); continuing_subword_prefix, end_of_word_suffix, unk with fuse_unk, byte_fallback to
 //              "<0xNN>", ignore_merges; dropout other than 0 is refused

@@ -1,4 +1,4 @@
-// The `normalizer` step (ditskip_edge/runtime/tokenizer/normalizers.py): a tokenizer.json `normalizer` entry -> a
+// The `normalizer` step (`tokenizers`' normalizers): a tokenizer.json `normalizer` entry -> a
 // text -> text function. Precompiled is SentencePiece's charsmap (a darts-clone double-array trie over UTF-8 keys
 // and a pool of NUL-terminated replacements), applied per grapheme cluster as `spm_precompiled` does: a cluster under
 // 6 bytes is looked up whole; otherwise (or with no hit) each character is; a lookup takes the shortest key that

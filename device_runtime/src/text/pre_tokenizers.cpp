@@ -1,4 +1,4 @@
-// The `pre_tokenizer` step (ditskip_edge/runtime/tokenizer/pre_tokenizers.py): a tokenizer.json `pre_tokenizer`
+// The `pre_tokenizer` step (`tokenizers`' pre-tokenizers): a tokenizer.json `pre_tokenizer`
 // entry -> a function over pieces, each piece one word for the model. The splitting helpers are `tokenizers`'
 // Pattern::find_matches and NormalizedString::split.
 #include <algorithm>

@@ -1,12 +1,12 @@
 // The regexes of tokenizer.json files (Split / Replace patterns, ByteLevel's GPT-2 split): Oniguruma's Ruby syntax,
 // run by a small backtracking matcher over code points with Perl's leftmost-first semantics (what `tokenizers` gets
-// from Oniguruma and ditskip_edge/runtime/tokenizer/unicode.py from Python `re`).
+// from Oniguruma).
 //
 // Supported: literals and escapes (\n \t \r \f \v \e \a \xHH \x{H..} \uHHHH, escaped punctuation), . ^ $ \A \z \Z
 // \b \B, classes [...] with ranges and negation, \s \S \w \W \d \D \p{L} \p{N} (\p{Letter}, \p{Number}, \P{..},
 // \p{^..}) in and out of classes, groups (...) (?:...) (?<name>...), lookahead (?=...) (?!...), alternation, greedy
 // and lazy * + ? {n} {n,} {n,m}. Anything else is refused naming the JSON path ("pre_tokenizer: regex '...': \p{Han}
-// is not supported"). Classes: \s is White_Space, \w the Python port's (L, M, Nd, Nl, Pc, ZWNJ, ZWJ), \d Nd.
+// is not supported"). Classes: \s is White_Space, \w L, M, Nd, Nl, Pc, ZWNJ, ZWJ, \d Nd.
 #pragma once
 
 #include <memory>

@@ -1,4 +1,4 @@
-// tokenizer.json -> (input_ids, attention_mask) (ditskip_edge/runtime/tokenizer/hf.py): `tokenizers`' steps in its
+// tokenizer.json -> (input_ids, attention_mask) (`tokenizers`' Tokenizer.encode): its steps in its
 // order (added tokens, normalizer, pre-tokenizer, model, post-processor), then truncation and padding as
 // `transformers` returns them with padding="max_length", truncation=True: the text's ids cut to max_len minus the
 // post-processor's special tokens (so the specials survive), then padded on the right with the manifest's pad_id.

@@ -1,7 +1,7 @@
 // Unicode for the tokenizers (utf8proc): text as code points, the character classes `tokenizers` and its regexes
-// use, normalization forms, per-character lower-casing, grapheme clusters. Mirrors what
-// ditskip_edge/runtime/tokenizer/unicode.py took from Python's `unicodedata` (and `tokenizers` from Rust's crates);
-// utf8proc's Unicode version (15 in Debian's 2.8) answers the same on the tested corpus (tests/test_native_tokenizer.py).
+// use, normalization forms, per-character lower-casing, grapheme clusters: what `tokenizers` takes from Rust's
+// Unicode crates and Oniguruma. utf8proc's Unicode version (15 in Debian's 2.8) answers as `tokenizers` does on the
+// tested corpus (tests/test_native_tokenizer.py).
 #pragma once
 
 #include <cstdint>
@@ -24,7 +24,7 @@ bool is_nonspacing_mark(char32_t c);          // Mn
 bool is_punctuation(char32_t c);              // P*
 bool is_other(char32_t c);                    // C*: Cc Cf Cs Co Cn
 bool is_space(char32_t c);                    // the White_Space property (Rust's char::is_whitespace, Oniguruma \s)
-bool is_word_char(char32_t c);                // \w as the Python port: L, M, Nd, Nl, Pc, ZWNJ, ZWJ
+bool is_word_char(char32_t c);                // \w: L, M, Nd, Nl, Pc, ZWNJ, ZWJ
 
 enum class NormalForm { NFC, NFD, NFKC, NFKD };
 U32 normalize(const U32& text, NormalForm form);
