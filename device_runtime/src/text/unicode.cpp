@@ -64,7 +64,7 @@ bool is_punctuation(char32_t c) {
 }
 bool is_other(char32_t c) {
   const auto k = category(c);
-  return k == UTF8PROC_CATEGORY_CN || (k >= UTF8PROC_CATEGORY_CC && k <= UTF8PROC_CATEGORY_CO);
+  return k >= UTF8PROC_CATEGORY_CC && k <= UTF8PROC_CATEGORY_CO;
 }
 
 bool is_space(char32_t c) {

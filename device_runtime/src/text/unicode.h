@@ -22,7 +22,7 @@ bool is_decimal(char32_t c);                  // \d: Nd
 bool is_mark(char32_t c);                     // Mn Mc Me
 bool is_nonspacing_mark(char32_t c);          // Mn
 bool is_punctuation(char32_t c);              // P*
-bool is_other(char32_t c);                    // C*: Cc Cf Cs Co Cn
+bool is_other(char32_t c);                    // Cc Cf Cs Co (`tokenizers`' is_other: unassigned Cn is not)
 bool is_space(char32_t c);                    // the White_Space property (Rust's char::is_whitespace, Oniguruma \s)
 bool is_word_char(char32_t c);                // \w: L, M, Nd, Nl, Pc, ZWNJ, ZWJ
 
