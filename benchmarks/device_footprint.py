@@ -308,9 +308,19 @@ def estimate_row(spec, args, remat: str, program: dict | None = None) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------ report
+def backend_of(r: dict) -> str | None:
+    """An ExecuTorch / native row's training-program backend (None for the eager rows)."""
+    return (r.get("export_config") or {}).get("backend")
+
+
+def row_label(r: dict) -> str:
+    return LABELS[r["row"]] + (" (portable kernels)" if backend_of(r) == "portable" else "")
+
+
 def summarize(records: list[dict]) -> dict:
     by = {}
-    for r in records:
+    # the targets read the XNNPACK programs where a merged report has both backends (portable rows first: replaced)
+    for r in sorted(records, key=lambda r: backend_of(r) != "portable"):
         if "error" not in r:
             by.setdefault(r["config"], {})[r["row"]] = r
     out = {}
@@ -378,7 +388,7 @@ def write_report(res: dict, stem: Path) -> None:
     for r in recs:
         if "error" in r:
             err = r["error"].replace("\n", " ").replace("|", "/")
-            lines.append(f"| {r['config']} | {LABELS[r['row']]} | | failed: `{err[:300]}` | | | | | | | | |")
+            lines.append(f"| {r['config']} | {row_label(r)} | | failed: `{err[:300]}` | | | | | | | | |")
             continue
         mem, tr = r.get("memory"), r.get("traced")
         arena = mem["planned_arena_bytes"] if mem else None
@@ -388,7 +398,7 @@ def write_report(res: dict, stem: Path) -> None:
         est = r.get("estimate", {}).get("native_whole_bytes" if r["row"] in NATIVE_OF else "step_footprint_bytes")
         counts = "whole process" if r.get("process") == "whole" else "over baseline"
         est_txt = f"{f(est)} ({r['measured_over_estimate']:.2f}x)" if est else ""
-        lines.append(f"| {r['config']} | {LABELS[r['row']]} | {counts} | {f(r['footprint_rss_anon_bytes'])} | "
+        lines.append(f"| {r['config']} | {row_label(r)} | {counts} | {f(r['footprint_rss_anon_bytes'])} | "
                      f"{f(r['footprint_rss_file_bytes'])} | {f(rss_peak)} | {f(arena)} | {f(traced)}{ratio} | "
                      f"{f(mem['arena_lower_bound_bytes']) if mem else ''} | {est_txt} | {r['seconds_per_step']:.3f} | "
                      f"{(r.get('cpu_seconds_per_step') or float('nan')):.3f} |")
@@ -404,6 +414,20 @@ def write_report(res: dict, stem: Path) -> None:
              "fixed cost (within 10%: 0.9 .. 1.1)",
              "native_remat_measured_vs_estimate": "native core + remat whole-process RssAnon / memory estimate with "
              "the measured fixed cost (within 10%: 0.9 .. 1.1)"}
+    lora = res.get("eager_lora") or {}
+    if lora:
+        lines += [f"Speed against standard LoRA (issue 57: >= 4x in CPU seconds, footprint not above the native "
+                  f"remat row's 70.6 MiB (FLUX) / 85.4 MiB (SANA) of 2026-12-07): eager standard LoRA's CPU s per "
+                  f"step from {res['eager_lora_source']} (1 thread)", ""]
+        for r in recs:
+            e = lora.get(r["config"])
+            if e and r["row"] in ("et_remat", "native_remat", "et", "native") and "error" not in r:
+                ratio = e["cpu_seconds_per_step"] / r["cpu_seconds_per_step"]
+                lines.append(f"- {r['config']}: eager standard LoRA {e['cpu_seconds_per_step']:.2f} CPU s / "
+                             f"{row_label(r)} {r['cpu_seconds_per_step']:.2f} CPU s = {ratio:.2f}x "
+                             f"({'met' if ratio >= 4 else 'NOT met'}; RssAnon {r['footprint_rss_anon_bytes'] / MIB:.1f}"
+                             f" MiB)")
+        lines.append("")
     for cfg, s in res["summary"].items():
         for k in NATIVE_OF:
             if f"{k}_whole_mib" in s:
@@ -480,6 +504,8 @@ def main() -> None:
     ap.add_argument("--keep-programs", default=None, help="export into this folder and keep the programs")
     ap.add_argument("--remeasure", default="", help="a result JSON whose ExecuTorch programs are in --keep-programs: "
                     "measure them again (no export) into --out")
+    ap.add_argument("--lora-from", default="", help="a benchmarks/memory_speed.py result JSON with the 'lora' variant: "
+                    "the report states the ExecuTorch rows' CPU-seconds speedup over eager standard LoRA (issue 57)")
     ap.add_argument("--merge", default="", help="comma-separated result JSONs: write --out from their records (a "
                     "later file's (config, row) replaces an earlier one's), measuring nothing")
     ap.add_argument("--eager-child", action="store_true", help=argparse.SUPPRESS)
@@ -546,6 +572,12 @@ def write_results(args, prov: dict, records: list, stem: Path, partial: bool = F
            "summary": summarize(records)}
     if fixed:
         res["native_fixed_cost"] = fixed
+    if getattr(args, "lora_from", ""):
+        src = json.loads(Path(args.lora_from).read_text())
+        res["eager_lora_source"] = f"{args.lora_from} ({src.get('command', '')}, {src.get('date_utc', '')})"
+        res["eager_lora"] = {r["config"]: {"cpu_seconds_per_step": r["cpu_seconds_per_step"],
+                                           "seconds_per_step": r["seconds_per_step"], "flops": r.get("flops")}
+                             for r in src["records"] if r.get("variant") == "lora"}
     stem.with_suffix(".json").write_text(json.dumps(res, indent=1, default=str))
     if not partial:
         write_report(res, stem)
@@ -592,8 +624,8 @@ def merge(args, prov: dict) -> None:
         for r in res["records"]:
             if not args.only or r["config"] in args.only.split(","):
                 r.setdefault("provenance", res["provenance"])
-                by_key[(r["config"], r["row"])] = r
-    records = [by_key[k] for k in sorted(by_key, key=lambda k: (k[0], ROWS.index(k[1])))]
+                by_key[(r["config"], r["row"], backend_of(r) or "")] = r
+    records = [by_key[k] for k in sorted(by_key, key=lambda k: (k[0], ROWS.index(k[1]), k[2] != "portable"))]
     prov = dict(prov, command=prov["command"] + " <- " + "; ".join(sources))
     write_results(args, prov, records, Path(args.out), fixed=fixed)
 

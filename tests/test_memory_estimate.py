@@ -255,11 +255,11 @@ def test_requests_differing_only_outside_the_training_step_trace_it_once(monkeyp
     base = dict(model="flux-tiny", skip_ratio=0.5, precision="int8")
     first = request.estimate_memory(request.EstimateRequest(**base))
     again = request.estimate_memory(request.EstimateRequest(**base, weights="resident", subject_stage=True))
-    assert calls == [("int8", "portable")]
+    assert calls == [("int8", "xnnpack")]                  # compile's default backend (ditskip_edge/backends.py)
     assert first["activation_detail"] == again["activation_detail"] and first["params"] == again["params"]
     request.estimate_memory(request.EstimateRequest(**{**base, "precision": "int4"}))
-    request.estimate_memory(request.EstimateRequest(**base, backend="xnnpack"))
-    assert calls == [("int8", "portable"), ("int4", "portable"), ("int8", "xnnpack")]
+    request.estimate_memory(request.EstimateRequest(**base, backend="portable"))
+    assert calls == [("int8", "xnnpack"), ("int4", "xnnpack"), ("int8", "portable")]
 
 
 def test_encode_tiles_with_stages_or_the_portable_encoder_bring_sana_1600ms_subject_stage_below_training():
@@ -319,3 +319,22 @@ def test_the_estimate_traces_each_encoder_tile_shape_once_suggestion_included(mo
     assert est["subject_stage"]["encode_tiles_suggested"]["flag"] == "--encode-tile-px 256 --encode-stages"
     tile_calls = {hw: n for hw, n in calls.items() if hw != (512, 512)}
     assert len(tile_calls) == 4 and set(tile_calls.values()) == {1}
+
+
+def test_estimate_states_flops_and_a_time_from_stated_throughputs():
+    """issue 57: the training step's FLOPs per sample, a generated picture's (sampler steps x guidance branches x the
+    whole transformer + the decoder), and times from the stated throughputs (timing.py), labelled an estimate."""
+    from ditskip_edge.memory_estimate import timing
+    from ditskip_edge.memory_estimate.request import EstimateRequest, estimate_memory
+    doc = estimate_memory(EstimateRequest(model="flux-tiny", skip_ratio=0.5, generation_px=(128,), generation_steps=10,
+                                          steps=50, grad_accum=2, phone_gflops=10.0))
+    t = doc["time"]
+    g = doc["generation"]["128"]
+    assert t["estimate"] is True and t["samples"] == 100
+    assert t["flops"]["training"] == 100 * doc["flops_per_sample"] > 0
+    assert g["flops_per_picture"] == 10 * g["flops_per_sampler_step"] + g["decoder_flops"] > 0
+    assert t["flops"]["picture"] == g["flops_per_picture"] and t["flops"]["subject_stage"] is None
+    assert t["phone"]["gemm_gflops"] == 10.0 and t["phone"]["source"] == "--phone-gflops"
+    if timing.HOST_GEMM_GFLOPS:
+        phone = 10.0 * timing.host_efficiency()
+        assert abs(t["phone"]["training_minutes"] - t["flops"]["training"] / (phone * 1e9) / 60) < 0.01

@@ -4,6 +4,7 @@ old name as an alias."""
 
 from __future__ import annotations
 
+from ditskip_edge.backends import DEFAULT_TRAIN_BACKEND, TRAIN_BACKENDS
 from ditskip_edge.memory_estimate.request import DEFAULT_RUNTIME_OVERHEAD_MIB, EstimateRequest, estimate_memory
 from ditskip_edge.runtime.contract import PRECISIONS, WEIGHT_PLACEMENTS
 
@@ -27,7 +28,7 @@ def register(sub, add_json_flag) -> None:
                    help="process / runtime library overhead added to the peak (default: assumed, a runtime library "
                         "+ an app process); for the native core alone pass its measured fixed cost: `ditskip-run "
                         "footprint --json` (benchmarks/results/device_footprint_*.json native_fixed_cost)")
-    p.add_argument("--steps", type=int, default=500, help="optimizer steps (storage of the residual cache)")
+    p.add_argument("--steps", type=int, default=500, help="optimizer steps (storage of the residual cache, and the time estimate; default 500 x --grad-accum 4, the paper's schedule)")
     p.add_argument("--grad-accum", type=int, default=4, help="samples per step (storage of the residual cache)")
     p.add_argument("--remat", default="blocks",
                    help="block rematerialization in the step: none | blocks | every:K (kept blocks recomputed in "
@@ -35,9 +36,15 @@ def register(sub, add_json_flag) -> None:
     p.add_argument("--weights", default="mapped", choices=list(WEIGHT_PLACEMENTS),
                    help="frozen weights in anonymous memory, or memory-mapped from the bundle's data file (clean, "
                         "file-backed: not in the footprint; default mapped, what compile exports)")
-    p.add_argument("--backend", default="portable", choices=["portable", "xnnpack"],
-                   help="the ExecuTorch training program's backend (compile exports portable; "
-                        "benchmarks/device_footprint.py measures xnnpack): where its transposed weight copies are live")
+    p.add_argument("--backend", default=DEFAULT_TRAIN_BACKEND, choices=list(TRAIN_BACKENDS),
+                   help=f"the ExecuTorch training program's backend (default {DEFAULT_TRAIN_BACKEND}, what compile "
+                        f"exports): where its transposed weight copies are live")
+    p.add_argument("--phone-gflops", type=float, default=None,
+                   help="the time estimate's phone: its fp32 GEMM GFLOP/s on one core (default: a published figure "
+                        "for a named phone class, ditskip_edge/memory_estimate/timing.py; the JSON's time.phone "
+                        "says which)")
+    p.add_argument("--generation-steps", type=int, default=20,
+                   help="the picture's sampler steps in the time estimate (compile --generation-steps' default)")
     p.add_argument("--subject-stage", action="store_true",
                    help="also predict the on-device subject stage (footprint, time in FLOPs per sample) and the "
                         "cache-free mode (storage saved, footprint, extra FLOPs per step)")
@@ -77,7 +84,8 @@ def run(args) -> dict:
                                  forward_precision=args.forward_precision, encode_tile_px=args.encode_tile_px,
                                  encode_backend=args.encode_backend, encode_stages=args.encode_stages,
                                  generation_px=_generation_px(args),
-                                 decode_tile_px=args.decode_tile_px, attention_chunk=args.attention_chunk))
+                                 decode_tile_px=args.decode_tile_px, attention_chunk=args.attention_chunk,
+                                 generation_steps=args.generation_steps, phone_gflops=args.phone_gflops))
 
 
 def _generation_px(args) -> tuple[int, ...]:

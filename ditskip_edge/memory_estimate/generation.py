@@ -27,6 +27,10 @@ alone: the full transformer one block at a time, every program at batch 1 with t
                     so the footprint is the largest of the three phases + the runtime overhead; their weights are
                     file-backed and reported apart (text_file_backed_bytes)
 
+FLOPs of a picture (`flops`, FlopCounterMode on the same traces: matmuls, convolutions, attention): every sampler
+step runs embed + every block + head once per guidance branch; the decoder runs once (per tile); the text
+encoders' FLOPs are not counted (they run once per picture, before sampling).
+
 Not modeled: flux-testbed's MiniLM encoder (22.7M parameters).
 """
 
@@ -87,6 +91,7 @@ def _streams_bytes(streams: dict, ctx) -> int:
 
 def trace_generation(cfg: GenerationConfig, attention: str = "math") -> dict:
     from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils.flop_counter import FlopCounterMode
     spec = cfg.spec
     transformer = build_transformer(spec, "meta").requires_grad_(False)
     view = make_view(spec.arch, transformer)
@@ -119,9 +124,11 @@ def trace_generation(cfg: GenerationConfig, attention: str = "math") -> dict:
         weights += list(view.parameters(recurse=False))
         with _sdpa_context(attention), chunked_attention(cfg.attention_chunk):
             tr = StepMemoryTracker(storage_keys(weights + [x, t, *cond.values()]))
-            with tr:
+            fc = FlopCounterMode(display=False)
+            with tr, fc:
                 streams, ctx = view.embed(view.pack(x), t, cond)
             arenas = {"embed": tr.peak_bytes}
+            flops = {"embed": int(fc.get_total_flops())}
             resident = _streams_bytes(streams, ctx)
             keep = list(streams.values()) + [v for v in vars(ctx).values() if isinstance(v, torch.Tensor)]
             keep += [u for v in vars(ctx).values() if isinstance(v, tuple) for u in v]
@@ -131,18 +138,24 @@ def trace_generation(cfg: GenerationConfig, attention: str = "math") -> dict:
                 bw = list(block.parameters()) + [bb for bb in block.buffers() if bb is not None]
                 block_bytes[kind] = _module_bytes(block)
                 tr = StepMemoryTracker(storage_keys(bw + keep))
-                with tr:
+                fc = FlopCounterMode(display=False)
+                with tr, fc:
                     out = view.run_block(block, streams, ctx)
                 arenas[f"block.{kind}"] = tr.peak_bytes
+                flops[f"block.{kind}"] = int(fc.get_total_flops())
             tr = StepMemoryTracker(storage_keys(keep + weights))
-            with tr:
+            fc = FlopCounterMode(display=False)
+            with tr, fc:
                 v = view.head(out, ctx)
             arenas["head"] = tr.peak_bytes
+            flops["head"] = int(fc.get_total_flops())
     per_block = [block_bytes["single" if n.startswith("single_") else "double" if spec.arch == FLUX_ARCH else "sana"]
                  for n in names]
     non_block_bytes = sum(_module_bytes(m) for m in non_block) + _nbytes(list(view.parameters(recurse=False)))
     latents = 2 * _nbytes([x]) + CFG_BRANCHES * (_nbytes([v]) + _nbytes(list(cond.values())))
-    return {"arenas_bytes": arenas, "streams_bytes": resident, "latents_and_cond_bytes": latents,
+    kind_of = ["single" if n.startswith("single_") else "double" if spec.arch == FLUX_ARCH else "sana" for n in names]
+    branch_flops = flops["embed"] + flops["head"] + sum(flops[f"block.{k}"] for k in kind_of)
+    return {"arenas_bytes": arenas, "flops_per_sampler_step": CFG_BRANCHES * branch_flops, "flops_detail": flops, "streams_bytes": resident, "latents_and_cond_bytes": latents,
             "cond_bytes": CFG_BRANCHES * _nbytes(list(cond.values())),
             "frozen_weights_bytes": sum(per_block) + non_block_bytes, "largest_block_bytes": max(block_bytes.values()),
             "non_block_bytes": non_block_bytes, "image_tokens": (cfg.resolution_px // spec.pixel_multiple) ** 2}
@@ -178,17 +191,21 @@ def trace_decoder(cfg: GenerationConfig) -> dict | None:
         return {**out, "arena_bytes": 0, "phase_bytes": held}
     with torch.device("meta"):
         vae = vae_class(cfg.spec.arch).from_config(vc)
+    from torch.utils.flop_counter import FlopCounterMode
+    fc = FlopCounterMode(display=False)
     with FakeTensorMode(allow_non_fake_inputs=True), torch.no_grad():
         vae = vae.to_empty(device="cpu")
         x = torch.zeros(1, int(vc["latent_channels"]), tile, tile)
         tr = StepMemoryTracker(storage_keys(list(vae.parameters()) + [x]))
-        with tr:
+        with tr, fc:
             LatentEncoder(cfg.spec.arch, vae).decode(x)
-    return {**out, "arena_bytes": tr.peak_bytes, "phase_bytes": tr.peak_bytes + held}
+    return {**out, "arena_bytes": tr.peak_bytes, "phase_bytes": tr.peak_bytes + held,
+            "flops": int(fc.get_total_flops()) * out["tiles"]}
 
 
 def generation_estimate(cfg: GenerationConfig, runtime_overhead_bytes: int, attention: str = "math",
-                        text_precision: str = "fp32") -> dict:
+                        text_precision: str = "fp32", sampler_steps: int = 20) -> dict:
+    """sampler_steps: the picture's FLOPs count this many sampler steps (compile --generation-steps' default)."""
     from .text import text_phase_estimate
     tr = trace_generation(cfg, attention)
     arena = max(tr["arenas_bytes"].values())
@@ -210,6 +227,11 @@ def generation_estimate(cfg: GenerationConfig, runtime_overhead_bytes: int, atte
            "decoder_arena_bytes": decoder["arena_bytes"] if decoder else None,
            "decode_tiling": {k: v for k, v in decoder.items() if not k.endswith("_bytes")} if decoder else None,
            "footprint_bytes": footprint, "file_backed_bytes": tr["frozen_weights_bytes"],
+           "sampler_steps": sampler_steps, "flops_per_sampler_step": tr["flops_per_sampler_step"],
+           "decoder_flops": decoder.get("flops", 0) if decoder else 0,
+           "flops_per_picture": sampler_steps * tr["flops_per_sampler_step"] + (decoder.get("flops", 0) if decoder
+                                                                               else 0),
+           "flops_not_counted": ["text encoders (once per picture)"],
            "file_backed_working_set_bytes": working, "peak_bytes": footprint + working,
            "text_phase_bytes": text_phase, "text_arena_bytes": text["arena_bytes"] if text else None,
            "text_file_backed_bytes": text["file_backed_bytes"] if text else None,

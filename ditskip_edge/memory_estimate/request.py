@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..backends import DEFAULT_TRAIN_BACKEND, TRAIN_BACKENDS
 from ..models.loading import resolve_spec
 from ..runtime.cache_format import CacheCodec
 from ..runtime.contract import PRECISIONS
@@ -44,7 +45,9 @@ class EstimateRequest:
     generation_px: tuple[int, ...] = ()  # also estimate generation (memory_estimate/generation.py) at these sides
     decode_tile_px: int | None = None    # generation's decoder on tiles of this side (compile --decode-tile-px)
     attention_chunk: int | None = None   # generation's attention in query chunks (compile --attention-chunk)
-    backend: str = "portable"            # the ExecuTorch program's backend (compile's default): its weight copies
+    backend: str = DEFAULT_TRAIN_BACKEND  # the ExecuTorch program's backend (compile's default): its weight copies
+    generation_steps: int = 20           # the picture's sampler steps (compile --generation-steps' default)
+    phone_gflops: float | None = None    # the phone's fp32 GEMM GFLOP/s for the time estimate (None: timing.PHONE_*)
 
 
 _TRACED_STEPS: dict[tuple[str, str, str], StepTrace] = {}
@@ -70,8 +73,12 @@ def estimate_memory(req: EstimateRequest) -> dict:
         raise UserError(f"--steps {req.steps} / --grad-accum {req.grad_accum}: expected >= 1")
     if req.runtime_overhead_mib < 0:
         raise UserError(f"--runtime-overhead-mib {req.runtime_overhead_mib}: expected >= 0")
-    if req.backend not in ("portable", "xnnpack"):
-        raise UserError(f"--backend {req.backend!r}: expected 'portable' or 'xnnpack'")
+    if req.backend not in TRAIN_BACKENDS:
+        raise UserError(f"--backend {req.backend!r}: expected one of {', '.join(TRAIN_BACKENDS)}")
+    if req.phone_gflops is not None and not req.phone_gflops > 0:
+        raise UserError(f"--phone-gflops {req.phone_gflops}: expected a positive GFLOP/s figure")
+    if req.generation_steps < 1:
+        raise UserError(f"--generation-steps {req.generation_steps}: expected >= 1")
     if req.weights not in WEIGHTS:
         raise UserError(f"--weights {req.weights!r}: expected one of {', '.join(WEIGHTS)}")
     every = remat_every(req.remat)
@@ -103,7 +110,7 @@ def estimate_memory(req: EstimateRequest) -> dict:
             raise UserError(f"--generation-px {px}: expected a positive multiple of {spec.pixel_multiple}")
         g = generation_estimate(GenerationConfig(spec, px, cfg.text_tokens, req.precision, req.decode_tile_px,
                                                  req.attention_chunk),
-                                int(req.runtime_overhead_mib * MIB), req.attention)
+                                int(req.runtime_overhead_mib * MIB), req.attention, sampler_steps=req.generation_steps)
         g["training_footprint_bytes"] = memory.footprint_bytes          # the same request's step, its --weights
         g["within_training_footprint"] = g["footprint_bytes"] <= memory.footprint_bytes
         generation[str(px)] = g
@@ -127,6 +134,7 @@ def estimate_memory(req: EstimateRequest) -> dict:
         "storage": storage_estimate(trace, req.steps * req.grad_accum),
         "params": {"frozen_kept": trace.frozen_param_count, "lora": trace.lora_param_count},
         "tflops_per_sample": round(trace.flops / 1e12, 4),
+        "flops_per_sample": trace.flops,
         **({"generation": generation} if generation else {}),
         "counts": "footprint_bytes (dirty anonymous: what a phone counts) = LoRA + AdamW states + gradient sums + "
                   "activation arena (traced step peak, incl. LoRA grads; with remat the segment boundaries and one "
@@ -142,4 +150,6 @@ def estimate_memory(req: EstimateRequest) -> dict:
                                           req.steps * req.grad_accum, req.grad_accum, req.cache_codec, req.weights,
                                           req.forward_precision, req.encode_tile_px, req.encode_backend,
                                           req.encode_stages))
+    from .timing import PHONE_GFLOPS, time_estimate
+    doc["time"] = time_estimate(doc, req.steps, req.grad_accum, req.phone_gflops or PHONE_GFLOPS)
     return doc

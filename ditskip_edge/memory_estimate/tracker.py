@@ -37,7 +37,9 @@ class StepMemoryTracker(TorchDispatchMode):
       "xnnpack"   the backward's `g @ w` (w stored as is): export/graph_passes.mm_to_bmm puts the weight on the left,
                   `(w.t() @ g.t()).t()`, so `w.t()` is written to the arena; the forward's transposed view needs none
       None        eager torch: no copy
-    The copy is live while the matmul runs: it raises the peak if the peak is there."""
+    The copy is live while the matmul runs: it raises the peak if the peak is there. A weight that is the cast of
+    integer codes (int8: quantize.py multiplies the scale into the output) is transposed as codes before its cast
+    (export/graph_passes.transpose_before_cast): its copy is the codes' bytes, not the fp32 weight's."""
 
     def __init__(self, preexisting: set[int] | None = None, weight_transposes: str | None = None):
         super().__init__()
@@ -50,6 +52,7 @@ class StepMemoryTracker(TorchDispatchMode):
         self.peak_bytes = 0
         self._live: dict[int, int] = {}
         self.marks: dict[str, int] = {}           # name -> live bytes at that point (mark())
+        self._int_casts: set[int] = set()         # storages that are integer codes cast to float
         self.xnnpack_delegates = 0                # "xnnpack": the delegates the program has for these ops
         self.kernel_calls = 0                     # ops that are a kernel call in a program (not views / metadata)
 
@@ -65,6 +68,7 @@ class StepMemoryTracker(TorchDispatchMode):
         weakref.finalize(st, self._free, key)
 
     def _free(self, key: int) -> None:
+        self._int_casts.discard(key)
         n = self._live.pop(key, 0)
         self.live_bytes -= n
 
@@ -80,16 +84,22 @@ class StepMemoryTracker(TorchDispatchMode):
                 self._track(t)
         if self.weight_transposes == "xnnpack":
             self.xnnpack_delegates += _xnnpack_delegates(func, args)
+        if (self.weight_transposes and func in _CASTS and isinstance(out, torch.Tensor) and args
+                and isinstance(args[0], torch.Tensor) and not args[0].dtype.is_floating_point
+                and out.dtype.is_floating_point):
+            self._int_casts.add(out.untyped_storage()._cdata)
         if self.weight_transposes and func is torch.ops.aten.mm.default:
             a, b = args[0], args[1]
             if b.numel() > a.numel() and b.is_contiguous() == (self.weight_transposes == "xnnpack"):
-                extra = b.numel() * b.element_size()
+                codes = b.untyped_storage()._cdata in self._int_casts
+                extra = b.numel() * (1 if codes else b.element_size())
                 self.transpose_peak_bytes = max(self.transpose_peak_bytes, extra)
                 self.peak_bytes = max(self.peak_bytes, self.live_bytes + extra)
         return out
 
 
 _aten = torch.ops.aten
+_CASTS = (_aten._to_copy.default, _aten.to.dtype)
 _METADATA_OPS = {_aten.sym_size.int, _aten.sym_numel.default, _aten.sym_stride.int, _aten.sym_storage_offset.default}
 _ONE_DELEGATE = {_aten.bmm.default, _aten._softmax.default, _aten.softmax.int, _aten.gelu.default,
                  _aten.tanh.default}
