@@ -7,7 +7,7 @@
 
 flux-pipeline / sana-pipeline: tiny diffusers pipeline folders with real text encoders of toy size (CLIP + T5,
 Gemma-2) and real kinds of tokenizers (tests/tiny_pipeline.py); the device encodes the prompt with the exported
-encoder programs and runtime/tokenizer/, the reference is the folder's own FluxPipeline / SanaPipeline given
+encoder programs and runtime/text_tokens.py, the reference is the folder's own FluxPipeline / SanaPipeline given
 the prompt as text.
 
 Per model: a bundle with the generation part at fp32, int8 and int4 (tests/conftest.py compile_tiny), a LoRA of the

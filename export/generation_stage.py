@@ -4,12 +4,12 @@
 
 writes under `programs/executorch/generation/` (the full model: a picture needs every block, skipped ones too):
   text_encoder.pte + text/vocab.txt      flux-testbed: MiniLM exported as is, WordPiece vocabulary for the device's
-                                         tokenizer (runtime/wordpiece.py); built-in tiny models: nothing (their hash
+                                         tokenizer (runtime/text_tokens.py; src/text in the core); built-in tiny models: nothing (their hash
                                          encoder is computed by the runtime itself: runtime/hash_text.py)
   text_encoder[_2].pte + text/*.json     a local pipeline folder: its own encoders (FLUX: CLIP -> pooled, T5 -> txt;
                                          SANA: Gemma-2 -> txt, txt_mask) exported as their pipeline calls them,
                                          fp32 weights inside the program (read mapped), and each one's tokenizer.json
-                                         for the device's tokenizer (runtime/tokenizer/)
+                                         for the device's tokenizer (runtime/text_tokens.py; the core's src/text)
   decode_<h>x<w>.pte                     one latent tile -> its pixels (the model's autoencoder decoder, fp32, every
                                          weight an input): one program per tile shape (`decode_tiling`; a single
                                          whole-latent tile unless --decode-tile-px asks for tiles)
@@ -191,7 +191,7 @@ PIPELINE_ENCODERS = {FLUX_ARCH: ((TEXT_ENCODER, "text_encoder", "tokenizer", "cl
 def _pipeline_text_part(writer: BundleWriter, spec: ModelSpec, precision: str, group_size: int
                         ) -> tuple[dict, list[dict]]:
     """Each encoder of the folder's pipeline as one program, and its tokenizer as tokenizer.json (the fast
-    tokenizer's own serialization: the device's HFTokenizer reads it). Token lengths as the pipelines use them:
+    tokenizer's own serialization: the device's tokenizers read it: `tokenizers` in the Python runtime, src/text in the core). Token lengths as the pipelines use them:
     CLIP its tokenizer's model_max_length (77; longer prompts are truncated, as FluxPipeline does), T5 / Gemma the
     model's text length (seq_len: a longer prompt is refused on the device). SANA lower-cases and strips the prompt
     first (SanaPipeline._text_preprocessing without clean_caption); no complex human instruction (the host's
@@ -231,7 +231,7 @@ def _pipeline_text_part(writer: BundleWriter, spec: ModelSpec, precision: str, g
     record = {"kind": TEXT_PIPELINE, "seq_len": t.seq_len, "dim": t.dim, "pooled_dim": t.pooled_dim,
               "encoders": encoders, "precision": precision,
               "rule": "for each encoder in order: text = preprocess(prompt); input_ids / attention_mask = its "
-                      "tokenizer.json (runtime/tokenizer/: truncated to max_len, padded with pad_id), int64 "
+                      "tokenizer.json (runtime/text_tokens.py, the core's src/text: truncated to max_len, padded with pad_id), int64 "
                       "[1, max_len]; the program's outputs are cond.* (FLUX: pooled from CLIP, txt from T5; SANA: "
                       "txt and txt_mask from Gemma-2)"}
     return record, entries

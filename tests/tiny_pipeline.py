@@ -7,7 +7,7 @@
                               (byte fallback) tokenizer; FlowMatchEulerDiscreteScheduler (the device's sampler)
 
 The tokenizers come from ditskip_edge/models/tiny_tokenizers.py (trained on a small prompt corpus with the real
-tokenizers' components: what the device's runtime/tokenizer/ must read).
+tokenizers' components: what the device's tokenizers (runtime/text_tokens.py, the core's src/text) must read).
 """
 
 from __future__ import annotations
