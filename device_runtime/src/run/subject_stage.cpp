@@ -19,6 +19,7 @@
 #include "subject/patches.h"
 #include "subject/photo_input.h"
 #include "train/footprint.h"
+#include "train/log.h"
 #include "util/failure.h"
 #include "util/files.h"
 #include "util/sha256.h"
@@ -249,6 +250,11 @@ json personalize(const std::string& model_dir, const std::string& photos_dir, co
   fwd.check_loads();
   const std::string identity = run_identity(model, photos, prompt, cfg.cache_mode);
   check_partial(work, identity, cfg.resume);
+  // schedule.py's warning, once every check has passed (a refusal stays one line)
+  if (schedule["clamped_samples"].get<int64_t>() > 0)          // schedule.py's warning
+    log_message(kLogWarning, std::to_string(schedule["clamped_samples"].get<int64_t>()) + " of " +
+                                 std::to_string(schedule["samples"].size()) + " crops were clamped: a photo's short "
+                                 "side is below crop-max " + std::to_string(sched_cfg.s_max_px) + " px");
   const std::string prompt_rel = model.field({"model_bundle", "prompts"})[p_index]["text_conditioning"].get<std::string>();
   const int64_t num_samples = int64_t(schedule["samples"].size());
   json summary = json::object();
@@ -367,6 +373,12 @@ json personalize(const std::string& model_dir, const std::string& photos_dir, co
         rel[it.key()] = json{{"mean", sum / double(it.value().size())}, {"max", mx}};
       }
       const json index = writer.finish(json{{"rel_error", rel}});
+      for (auto it = rel.begin(); it != rel.end(); ++it)          // subject.py CACHE_WARN_REL_ERROR
+        if (it.value()["max"].get<double>() > 0.05) {
+          char pct[32];
+          std::snprintf(pct, sizeof pct, "%.1f%%", 100 * it.value()["max"].get<double>());
+          log_message(kLogWarning, "residual cache codec " + codec + ": " + it.key() + " has relative error up to " + pct);
+        }
       stage["cache"] = kCacheDir;
       stage["cache_rel_error"] = rel;
       stage["cache_entry_bytes"] = index["entry_bytes"];
