@@ -11,6 +11,8 @@ Properties protected:
   step by the native forward programs), the x0-only cache byte for byte the Python runtime's;
 - a run killed with SIGKILL at several points, then the same command, gives the one-shot run's bytes with nothing
   computed twice (resumed_entries + computed_entries == num_samples, resumed == the entries journalled at the kill);
+- Ctrl-C stops after the current entry (exit 1, one "stopped" line) with the journal kept, and the same command
+  continues it;
 - bad input is the Python runtime's one-line refusal, exit 2, and leaves nothing: an unreadable photo, too few
   photos, a subject bundle for a model bundle, a program of another model, a data file that does not match its
   program, a prompt the bundle lacks;
@@ -215,6 +217,22 @@ def test_a_run_killed_at_any_point_resumes_to_the_same_bytes_computing_nothing_t
     assert _cache_files(out) == _cache_files(native_bundle[0])
     assert (out / "subject/schedule.json").read_bytes() == (native_bundle[0] / "subject/schedule.json").read_bytes()
     assert not work.exists()
+
+
+def test_ctrl_c_stops_after_the_current_entry_with_the_journal_kept(runner, model, photos, tmp_path):
+    out, work = tmp_path / "subject", tmp_path / ".subject.partial"
+    p = popen(runner, "personalize", model, "--photos", photos, "--out", out, "--no-train")
+    deadline = time.time() + 120
+    while _journal_entries(work) < 1 and p.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 1 and err.strip().splitlines()[-1].startswith("ditskip-run personalize: stopped: "), err
+    done = _journal_entries(work)
+    assert 1 <= done < STEPS * ACCUM and not out.exists()
+    r = _native(runner, model, photos, out, "--no-train", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["subject_stage"]["resumed_entries"] == done
 
 
 # ---------------------------------------------------------------- refusals: the Python runtime's lines
