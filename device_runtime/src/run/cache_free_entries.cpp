@@ -13,6 +13,7 @@ CacheFreeEntries::CacheFreeEntries(const Bundle& bundle, const Schedule& schedul
     : bundle_(bundle), fwd_(bundle, keep_blocks) {
   shapes_ = bundle.field({"subject_stage", "entry_shapes"});
   layout_ = entry_layout(bundle.field({"subject_stage", "cache_codec"}).get<std::string>(), shapes_, entry_bytes_);
+  refuse_lowrank(layout_);
   if (bundle.cache_mode() == "x0-only") {
     const json identity = cache_identity(bundle, schedule.raw);
     x0_cache_ = std::make_unique<CacheReader>(bundle.path(bundle.field({"subject_stage", "cache"}).get<std::string>()),

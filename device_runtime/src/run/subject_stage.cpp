@@ -218,6 +218,11 @@ json personalize(const std::string& model_dir, const std::string& photos_dir, co
            "takes a model bundle (ditskip-edge compile without --images)");
   const SubjectPrograms progs = subject_programs(model);
   check_programs(model, progs);
+  if (cfg.cache_mode != "x0-only") {    // a lowrank residual: refused now, not at the first entry
+    int64_t bytes = 0;
+    refuse_lowrank(entry_layout(model.field({"model_bundle", "cache_codec"}).get<std::string>(),
+                                model.field({"model_bundle", "entry_shapes"}), bytes));
+  }
   std::vector<std::string> prompts;
   for (const json& p : model.field({"model_bundle", "prompts"})) prompts.push_back(p["prompt"].get<std::string>());
   const std::string prompt = cfg.has_prompt ? cfg.prompt : prompts.at(0);

@@ -81,7 +81,19 @@ float sdot_self(const float* x, int64_t n) {
 
 float norm32(const float* x, int64_t n) { return std::sqrt(sdot_self(x, n)); }
 
+std::string lowrank_message(const std::string& residual) {
+  return "cache codec lowrank for residual " + residual + ": the native subject stage does not encode lowrank caches "
+         "(numpy's SVD cannot be matched bit for bit); run python -m ditskip_edge.runtime personalize";
+}
+
 }  // namespace
+
+void refuse_lowrank(const std::vector<CachePart>& layout) {
+  for (const CachePart& p : layout) {
+    const size_t at = p.name.rfind(".u.codes");
+    if (at != std::string::npos && at + 8 == p.name.size()) refuse(lowrank_message(p.name.substr(0, at)));
+  }
+}
 
 uint16_t float_to_half_bits(float value) {   // numpy's npy_floatbits_to_halfbits, step for step
   uint32_t f;
@@ -176,9 +188,7 @@ std::vector<uint8_t> encode_entry(const std::vector<CachePart>& layout, int64_t 
     }
     if (t.shape.size() != 3) refuse("residual '" + name + "': expected [B, N, D]");
     const ResidualCodec c = residual_codec(layout, name, t.shape);
-    if (c.kind == "lowrank")
-      refuse("cache codec lowrank for residual " + name + ": the native subject stage does not encode lowrank caches "
-             "(numpy's SVD cannot be matched bit for bit); run python -m ditskip_edge.runtime personalize");
+    if (c.kind == "lowrank") refuse(lowrank_message(name));
     if (c.kind == "fp32") {
       std::memcpy(buf.data() + need_part(layout, name + ".values").offset, d, size_t(n) * 4);
       continue;

@@ -35,6 +35,8 @@ ResidualCodec residual_codec(const std::vector<CachePart>& layout, const std::st
 // (padding zero). Refuses a lowrank residual.
 std::vector<uint8_t> encode_entry(const std::vector<CachePart>& layout, int64_t entry_bytes,
                                   const std::map<std::string, FloatTensor>& tensors);
+// Refuses a layout with a lowrank residual before any work (the message encode_entry would give at the first entry).
+void refuse_lowrank(const std::vector<CachePart>& layout);
 // decode_entry of one residual from an entry's bytes (what the program's in-graph decoder computes).
 std::vector<float> decode_residual(const std::vector<CachePart>& layout, const uint8_t* entry, const std::string& name,
                                    const std::vector<int64_t>& shape);
