@@ -431,9 +431,9 @@ def test_arm64_runs_the_stage_within_bounds_of_x86_and_refuses_alike(arm64_runne
             if part.endswith(".codes"):          # int8 / int4 codes within one step
                 assert np.abs(_unpacked(part, ea[part], b.codec) - _unpacked(part, eb[part], b.codec)).max() <= 1
         da, db = decode_entry(a.codec, ea, a.shapes), decode_entry(b.codec, eb, b.shapes)
-        for name in db:                          # fp16 values and scales: the residuals to their coding's rounding
-            rel = np.linalg.norm((da[name] - db[name]).ravel()) / np.linalg.norm(db[name].ravel())
-            assert rel <= 1e-2, (k, name, rel)
+        for name in db:                          # measured <= 6.6e-6 (fp16 front.txt); a code one step apart moves
+            rel = np.linalg.norm((da[name] - db[name]).ravel()) / np.linalg.norm(db[name].ravel())   # one element
+            assert rel <= 1e-3, (k, name, rel)
     args = ("--no-train", "--prompt", "no such prompt")
     bad = _native(arm64_runner, model, photos, tmp_path / "a" / "subject", *args)
     ref = _native(runner, model, photos, tmp_path / "a" / "subject", *args)
