@@ -18,7 +18,8 @@ Properties protected:
   program, a prompt the bundle lacks;
 - the codecs (subject_check encode) equal codecs.py's bytes and relative errors on edge cases: rounding ties, zero
   groups (MIN_SCALE), fp16 overflow and subnormals, ragged groups (a group size that does not divide its axis), every
-  codec kind; the journal writer's shard roll-over and resume equal cache.py's CacheWriter;
+  codec kind; the journal writer's shard roll-over and resume equal cache.py's CacheWriter; the crop
+  (patches.py) and the tiled encode's blend (tiling.py encode_tiled) are numpy's bit for bit;
 - arm64 under qemu: one run's cache within 1e-5 relative of x86-64's (ExecuTorch's arm64 kernels fuse
   multiply-adds; int codes within one step), and one refusal as on x86-64.
 """
@@ -390,6 +391,32 @@ def test_the_journal_writer_rolls_shards_and_resumes_as_cache_py(tmp_path):
         assert sorted(p.name for p in nat_dir.iterdir()) == sorted(p.name for p in py_dir.iterdir())
         for p in py_dir.iterdir():
             assert (nat_dir / p.name).read_bytes() == p.read_bytes(), p.name
+
+
+@pytest.mark.parametrize("hw,box,out", [((240, 320), (10, 20, 160), 64), ((100, 120), (17, 9, 32), 32),
+                                        ((77, 91), (5, 7, 64), 32), ((64, 80), (3, 5, 48), 128)])
+def test_the_crop_is_numpys_bit_for_bit(hw, box, out, tmp_path):
+    from ditskip_edge.runtime.patches import crop_patch
+    img = np.random.RandomState(sum(hw)).uniform(-1, 1, (3, *hw)).astype(np.float32)
+    img.tofile(tmp_path / "img.bin")
+    r = subprocess.run([CHECK, "crop", tmp_path / "img.bin", *map(str, (*hw, *box, out)), tmp_path / "out.bin"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "out.bin").read_bytes() == crop_patch(img, box, out).tobytes()
+
+
+@pytest.mark.parametrize("hw,tile,stride,scale", [((64, 64), 32, 24, 8), ((96, 80), 48, 32, 8), ((64, 64), 64, 64, 8),
+                                                   ((40, 56), 16, 8, 4)])
+def test_the_tiled_encode_blends_as_tiling_py(hw, tile, stride, scale, tmp_path):
+    """runtime/tiling.py encode_tiled (by shape, diffusers' blend) with a stand-in encoder, bit for bit."""
+    from ditskip_edge.runtime.tiling import encode_tiled
+    x = np.random.RandomState(tile).randn(1, 3, *hw).astype(np.float32)
+    x.tofile(tmp_path / "x.bin")
+    r = subprocess.run([CHECK, "tiled", tmp_path / "x.bin", "3", *map(str, (*hw, tile, stride, scale)),
+                        tmp_path / "out.bin"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    want = encode_tiled(x, lambda t: t[:, :, ::scale, ::scale] * np.float32(0.5), tile, stride, scale)
+    assert (tmp_path / "out.bin").read_bytes() == np.ascontiguousarray(want, np.float32).tobytes()
 
 
 def test_the_schedule_is_pythons_for_other_configs(tmp_path):

@@ -8,6 +8,9 @@
 //   norm IN                              relative_error(0, x) of IN's float32 values (||x|| / ||x||: 1.0) and
 //                                        relative_error(x, 0): the norm of x as numpy computes it, float64
 //   schedule CONFIG_JSON SIZES_JSON      make_schedule(config, [[h, w], ...]) -> schedule.json text; names p0, p1..
+//   crop IN H W X0 Y0 SIDE OUT_PX OUT    crop_patch of IN's [3, H, W] float32 -> OUT [1, 3, OUT_PX, OUT_PX]
+//   tiled IN C H W TILE STRIDE SCALE OUT encode_tiled of IN's [1, C, H, W] with a stand-in encoder (every SCALE-th
+//                                        pixel of the tile, times 0.5) -> OUT [1, C, H/SCALE, W/SCALE]
 //   cache DIR SPEC SHAPES_JSON IN N [STOP] [SHARD_BYTES]
 //                                        a resumable CacheWriter (identity {"t": 1}, run "r") fed N entries of IN's
 //                                        values (entry k: every value + k); stops without finishing after STOP new
@@ -21,6 +24,7 @@
 #include "subject/cache_writer.h"
 #include "subject/codecs.h"
 #include "subject/make_schedule.h"
+#include "subject/patches.h"
 #include "util/failure.h"
 #include "util/files.h"
 #include "util/json.h"
@@ -76,6 +80,33 @@ int run(int argc, char** argv) {
     const std::vector<float> zero(x.size(), 0.0f);
     std::printf("%s\n", py_dumps(json::array({relative_error(zero.data(), x.data(), int64_t(x.size())),
                                               relative_error(x.data(), zero.data(), int64_t(x.size()))})).c_str());
+    return 0;
+  }
+  if (cmd == "crop" && argc == 10) {
+    const std::vector<float> img = floats_of(argv[2]);
+    const int64_t box[3] = {std::atoll(argv[5]), std::atoll(argv[6]), std::atoll(argv[7])};
+    const FloatTensor out = crop_patch(img.data(), std::atoll(argv[3]), std::atoll(argv[4]), box, std::atoll(argv[8]));
+    atomic_write(argv[9], out.values.data(), out.values.size() * 4);
+    return 0;
+  }
+  if (cmd == "tiled" && argc == 10) {
+    FloatTensor x{{1, std::atoll(argv[3]), std::atoll(argv[4]), std::atoll(argv[5])}, floats_of(argv[2])};
+    const int64_t scale = std::atoll(argv[8]);
+    const auto encode = [&](const std::vector<FloatTensor>& tiles) {
+      std::vector<FloatTensor> out;
+      for (const FloatTensor& t : tiles) {
+        const int64_t C = t.shape[1], H = t.shape[2], W = t.shape[3], h = H / scale, w = W / scale;
+        FloatTensor y{{1, C, h, w}, std::vector<float>(size_t(C * h * w))};
+        for (int64_t c = 0; c < C; ++c)
+          for (int64_t i = 0; i < h; ++i)
+            for (int64_t j = 0; j < w; ++j)
+              y.values[size_t((c * h + i) * w + j)] = t.values[size_t((c * H + i * scale) * W + j * scale)] * 0.5f;
+        out.push_back(std::move(y));
+      }
+      return out;
+    };
+    const FloatTensor out = encode_tiled(x, std::atoll(argv[6]), std::atoll(argv[7]), scale, encode);
+    atomic_write(argv[9], out.values.data(), out.values.size() * 4);
     return 0;
   }
   if (cmd == "schedule" && argc == 4) {
