@@ -1,6 +1,7 @@
 // subject.py CacheFreeEntries (see cache_free_entries.h).
 #include "run/cache_free_entries.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "bundle/rng.h"

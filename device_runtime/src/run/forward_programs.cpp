@@ -1,6 +1,7 @@
 // runtime/forward.py ForwardPrograms on ExecuTorch (see forward_programs.h).
 #include "run/forward_programs.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "subject/patches.h"

@@ -1,6 +1,7 @@
 // runtime/subject.py on the device (see subject_stage.h).
 #include "run/subject_stage.h"
 
+#include <algorithm>
 #include <climits>
 #include <chrono>
 #include <cmath>

@@ -1,6 +1,7 @@
 // patches.py crop_patch and tiling.py run_tiled (encode side), float32 step for step (see patches.h).
 #include "subject/patches.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
