@@ -195,10 +195,22 @@ def test_every_exif_orientation_turns_the_photo_as_exif_transpose(checker, tmp_p
         save(picture(40, 50, 50 + o), folder / f"o{o}_png.png", exif=exif)               # the eXIf chunk
     xmp = b'<x:xmpmeta xmlns:x="adobe:ns:meta/"><rdf:Description tiff:Orientation="6"/></x:xmpmeta>'
     save(picture(30, 52, 60), folder / "xmp6.jpg", quality=90, xmp=xmp)
+    upright = Image.Exif()
+    upright[0x0112] = 1
+    save(picture(30, 52, 61), folder / "exif1_xmp6.jpg", quality=90, xmp=xmp, exif=upright)   # EXIF wins
+    no_tag = Image.Exif()
+    no_tag[0x010F] = "Cam"
+    save(picture(30, 52, 62), folder / "xmp8_element.jpg", quality=90, exif=no_tag,
+         xmp=b"<x:xmpmeta><tiff:Orientation>8</tiff:Orientation></x:xmpmeta>")
+    from PIL.PngImagePlugin import PngInfo
+    info = PngInfo()
+    info.add_itxt("XML:com.adobe.xmp", xmp.decode())
+    save(picture(30, 52, 63), folder / "xmp6_itxt.png", pnginfo=info)
     listed = assert_equal_to_python(checker, folder, 24)          # turned, then resized
     turned = {p["name"]: p["original_hw"] for p in listed}
     assert turned["o6_little.jpg"] == [90, 60] and turned["o1_little.jpg"] == [60, 90]
-    assert turned["xmp6.jpg"] == [52, 30]
+    assert turned["xmp6.jpg"] == turned["xmp8_element.jpg"] == turned["xmp6_itxt.png"] == [52, 30]
+    assert turned["exif1_xmp6.jpg"] == [30, 52]
     assert_equal_to_python(checker, folder, 512)                  # turned, kept
 
 
