@@ -7,6 +7,7 @@
 
 #define STB_IMAGE_IMPLEMENTATION
 #define STBI_ONLY_PNG
+#define STBI_ONLY_BMP   // subject/photo_decode.cpp reads the user's BMP photos through this one implementation
 #define STBI_NO_STDIO
 #define STBI_FAILURE_USERMSG
 #if defined(__GNUC__)

@@ -2,7 +2,8 @@
 // (sorted by name, hidden files skipped, image suffixes only, MAX_PHOTOS, min_photos), each file decoded, turned
 // upright by its EXIF orientation (PIL.ImageOps.exif_transpose), converted to RGB, its short side resized to data_px
 // with Pillow's Lanczos filter when larger (bit for bit Pillow's uint8 result), then [3, H, W] float32 v / 127.5 - 1.
-// Refusals are photos.py's one-line messages.
+// Refusals are photos.py's one-line messages. Formats: PNG, JPEG, BMP; a WebP (which Pillow reads) is refused with
+// one line asking for JPEG or PNG (photo_decode.h says why and what else differs).
 #pragma once
 
 #include <cstdint>

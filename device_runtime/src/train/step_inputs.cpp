@@ -4,6 +4,7 @@
 
 #include "bundle/rng.h"
 #include "bundle/safetensors.h"
+#include "run/cache_free_entries.h"
 #include "util/failure.h"
 
 namespace ditskip {
@@ -39,22 +40,24 @@ NamedInputs text_conditioning(const Bundle& bundle, int photo) {
 }
 
 void require_stored_cache(const Bundle& bundle) {
-  const std::string mode = bundle.cache_mode();
-  if (mode != "stored")
-    refuse(bundle.root() + ": " + (mode == "x0-only" ? "an " : "a ") + mode + " bundle computes each step's residuals "
-           "with the subject stage's forward programs, which the native core does not run yet; train it with "
-           "python -m ditskip_edge.runtime train, or compile a stored-cache bundle");
+  (void)bundle.cache_mode();     // a model bundle, or a cache mode of another name, refused (bundle.py's lines)
 }
 
 StepInputs::StepInputs(const Bundle& bundle, const Schedule& schedule, Preprocessor* preprocess)
     : bundle_(bundle), preprocess_(preprocess) {
   require_stored_cache(bundle);
-  const json identity = cache_identity(bundle, schedule.raw);
-  cache_ = std::make_unique<CacheReader>(bundle.path(bundle.field({"subject_stage", "cache"}).get<std::string>()),
-                                         &identity, int64_t(schedule.num_samples()));
+  if (bundle.cache_mode() != "stored") {    // inputs.py: x0-only / cache-free entries computed each step
+    free_ = std::make_unique<CacheFreeEntries>(bundle, schedule, false);
+  } else {
+    const json identity = cache_identity(bundle, schedule.raw);
+    cache_ = std::make_unique<CacheReader>(bundle.path(bundle.field({"subject_stage", "cache"}).get<std::string>()),
+                                           &identity, int64_t(schedule.num_samples()));
+  }
   per_photo_ = bundle.text_rows() == "per_photo";
   hold(0);                 // photo 0's row now: bad rows are refused before the first step
 }
+
+StepInputs::~StepInputs() = default;
 
 void StepInputs::hold(int row) {
   held_cond_ = text_conditioning(bundle_, row);
@@ -64,15 +67,19 @@ void StepInputs::hold(int row) {
 NamedInputs StepInputs::operator()(const Sample& sample) {
   const int row = per_photo_ ? sample.photo : 0;
   if (row != held_row_) hold(row);
-  CacheEntry entry = cache_->read(sample.index);
   NamedInputs named;
-  for (const CachePart& part : *entry.parts) {
-    HostTensor t;
-    t.dtype = part.dtype;
-    t.shape = part.shape;
-    const uint8_t* p = entry.bytes.data() + part.offset;
-    t.bytes.assign(p, p + part.bytes);
-    named.emplace(part.name == "x0" ? "x0" : "entry." + part.name, std::move(t));
+  if (free_) {
+    named = (*free_)(sample, held_cond_);
+  } else {
+    const CacheEntry entry = cache_->read(sample.index);
+    for (const CachePart& part : *entry.parts) {
+      HostTensor t;
+      t.dtype = part.dtype;
+      t.shape = part.shape;
+      const uint8_t* p = entry.bytes.data() + part.offset;
+      t.bytes.assign(p, p + part.bytes);
+      named.emplace(part.name == "x0" ? "x0" : "entry." + part.name, std::move(t));
+    }
   }
   if (named.find("x0") == named.end()) refuse(bundle_.root() + ": cache entry " + std::to_string(sample.index) +
                                               " has no x0");

@@ -6,8 +6,8 @@
 //     cond.*   the bundle's text conditioning (with per-photo captions: the row of the sample's photo)
 //     entry.*  the cache entry's stored parts except x0, as stored (the program decodes them)
 //
-// Stored-cache bundles only: an x0-only or cache-free bundle needs the subject stage's forward programs, which the
-// native core does not run yet (refused in one line).
+// An x0-only or cache-free bundle's entry is computed each step by the subject stage's forward programs
+// (run/cache_free_entries.h, subject.py CacheFreeEntries; one block program at a time).
 #pragma once
 
 #include <memory>
@@ -20,7 +20,9 @@
 
 namespace ditskip {
 
-// Refuses a model bundle (bundle.py's message) and an x0-only / cache-free one (not in the native core yet).
+class CacheFreeEntries;
+
+// Refuses a model bundle (bundle.py's message) and a cache mode of another name.
 void require_stored_cache(const Bundle& bundle);
 
 // bundle.py Bundle.text_conditioning(photo): {key: [1, ...] float32}; every tensor must have the rows text_rows says
@@ -30,12 +32,14 @@ class StepInputs {
  public:
   // preprocess: x0 from the photos (nullptr: the cache's x0). The bundle, schedule and preprocessor outlive this.
   StepInputs(const Bundle& bundle, const Schedule& schedule, Preprocessor* preprocess);
+  ~StepInputs();
   NamedInputs operator()(const Sample& sample);
 
  private:
   const Bundle& bundle_;
   Preprocessor* preprocess_;
   std::unique_ptr<CacheReader> cache_;
+  std::unique_ptr<CacheFreeEntries> free_;    // x0-only / cache-free bundles
   bool per_photo_;
   int held_row_ = -1;
   NamedInputs held_cond_;     // one row held at a time (samples come in schedule order, photos in any order)
