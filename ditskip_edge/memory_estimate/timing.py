@@ -35,10 +35,11 @@ PHONE_SOURCE = ("gemmlowp GEMM kernel benchmark, fp32 NEON kernel, one thread: 1
 
 # This machine, measured by benchmarks/throughput.py (benchmarks/results/throughput.md): the XNNPACK training
 # program's FLOPs per CPU second (1 thread, headline FLUX layout, BlockSkip 50%, int8, block remat), the portable
-# program's, and ExecuTorch's XNNPACK fp32 GEMM kernel alone (one linear, 1 thread).
-HOST_STEP_GFLOPS = 0.0
-HOST_PORTABLE_GFLOPS = 0.0
-HOST_GEMM_GFLOPS = 0.0
+# program's, and ExecuTorch's XNNPACK fp32 GEMM kernel alone (one linear, 1 thread). Measured 2026-12-07 on a shared
+# 2-core AMD EPYC (load 8-15: CPU seconds, not wall): the mean of the FLUX and SANA layouts' et_remat rows.
+HOST_STEP_GFLOPS = 40.51
+HOST_PORTABLE_GFLOPS = 18.27
+HOST_GEMM_GFLOPS = 101.89
 HOST_SOURCE = "benchmarks/results/throughput.md (benchmarks/throughput.py)"
 
 
