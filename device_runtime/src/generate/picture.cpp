@@ -60,6 +60,8 @@ std::string write_png(const std::string& out, const Floats& pixels) {
 }
 
 void write_raw(const std::string& path, const Floats& pixels) {
+  const size_t slash = path.find_last_of('/');
+  if (slash != std::string::npos && slash > 0) make_dirs(path.substr(0, slash));
   atomic_write(path, pixels.data.data(), pixels.data.size() * sizeof(float));
 }
 
