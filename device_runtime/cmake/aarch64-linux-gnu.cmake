@@ -5,9 +5,9 @@
 #     -DEXECUTORCH_ROOT=build/executorch-arm64/executorch
 #   qemu-aarch64-static -L /usr/aarch64-linux-gnu build/native-arm64/ditskip-run ...
 # Debian's g++-aarch64-linux-gnu (compiler; glibc and libstdc++ under /usr/aarch64-linux-gnu, which it finds by
-# itself) and libssl-dev:arm64 (libcrypto in /usr/lib/aarch64-linux-gnu, its configuration headers in
-# /usr/include/aarch64-linux-gnu). The header-only nlohmann json and stb, and OpenSSL's architecture-independent
-# headers, come from the host's /usr/include through links (CMakeLists.txt: DITSKIP_HOST_HEADERS).
+# itself), libssl-dev:arm64 (libcrypto in /usr/lib/aarch64-linux-gnu, its configuration headers in
+# /usr/include/aarch64-linux-gnu) and libutf8proc-dev:arm64 (libutf8proc in /usr/lib/aarch64-linux-gnu). The
+# header-only nlohmann json and stb, and OpenSSL's and utf8proc's architecture-independent headers, come from the host's /usr/include through links (CMakeLists.txt: DITSKIP_HOST_HEADERS).
 set(CMAKE_SYSTEM_NAME Linux)
 set(CMAKE_SYSTEM_PROCESSOR aarch64)
 set(CMAKE_C_COMPILER aarch64-linux-gnu-gcc)
@@ -19,7 +19,8 @@ set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE ONLY)
 set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE ONLY)
 
 set(DITSKIP_CRYPTO_LIBRARY /usr/lib/aarch64-linux-gnu/libcrypto.so CACHE FILEPATH "the target's libcrypto")
-set(DITSKIP_HOST_HEADERS /usr/include CACHE PATH "architecture-independent headers (nlohmann, stb, openssl)")
+set(DITSKIP_UTF8PROC_LIBRARY /usr/lib/aarch64-linux-gnu/libutf8proc.so CACHE FILEPATH "the target's utf8proc")
+set(DITSKIP_HOST_HEADERS /usr/include CACHE PATH "architecture-independent headers (nlohmann, stb, openssl, utf8proc)")
 set(DITSKIP_HOST_ARCH_HEADERS /usr/include/aarch64-linux-gnu CACHE PATH "the target's multiarch headers (openssl)")
 # Under qemu-aarch64-static -L /usr/aarch64-linux-gnu the interpreter is the cross toolchain's ld.so
 # (/usr/aarch64-linux-gnu/lib), but its default search finds the C library in /lib/aarch64-linux-gnu first when the

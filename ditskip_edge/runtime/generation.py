@@ -3,7 +3,7 @@
     check the request (prompt, steps, seed, LoRA, output path) and the generation part's files  -- before any work
     cond   = encode(prompt); uncond = encode("")     hash_text (numpy) | WordPiece + the text_encoder program |
                                                      a pipeline's encoders: each one's tokenizer.json
-                                                     (runtime/tokenizer/) + its program (FLUX: CLIP -> pooled,
+                                                     (runtime/text_tokens.py) + its program (FLUX: CLIP -> pooled,
                                                      T5 -> txt; SANA: Gemma-2 -> txt, txt_mask)
     x      = rng.normal(seed, latent_shape)          [1, C, h, w], the portable RNG every runtime shares
     weights= the bundle's weights file, memory-mapped; with a LoRA, its linears merged at the weights' bit width
@@ -175,18 +175,18 @@ class Generator:
             raise BundleError(f"{self.bundle.root / MANIFEST}: {unlisted[0]} is not listed in files")
 
     def tokenizer(self, program: str = TEXT_ENCODER):
-        """The device tokenizer feeding one text encoder program: WordPiece (MiniLM) or HFTokenizer (a pipeline's
-        tokenizer.json)."""
+        """The tokenizer feeding one text encoder program (text_tokens.py, Hugging Face `tokenizers`): MiniLM's
+        WordPiece vocab.txt, or a pipeline encoder's tokenizer.json."""
         if program not in self._tokenizers:
+            from .text_tokens import TextTokenizer
             if self.text["kind"] == TEXT_MINILM:
-                from .wordpiece import WordPiece
                 tk = self.text["tokenizer"]
-                self._tokenizers[program] = WordPiece.from_file(self.bundle.root / tk["vocab"], tk["max_len"])
+                self._tokenizers[program] = TextTokenizer.from_wordpiece_vocab(self.bundle.root / tk["vocab"],
+                                                                               tk["max_len"])
             else:
-                from .tokenizer import HFTokenizer
                 tk = self._encoder(program)["tokenizer"]
-                self._tokenizers[program] = HFTokenizer.from_file(self.bundle.root / tk["file"], tk["max_len"],
-                                                                  pad_id=tk["pad_id"])
+                self._tokenizers[program] = TextTokenizer.from_file(self.bundle.root / tk["file"], tk["max_len"],
+                                                                    tk["pad_id"])
         return self._tokenizers[program]
 
     def _encoder(self, program: str) -> dict:
