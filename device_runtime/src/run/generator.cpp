@@ -22,6 +22,7 @@
 #include "generate/weights.h"
 #include "run/program_runner.h"
 #include "text/tokenizer.h"
+#include "text/unicode.h"
 #include "train/footprint.h"
 #include "util/failure.h"
 #include "util/files.h"
@@ -71,53 +72,20 @@ std::vector<uint32_t> code_points(const std::string& s) {
   return out;
 }
 
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += char(cp);
-  } else if (cp < 0x800) {
-    out += char(0xC0 | (cp >> 6));
-    out += char(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += char(0xE0 | (cp >> 12));
-    out += char(0x80 | ((cp >> 6) & 0x3F));
-    out += char(0x80 | (cp & 0x3F));
-  } else {
-    out += char(0xF0 | (cp >> 18));
-    out += char(0x80 | ((cp >> 12) & 0x3F));
-    out += char(0x80 | ((cp >> 6) & 0x3F));
-    out += char(0x80 | (cp & 0x3F));
-  }
-}
-
 bool blank(const std::string& prompt) {
   for (uint32_t cp : code_points(prompt))
     if (!is_space(cp)) return false;
   return true;
 }
 
-// str.lower() for the scripts with one-to-one case pairs (ASCII, Latin-1, Latin Extended-A, Greek, Cyrillic), then
-// str.strip(): SanaPipeline's preprocessing of the prompt.
+// prompt.lower().strip(): SanaPipeline's preprocessing of the prompt (full lower case per character, text/unicode.h;
+// then Python's whitespace stripped from both ends).
 std::string lower_strip(const std::string& prompt) {
-  std::vector<uint32_t> cps = code_points(prompt);
-  for (uint32_t& c : cps) {
-    if ((c >= 'A' && c <= 'Z') || (c >= 0xC0 && c <= 0xDE && c != 0xD7) || (c >= 0x391 && c <= 0x3AB && c != 0x3A2) ||
-        (c >= 0x410 && c <= 0x42F))
-      c += c >= 0x410 ? 0x20 : c >= 0x391 ? 0x20 : 0x20;
-    else if (c >= 0x400 && c <= 0x40F)
-      c += 0x50;
-    else if (c >= 0x100 && c <= 0x17F && c != 0x130 && c != 0x138 && c != 0x149 && c != 0x17F &&
-             ((c <= 0x137 && c % 2 == 0) || (c >= 0x139 && c <= 0x148 && c % 2 == 1) ||
-              (c >= 0x14A && c <= 0x177 && c % 2 == 0) || c == 0x179 || c == 0x17B || c == 0x17D))
-      c += 1;
-    else if (c == 0x178)
-      c = 0xFF;
-  }
-  size_t begin = 0, end = cps.size();
-  while (begin < end && is_space(cps[begin])) ++begin;
-  while (end > begin && is_space(cps[end - 1])) --end;
-  std::string out;
-  for (size_t k = begin; k < end; ++k) append_utf8(out, cps[k]);
-  return out;
+  const text::U32 lower = text::lowercase(text::utf32(prompt));
+  size_t begin = 0, end = lower.size();
+  while (begin < end && is_space(uint32_t(lower[begin]))) ++begin;
+  while (end > begin && is_space(uint32_t(lower[end - 1]))) --end;
+  return text::utf8(lower.substr(begin, end - begin));
 }
 
 std::string preprocess(const std::string& prompt, const json& rule) {
@@ -609,13 +577,3 @@ json generate_picture(const std::string& bundle_dir, const GenerateRequest& req)
 }
 
 }  // namespace ditskip
-
-// Until src/text/ lands (branch native-text), the tokenizers refuse; its definitions replace these when linked.
-namespace ditskip::text {
-__attribute__((weak)) std::unique_ptr<Tokenizer> load_tokenizer_json(const std::string& path, int, int64_t) {
-  refuse(path + ": this build of the core has no tokenizer.json reader yet");
-}
-__attribute__((weak)) std::unique_ptr<Tokenizer> load_wordpiece_vocab(const std::string& path, int) {
-  refuse(path + ": this build of the core has no WordPiece reader yet");
-}
-}  // namespace ditskip::text
