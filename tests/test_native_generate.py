@@ -5,13 +5,14 @@ Properties protected:
 - x86-64: the picture equals the Python runtime's for the same bundle, prompt, seed, steps, guidance and LoRA: the
   float image (DITSKIP_DUMP_IMAGE on the native side, generate()'s return on the Python side) within 1e-5 mean
   absolute error (measured: 0, the same bits) and the PNG's pixels identical; on flux-tiny at int8 with the hash text
-  encoder, with and without a LoRA (one in a trained LoRA's format, big enough to change the picture), and on
-  sana-tiny at int8 decoding in four tile shapes (the blend) at guidance 1 (the cond branch alone);
+  encoder, with and without a LoRA (one in a trained LoRA's format, big enough to change the picture), on sana-tiny
+  at int8 decoding in four tile shapes (the blend) at guidance 1 (the cond branch alone), and on a SanaPipeline
+  bundle with a real Gemma-2 text encoder program and its tokenizer.json (the core's src/text tokenizes);
 - the LoRA merged at the weights' bit width gives the Python runtime's merged file byte for byte (codes, scales,
   header), and the second call reuses it (not rewritten);
 - the summary has the Python runtime's fields in its order, with its values (timings and footprint aside);
 - bad input is refused with the Python runtime's message, one line, exit code 2, and no picture: empty prompt,
-  over-long prompt (its word count), a LoRA of another model, a LoRA whose shapes do not fit, a generation weights
+  over-long prompt (its word count; a pipeline's Gemma token count), a LoRA of another model, a LoRA whose shapes do not fit, a generation weights
   file changed or missing, --steps 0 / 1001, --guidance 101, --seed -1, an --out that is not a .png or is a folder;
 - arm64 under qemu: the tiniest bundle at 2 steps gives the x86-64 build's picture within 1e-5 mean absolute error
   (ExecuTorch's arm64 kernels fuse multiply-adds: not bit for bit), and a refusal is the same line.
@@ -44,6 +45,15 @@ def gen_sana_tiles(tmp_path_factory) -> Path:
     from export.generation_stage import GenerationPrograms
     return compile_tiny(tmp_path_factory.mktemp("ngen-sana") / "bundle", "sana-tiny", steps=2,
                         programs=[GenerationPrograms(("fp32", "int8"), steps=3, decode_tile_px=128)])
+
+
+@pytest.fixture(scope="module")
+def gen_sana_pipe(tmp_path_factory) -> Path:
+    """test_generation.py's gen_sana_pipe (the same request): a SanaPipeline folder with a real (toy-size) Gemma-2 text
+    encoder and a Gemma-style BPE tokenizer.json (tests/tiny_pipeline.py), compiled with the generation part at
+    fp32: the encoder a program, its tokenizer.json read by the core's src/text."""
+    from test_generation import _pipeline_bundle
+    return _pipeline_bundle(tmp_path_factory, "sana")
 
 
 def _random_lora(bundle: Path, out_dir: Path) -> Path:
@@ -114,6 +124,13 @@ def test_native_picture_equals_the_python_runtimes_with_and_without_a_merged_lor
 
 def test_native_tiled_decode_at_guidance_one_equals_the_python_runtimes(runner, gen_sana_tiles, tmp_path):
     _same_picture(runner, gen_sana_tiles, tmp_path, "int8", 5, 2, 1.0)
+
+
+def test_native_picture_of_a_pipeline_bundle_with_a_real_tokenizer_and_text_encoder_equals_the_python_runtimes(
+        runner, gen_sana_pipe, tmp_path, capsys):
+    _same_picture(runner, gen_sana_pipe, tmp_path, "fp32", 3, 2, 3.0)
+    _same_refusal(runner, gen_sana_pipe, tmp_path / "x.png", [], "sks " * 400,
+                  "gemma tokens incl. special tokens; the text encoder takes at most 300", capsys)
 
 
 # ---------------------------------------------------------------------------------------------- refusals
