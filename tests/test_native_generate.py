@@ -9,11 +9,13 @@ Properties protected:
   at int8 decoding in four tile shapes (the blend) at guidance 1 (the cond branch alone), and on a SanaPipeline
   bundle with a real Gemma-2 text encoder program and its tokenizer.json (the core's src/text tokenizes);
 - the LoRA merged at the weights' bit width gives the Python runtime's merged file byte for byte (codes, scales,
-  header), and the second call reuses it (not rewritten);
+  header) at int8, int4 and fp32 (B @ A accumulated as OpenBLAS' sgemm does: fused multiply-adds over the rank), and
+  the second call reuses it (not rewritten);
 - the summary has the Python runtime's fields in its order, with its values (timings and footprint aside);
 - bad input is refused with the Python runtime's message, one line, exit code 2, and no picture: empty prompt,
   over-long prompt (its word count; a pipeline's Gemma token count), a LoRA of another model, a LoRA whose shapes do not fit, a generation weights
   file changed or missing, --steps 0 / 1001, --guidance 101, --seed -1, an --out that is not a .png or is a folder;
+- the C API's progress callback sees each sampler step and cancels (DITSKIP_CANCELLED, no picture);
 - arm64 under qemu: the tiniest bundle at 2 steps gives the x86-64 build's picture within 1e-5 mean absolute error
   (ExecuTorch's arm64 kernels fuse multiply-adds: not bit for bit), and a refusal is the same line.
 """
@@ -120,6 +122,16 @@ def test_native_picture_equals_the_python_runtimes_with_and_without_a_merged_lor
     after = merged.stat()
     assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)   # reused, not rewritten
     assert np.array_equal(_pixels(tmp_path / "again.png"), _pixels(tmp_path / "tuned" / "native.png"))
+    from ditskip_edge.runtime.bundle import Bundle
+    from ditskip_edge.runtime.generation import Generator
+    for precision in ("fp32", "int4"):                  # the other bit widths' layouts: plain sum, packed groups
+        r = _native(runner, generation_bundle, tmp_path / f"{precision}.png", "--precision", precision, "--steps", 1,
+                    "--lora", lora)
+        assert r.returncode == 0, r.stderr
+        gen = Generator(Bundle.open(generation_bundle, verify=False), precision)
+        gen.lora_weights(python_lora, gen.base_weights())
+        assert (lora.parent / "merged" / f"{precision}.safetensors").read_bytes() == \
+               (python_lora / "merged" / f"{precision}.safetensors").read_bytes()
 
 
 def test_native_tiled_decode_at_guidance_one_equals_the_python_runtimes(runner, gen_sana_tiles, tmp_path):
@@ -131,6 +143,46 @@ def test_native_picture_of_a_pipeline_bundle_with_a_real_tokenizer_and_text_enco
     _same_picture(runner, gen_sana_pipe, tmp_path, "fp32", 3, 2, 3.0)
     _same_refusal(runner, gen_sana_pipe, tmp_path / "x.png", [], "sks " * 400,
                   "gemma tokens incl. special tokens; the text encoder takes at most 300", capsys)
+
+
+CANCEL_SCRIPT = """
+import ctypes, json, sys
+lib = ctypes.CDLL(sys.argv[1])
+CB = ctypes.CFUNCTYPE(ctypes.c_bool, ctypes.c_char_p, ctypes.c_int32, ctypes.c_int32, ctypes.c_void_p)
+class Params(ctypes.Structure):
+    _fields_ = [("prompt", ctypes.c_char_p), ("seed", ctypes.c_uint64), ("steps", ctypes.c_int32),
+                ("guidance", ctypes.c_double), ("lora", ctypes.c_char_p), ("precision", ctypes.c_char_p),
+                ("out_png", ctypes.c_char_p), ("progress", CB), ("progress_user_data", ctypes.c_void_p)]
+seen = []
+def progress(stage, done, total, user):
+    seen.append([stage.decode(), done, total])
+    return done < 1
+p = Params()
+lib.ditskip_generate_default_params_ref(ctypes.byref(p))
+defaults = [p.steps, p.guidance]
+keep = CB(progress)
+p.prompt, p.out_png, p.progress = b"a photo of sks toy", sys.argv[3].encode(), keep
+lib.ditskip_last_error.restype = ctypes.c_char_p
+status = lib.ditskip_generate(sys.argv[2].encode(), ctypes.byref(p), None)
+print(json.dumps({"status": status, "error": lib.ditskip_last_error().decode(), "seen": seen,
+                  "defaults": [defaults[0], str(defaults[1])]}))
+"""
+
+
+def test_a_progress_callback_returning_false_cancels_with_no_picture(runner, generation_bundle, tmp_path):
+    """The C API's stage callback (ditskip_stage_callback) sees every sampler step; false stops the run: status
+    DITSKIP_CANCELLED, nothing written. The default params take the bundle's steps and guidance."""
+    import subprocess
+    import sys
+    out = tmp_path / "x.png"
+    r = subprocess.run([sys.executable, "-c", CANCEL_SCRIPT, str(runner.library), str(generation_bundle), str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got["defaults"] == [-1, "nan"]
+    assert got["status"] == 1 and "cancelled after sampler step 1 of 3" in got["error"], got
+    assert got["seen"] == [["generate", 1, 3]]
+    assert not out.exists() and not list(tmp_path.glob(".*.tmp"))
 
 
 # ---------------------------------------------------------------------------------------------- refusals
