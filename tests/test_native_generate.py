@@ -15,6 +15,8 @@ Properties protected:
 - bad input is refused with the Python runtime's message, one line, exit code 2, and no picture: empty prompt,
   over-long prompt (its word count; a pipeline's Gemma token count), a LoRA of another model, a LoRA whose shapes do not fit, a generation weights
   file changed or missing, --steps 0 / 1001, --guidance 101, --seed -1, an --out that is not a .png or is a folder;
+- the data layer's pieces the tiny bundles leave out equal numpy's bit for bit: the sigmas with shift and dynamic
+  shifting (exponential, linear), the hash text's words on Unicode prompts, quantization at ties and zero rows;
 - the C API's progress callback sees each sampler step and cancels (DITSKIP_CANCELLED, no picture);
 - arm64 under qemu: the tiniest bundle at 2 steps gives the x86-64 build's picture within 1e-5 mean absolute error
   (ExecuTorch's arm64 kernels fuse multiply-adds: not bit for bit), and a refusal is the same line.
@@ -183,6 +185,52 @@ def test_a_progress_callback_returning_false_cancels_with_no_picture(runner, gen
     assert got["status"] == 1 and "cancelled after sampler step 1 of 3" in got["error"], got
     assert got["seen"] == [["generate", 1, 3]]
     assert not out.exists() and not list(tmp_path.glob(".*.tmp"))
+
+
+# ---------------------------------------------------------------------------------------------- data layer
+
+def _check(runner, *args) -> str:
+    import subprocess
+    r = subprocess.run([str(runner.binary.parent / "generate_check"), *map(str, args)], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+@pytest.mark.parametrize("steps,shift,dynamic,mu,kind", [
+    (1, 1.0, False, None, "exponential"), (3, 1.0, False, None, "exponential"), (28, 3.0, False, None, "exponential"),
+    (50, 1.0, True, 1.15, "exponential"), (20, 1.0, True, 0.8, "linear"), (7, 1.0, True, -0.3, "exponential")])
+def test_native_sigmas_are_the_python_samplers_bit_for_bit(runner, steps, shift, dynamic, mu, kind):
+    """FLUX's real schedule shifts dynamically (exponential, mu from the resolution): the tiny bundles do not."""
+    from ditskip_edge.runtime.sampler import sigmas
+    want = sigmas(steps, shift, dynamic, mu, kind).view(np.uint32)
+    got = _check(runner, "sigmas", steps, shift, int(dynamic), "none" if mu is None else repr(mu), kind).split()
+    assert [int(b, 16) for b in got] == want.tolist()
+
+
+def test_native_hash_text_words_are_pythons_on_unicode_prompts(runner):
+    from ditskip_edge.runtime.hash_text import words
+    for prompt in ["A photo of SKS toy", "café naïve x\u212Aelvin \u0130stanbul", "日本 dog🐕2x  tabs\tand-dashes",
+                   "MiXeD123abc ÀÉÎ ß"]:
+        assert _check(runner, "words", prompt).split("\n")[:-1] == words(prompt), prompt
+
+
+@pytest.mark.parametrize("precision,group", [("int8", 32), ("int4", 32), ("int4", 24)])
+def test_native_quantization_is_the_python_runtimes_bit_for_bit_on_ties_zero_rows_and_ragged_groups(
+        runner, precision, group, tmp_path):
+    """Round half to even at the .5 ties, an all-zero row (the 1e-12 floor), a group size that does not divide the
+    inputs (one group per row)."""
+    from ditskip_edge.runtime.weights import quantize_linear
+    g = np.random.default_rng(0)
+    w = (g.standard_normal((6, 48)) * 0.1).astype(np.float32)
+    w[1] = 0.0
+    w[2, :4] = [1.0, -1.0, 0.5 / 127.5, 2.5 / 127.5]       # scale 1 / 127.5: codes at exact .5 ties
+    w[2, 4:] = 0.0
+    (tmp_path / "w.bin").write_bytes(w.tobytes())
+    lines = _check(runner, "quantize", precision, 6, 48, group, tmp_path / "w.bin", tmp_path / "q.bin").splitlines()
+    want = quantize_linear(w, precision, group)
+    assert [ln.split()[0] for ln in lines] == sorted(want)
+    assert (tmp_path / "q.bin").read_bytes() == b"".join(np.ascontiguousarray(want[k]).tobytes() for k in sorted(want))
 
 
 # ---------------------------------------------------------------------------------------------- refusals
