@@ -6,15 +6,17 @@ Properties protected:
   float image (DITSKIP_DUMP_IMAGE on the native side, generate()'s return on the Python side) within 1e-5 mean
   absolute error (measured: 0, the same bits) and the PNG's pixels identical; on flux-tiny at int8 with the hash text
   encoder, with and without a LoRA (one in a trained LoRA's format, big enough to change the picture), on sana-tiny
-  at int8 decoding in four tile shapes (the blend) at guidance 1 (the cond branch alone), and on a SanaPipeline
-  bundle with a real Gemma-2 text encoder program and its tokenizer.json (the core's src/text tokenizes);
+  at int8 decoding in four tile shapes (the blend) at guidance 1 (the cond branch alone), on a SanaPipeline bundle
+  with a real Gemma-2 text encoder program and its tokenizer.json (the core's src/text tokenizes), and on
+  flux-testbed with MiniLM's WordPiece vocabulary and text encoder program;
 - the LoRA merged at the weights' bit width gives the Python runtime's merged file byte for byte (codes, scales,
   header) at int8, int4 and fp32 (B @ A accumulated as OpenBLAS' sgemm does: fused multiply-adds over the rank), and
   the second call reuses it (not rewritten);
 - the summary has the Python runtime's fields in its order, with its values (timings and footprint aside);
 - bad input is refused with the Python runtime's message, one line, exit code 2, and no picture: empty prompt,
-  over-long prompt (its word count; a pipeline's Gemma token count), a LoRA of another model, a LoRA whose shapes do not fit, a generation weights
-  file changed or missing, --steps 0 / 1001, --guidance 101, --seed -1, an --out that is not a .png or is a folder;
+  over-long prompt (its word count; MiniLM's WordPiece and a pipeline's Gemma token counts), a LoRA of another
+  model, a LoRA whose shapes do not fit, a generation weights file changed or missing, --steps 0 / 1001,
+  --guidance 101, --seed -1, an --out that is not a .png or is a folder;
 - the data layer's pieces the tiny bundles leave out equal numpy's bit for bit: the sigmas with shift and dynamic
   shifting (exponential, linear), the hash text's words on Unicode prompts, quantization at ties and zero rows;
 - the C API's progress callback sees each sampler step and cancels (DITSKIP_CANCELLED, no picture);
@@ -145,6 +147,15 @@ def test_native_picture_of_a_pipeline_bundle_with_a_real_tokenizer_and_text_enco
     _same_picture(runner, gen_sana_pipe, tmp_path, "fp32", 3, 2, 3.0)
     _same_refusal(runner, gen_sana_pipe, tmp_path / "x.png", [], "sks " * 400,
                   "gemma tokens incl. special tokens; the text encoder takes at most 300", capsys)
+
+
+def test_native_picture_of_a_minilm_bundle_equals_the_python_runtimes(runner, generation_testbed_bundle, tmp_path,
+                                                                     capsys):
+    """flux-testbed: MiniLM's WordPiece vocab.txt (src/text) and the text_encoder program."""
+    _same_picture(runner, generation_testbed_bundle, tmp_path, "fp32", 3, 2, 3.0)
+    _same_refusal(runner, generation_testbed_bundle, tmp_path / "x.png", [],
+                  "a large teal star with an orange centre on a white background in the sun",
+                  "18 WordPiece tokens incl. [CLS] [SEP]; the text encoder takes at most 16", capsys)
 
 
 CANCEL_SCRIPT = """
