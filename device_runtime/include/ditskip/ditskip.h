@@ -127,8 +127,8 @@ DITSKIP_API ditskip_status ditskip_personalize(const char *model_bundle_dir, con
 typedef struct {
   const char *prompt;           /* required, UTF-8 */
   uint64_t seed;                /* 0 <= seed < 2^63 */
-  int32_t steps;                /* sampler steps; 0: the bundle's default */
-  double guidance;              /* classifier-free guidance; < 0: the bundle's default */
+  int32_t steps;                /* sampler steps (1 .. 1000); -1: the bundle's default */
+  double guidance;              /* classifier-free guidance in [0, 100]; NaN: the bundle's default */
   const char *lora;             /* the trained LoRA file or its folder; NULL: the base model */
   const char *precision;        /* which generation programs: "fp32" | "int8" | "int4"; NULL: the first listed */
   const char *out_png;          /* required: the PNG to write (written whole or not at all) */
