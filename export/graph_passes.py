@@ -20,10 +20,10 @@ can any other exporter that starts from a joint graph.
   a convolution of the gradient with the flipped kernel, which does not read it.
 - `silu_backward_in_order`: SiLU's backward with no tensor of ones and its products ordered so that fewer
   temporaries are alive at once (it sits where SANA's backward holds the most).
-- `transpose_before_cast`: a transpose of an integer -> float cast (int8 codes as fp32: quantize.py multiplies the
-  scale into the matmul's output, so the cast is the weight a matmul reads) becomes the cast of the transposed
-  codes: the transpose copies int8 (a quarter of the bytes) and no fp32 weight is alive twice (the cast and its
-  transposed copy) for one matmul.
+- `transpose_before_cast`: a transpose (or view, or flip) of an integer -> float cast (int8 codes as fp32:
+  quantize.py multiplies the scale into the matmul's output, so the cast is the weight a matmul reads) becomes the
+  cast of the transposed codes: the transpose copies int8 (a quarter of the bytes) and no fp32 weight is alive twice
+  (the cast and its transposed copy) for one matmul.
 - `views_per_use`: a view of a program input (the transpose of a LoRA weight) is a copy in ExecuTorch; shared by a
   forward and a backward op it stays in the arena from one to the other. Each use gets its own view, made just
   before it, and a transpose of a transpose folds into one permute (or none).
@@ -395,7 +395,9 @@ def mm_to_bmm(ep: ExportedProgram, weights_left: bool = True) -> int:
 
 
 _CASTS = (aten._to_copy.default, aten.to.dtype)
-_TRANSPOSES = (aten.permute.default, aten.t.default)
+# ops that only move or reshape elements: done on the int8 codes they give the same values, cast after
+_MOVES = (aten.permute.default, aten.t.default, aten.view.default, aten._unsafe_view.default, aten.reshape.default,
+          aten.squeeze.dim, aten.unsqueeze.default, aten.flip.default)
 
 
 def _integer_to_float_cast(node) -> Node | None:
@@ -413,21 +415,26 @@ def _integer_to_float_cast(node) -> Node | None:
 
 
 def transpose_before_cast(ep: ExportedProgram) -> int:
-    """permute(cast(x), dims) -> cast(permute(x, dims)) for an integer x (module docstring). Returns the number of
-    transposes moved."""
+    """move(cast(x), ...) -> cast(move(x, ...)) for an integer x and a move in _MOVES (a transpose, view or flip),
+    repeated until no cast feeds a move: the transposes (and a 1x1 convolution's weight views, a depthwise
+    kernel's flip) copy the int8 codes, and the cast writes the fp32 weight the matmul reads (module docstring).
+    Returns the number of moves rewritten."""
     def rewrite(g, n):
         src = _integer_to_float_cast(n.args[0])
         if src is None:
             return None
         cast = n.args[0]
-        args = (src, *n.args[1:])
-        moved = _insert(g, n.target, args, like=n)
+        moved = _insert(g, n.target, (src, *n.args[1:]), dict(n.kwargs), like=n)
         return _insert(g, cast.target, (moved, *cast.args[1:]), dict(cast.kwargs), like=n)
 
-    n = _rewrite_nodes(ep, _TRANSPOSES, rewrite)
-    ep.graph_module.graph.eliminate_dead_code()
-    _finish(ep)
-    return n
+    total = 0
+    while True:
+        n = _rewrite_nodes(ep, _MOVES, rewrite)
+        ep.graph_module.graph.eliminate_dead_code()
+        _finish(ep)
+        total += n
+        if not n:
+            return total
 
 
 def drop_identity_views(ep: ExportedProgram) -> int:
