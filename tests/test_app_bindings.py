@@ -67,8 +67,8 @@ fun stages(args: Array<String>) {
                 done != at
             }
         else
-            st.generate(args[1], args[2], args[3], GenerateOptions(seed = 7, lora = if (args[4] == "-") null else args[4])) { _, done, total ->
-                seen.add("$done/$total")
+            st.generate(args[1], args[2], args[3], GenerateOptions(seed = 7, lora = if (args[4] == "-") null else args[4])) { stage, done, total ->
+                seen.add("$stage:$done/$total")
                 true
             }
         File(if (personalize) args[4] else args[5]).writeText(result.summaryJson ?: "null")
@@ -222,7 +222,7 @@ def model_bundle(tmp_path_factory) -> Path:
     from export.executorch_subject import SubjectPrograms
     from export.generation_stage import GenerationPrograms
     return compile_tiny(tmp_path_factory.mktemp("bind-model") / "model", "flux-tiny", steps=STEPS, images=None,
-                        cache_codec="int8",
+                        cache_codec="int8-channel",
                         programs=[ExecutorchPrograms(("fp32",), preprocess=False), GenerationPrograms(("fp32",), steps=2)],
                         subject_programs=SubjectPrograms("fp32", backend="portable", external_weights=True))
 
@@ -279,7 +279,8 @@ def test_the_kotlin_binding_generates_ditskip_runs_picture_with_the_trained_lora
                  tmp_path / "summary.json")
     assert out["status"] == "0 cancelled false"
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert out["progress"].split(",")[-1] == f"{summary['steps']}/{summary['steps']}"
+    n = summary["steps"]
+    assert out["progress"].split(",") == [f"generate:{i}/{n}" for i in range(1, n + 1)] + ["decode:1/1"]
     with Image.open(tmp_path / "cli.png") as a, Image.open(tmp_path / "kt.png") as b:
         assert a.size == b.size and a.tobytes() == b.tobytes()
 
