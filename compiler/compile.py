@@ -33,7 +33,7 @@ from safetensors.torch import save_file
 from tqdm import tqdm
 
 from ditskip_edge import __version__
-from ditskip_edge.cache import DEFAULT_CODEC
+from ditskip_edge.cache import DEFAULT_CODEC, DEFAULT_DEVICE_CODEC
 from ditskip_edge.cache.store import ResidualCacheWriter
 from ditskip_edge.images import Photo, load_photos, to_uint8_image
 from ditskip_edge.lora import LoraSpec, lora_file_record
@@ -83,7 +83,8 @@ class CompileRequest:
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
     lora: LoraSpec = field(default_factory=LoraSpec)
     optimizer: OptimizerSpec = field(default_factory=OptimizerSpec)
-    cache_codec: str = DEFAULT_CODEC      # residual-cache codec spec (runtime/cache_format.py)
+    cache_codec: str | None = None        # residual-cache codec spec (runtime/cache_format.py); None: DEFAULT_CODEC,
+                                          # or for a model bundle (no images) DEFAULT_DEVICE_CODEC (no lowrank)
     overwrite: bool = False
     programs: list = field(default_factory=list)   # device program stages: ExecutorchPrograms / OrtPrograms
     more_prompts: list[str] = field(default_factory=list)   # model bundle: prompts besides `prompt`
@@ -95,6 +96,10 @@ class CompileRequest:
                                           # a second process beside the subject stage (stage_worker.py)
     photo_captions: bool = False          # each photo trained with its own caption (<photo>.txt beside it) instead
                                           # of `prompt` (which selection still uses)
+
+    def __post_init__(self):
+        if self.cache_codec is None:
+            self.cache_codec = DEFAULT_DEVICE_CODEC if self.images is None else DEFAULT_CODEC
 
 
 def check_request(req: CompileRequest, spec: ModelSpec) -> ScheduleConfig:

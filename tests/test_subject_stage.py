@@ -197,6 +197,44 @@ def test_training_a_model_bundle_is_refused_with_one_line(flux_model, capsys):
     assert len(err.splitlines()) == 1 and "a model bundle" in err and "personalize" in err, err
 
 
+def test_a_quantized_block_copy_holds_its_block_alone():
+    """issue 57: the copy a block program is quantized in shares the view (the whole model) its bound methods
+    hold; a plain deepcopy copied every block for each program (flux-tiny: 157,504 parameters for a 37,888 block)."""
+    from export.executorch_subject import BlockModule, EmbedModule, frozen_copy
+    from ditskip_edge.models.loading import build_transformer
+    from ditskip_edge.models.specs import builtin_spec
+    from ditskip_edge.models.views import make_view
+
+    def reachable(obj) -> set[int]:                 # parameters reachable through attributes and bound methods
+        seen, params, todo = set(), set(), [obj]
+        while todo:
+            o = todo.pop()
+            if id(o) in seen:
+                continue
+            seen.add(id(o))
+            if isinstance(o, torch.nn.Parameter):
+                params.add(id(o))
+            elif isinstance(o, torch.nn.Module):
+                todo += list(o.__dict__.values())
+            elif isinstance(o, dict):
+                todo += list(o.values())
+            elif isinstance(o, (list, tuple)):
+                todo += list(o)
+            elif hasattr(o, "__self__") and hasattr(o, "__func__"):
+                todo.append(o.__self__)
+        return params
+
+    tr = build_transformer(builtin_spec("flux-tiny"))
+    view = make_view("flux", tr)
+    model = {id(p) for p in tr.parameters()}
+    block = frozen_copy(BlockModule(view, view.blocks[1], ["img", "txt"], [], None), view)
+    own = {id(p) for p in block.block.parameters()}
+    assert reachable(block) - model == own and own.isdisjoint(model)
+    assert len(own) == len(list(view.blocks[1].parameters()))
+    embed = frozen_copy(EmbedModule(make_view("flux", tr, []), ["txt"]), view)
+    assert reachable(embed).isdisjoint(model) and 0 < len(reachable(embed)) < len(model) // 2
+
+
 # ---------------------------------------------------------------- device residuals and training = the host's
 
 def test_blocks_of_one_structure_share_one_export_and_each_data_file_holds_its_own_blocks_weights(flux_model):
@@ -599,3 +637,15 @@ def test_a_photo_with_an_exif_orientation_is_read_upright(tmp_path):
     tagged, plain = (load_photos(tmp_path / d, data_px=512)[0] for d in ("tagged", "plain"))
     assert tagged.original_hw == plain.original_hw == (300, 200)
     assert np.array_equal(tagged.pixels, plain.pixels)
+
+
+def test_a_model_bundles_default_cache_codec_is_one_the_native_core_writes():
+    """The phone writes a model bundle's cache (ditskip-run personalize), and the native core refuses lowrank codecs
+    (no SVD matching numpy's): a model bundle defaults to one it writes; a host-compiled subject bundle keeps the
+    smaller lowrank default for FLUX's text stream."""
+    from compiler.compile import CompileRequest
+    from ditskip_edge.cache import DEFAULT_CODEC
+    model = CompileRequest(model="flux-tiny", images=None, prompt="a photo of sks toy", out="m")
+    subject = CompileRequest(model="flux-tiny", images=str(PHOTOS), prompt="a photo of sks toy", out="s")
+    assert "lowrank" not in model.cache_codec and TensorCodec.parse(model.cache_codec.split(",")[0]).kind == "int8"
+    assert subject.cache_codec == DEFAULT_CODEC

@@ -3,10 +3,11 @@ runs the subject stage: python -m ditskip_edge.runtime personalize)."""
 
 from __future__ import annotations
 
+import logging
 import os
 
 from ditskip_edge.backends import DEFAULT_TRAIN_BACKEND, TRAIN_BACKENDS
-from ditskip_edge.cache import DEFAULT_CODEC
+from ditskip_edge.cache import DEFAULT_CODEC, DEFAULT_DEVICE_CODEC  # noqa: F401 (the help text)
 from ditskip_edge.lora import ALL_LINEAR, LoraSpec, every_linear_suffix
 from ditskip_edge.models.loading import resolve_spec
 from ditskip_edge.remat import REMAT_CHOICES, RematSpec
@@ -90,10 +91,11 @@ def register(sub, add_json_flag) -> None:
     p.add_argument("--weights", default=None, choices=list(WEIGHTS),
                    help="executorch: frozen weights in a memory-mapped .ptd data file beside the program (mapped, "
                         "the default) or inside the .pte (resident)")
-    p.add_argument("--cache-codec", default=DEFAULT_CODEC,
+    p.add_argument("--cache-codec", default=None,
                    help=f"residual-cache codec: fp32 | fp16 | int8-token | int8-channel | int8-gG | int8-tG | "
-                        f"int4-gG | int4-tG | lowrank-rR, or 'DEFAULT,name=CODEC,...' (default {DEFAULT_CODEC}; "
-                        f"see cache-report)")
+                        f"int4-gG | int4-tG | lowrank-rR, or 'DEFAULT,name=CODEC,...' (default {DEFAULT_CODEC} for a "
+                        f"subject bundle, {DEFAULT_DEVICE_CODEC} for a model bundle: the native core's subject stage "
+                        f"refuses lowrank; see cache-report)")
     p.add_argument("--subject-precision", default=None,
                    help=f"model bundle: frozen weights of the subject stage's forward programs (encode, embed, the "
                         f"blocks): {', '.join(PROGRAM_PRECISIONS)} (default: the training program's)")
@@ -170,6 +172,10 @@ def run(args) -> dict:
                         "are a model bundle's: leave out --images")
     if model_bundle and not args.runtimes:
         args.runtimes = ["executorch"]                  # the subject stage's programs are ExecuTorch programs
+    if model_bundle and args.cache_codec is not None and "lowrank" in args.cache_codec:
+        logging.getLogger(__name__).warning(
+            "--cache-codec %s: the native device runtime (ditskip-run personalize, the apps) refuses lowrank codecs; "
+            "only python -m ditskip_edge.runtime personalize writes them", args.cache_codec)
     spec = resolve_spec(args.model)
     sched = ScheduleConfig(steps=args.steps, grad_accum=args.grad_accum,
                            s_min_px=args.crop_min or spec.train_px, s_max_px=args.crop_max or spec.data_px,

@@ -13,3 +13,7 @@ training step.
 # error), the FLUX text stream (nearly rank-deficient: most of its tokens are padding) as an int8 rank-16 product.
 # Compile warns when a residual's coding error exceeds 5% (e.g. a text stream that is not low-rank).
 DEFAULT_CODEC = "int8-channel,front.txt=lowrank-r16"
+# A model bundle's cache is written on the phone by the native core, which has no SVD that matches numpy's and refuses
+# lowrank codecs: its default is int8 with per-channel scales on every stream (the text stream then takes
+# about 4x the bytes of lowrank-r16's at FLUX.1-dev's 512 tokens; cache_codecs.md).
+DEFAULT_DEVICE_CODEC = "int8-channel"
