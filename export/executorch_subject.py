@@ -130,6 +130,13 @@ class BlockModule(nn.Module):
         return tuple(out[k] for k in self.stream_names)
 
 
+def frozen_copy(module: nn.Module, view: DiTView) -> nn.Module:
+    """A copy of `module` to quantize, sharing `view`: a BlockModule holds bound methods of the view (the whole
+    model), which a plain deepcopy follows - a copy of every block per quantized program (issue 57). The module's
+    own submodules (the block, or an embed module's embedders-only view) are copied."""
+    return copy.deepcopy(module, {id(view): view})
+
+
 def _specs(names: list[str], tensors) -> list[dict]:
     return [{"name": n, "shape": list(v.shape), "dtype": str(v.dtype).removeprefix("torch.")}
             for n, v in zip(names, tensors)]
@@ -295,7 +302,7 @@ def add_subject_programs(writer: BundleWriter, config: SubjectPrograms, transfor
     def write(name: str, rel_stem: str, module, example, in_names, out_names, outputs, block=None, quantize=False,
               backend=config.backend, shared_data: str | None = None):
         if quantize and quant.bits is not None:
-            module = copy.deepcopy(module)
+            module = frozen_copy(module, view)
             for p in module.parameters():
                 p.requires_grad_(False)
             quantize_frozen_layers(module, quant)
