@@ -31,7 +31,16 @@ uint64_t element_count(const std::vector<int64_t>& shape) {
 
 }  // namespace
 
-std::string safetensors_bytes(const StTensors& tensors, const StMetadata& metadata) {
+namespace {
+
+StViews views_of(const StTensors& tensors) {
+  StViews views;
+  for (const auto& [key, t] : tensors) views[key] = StView{t.dtype, t.shape, t.bytes.data(), t.bytes.size()};
+  return views;
+}
+
+// The 8-byte length and the header JSON (padded with spaces to a multiple of 8) of these tensors.
+std::string header_bytes(const StViews& tensors, const StMetadata& metadata) {
   json header = json::object();
   json meta = json::object();
   for (const auto& [k, v] : metadata) meta[k] = v;          // std::map: sorted, as Python's sorted(metadata)
@@ -41,13 +50,13 @@ std::string safetensors_bytes(const StTensors& tensors, const StMetadata& metada
     if (t.dtype != "F32" && t.dtype != "F16")
       refuse("tensor " + key + ": dtype " + t.dtype + " is not float32 / float16");
     const uint64_t n = element_count(t.shape);
-    if (n == std::numeric_limits<uint64_t>::max() || n * dtype_size(t.dtype) != t.bytes.size())
-      refuse("tensor " + key + ": " + std::to_string(t.bytes.size()) + " bytes do not fill its shape and dtype " + t.dtype);
+    if (n == std::numeric_limits<uint64_t>::max() || n * dtype_size(t.dtype) != t.bytes)
+      refuse("tensor " + key + ": " + std::to_string(t.bytes) + " bytes do not fill its shape and dtype " + t.dtype);
     json shape = json::array();
     for (int64_t d : t.shape) shape.push_back(d);
     if (t.shape.empty()) shape.push_back(1);   // np.ascontiguousarray makes a 0-d array [1]: Python writes [1]
-    header[key] = json{{"dtype", t.dtype}, {"shape", shape}, {"data_offsets", json::array({offset, offset + t.bytes.size()})}};
-    offset += t.bytes.size();
+    header[key] = json{{"dtype", t.dtype}, {"shape", shape}, {"data_offsets", json::array({offset, offset + t.bytes})}};
+    offset += t.bytes;
   }
   PyDumps how;
   how.item_separator = ",";
@@ -55,18 +64,30 @@ std::string safetensors_bytes(const StTensors& tensors, const StMetadata& metada
   std::string text = py_dumps(header, how);
   text.append((8 - text.size() % 8) % 8, ' ');
   std::string out(8, '\0');
-  uint64_t len = text.size();
+  const uint64_t len = text.size();
   for (int k = 0; k < 8; ++k) out[k] = static_cast<char>((len >> (8 * k)) & 0xFF);   // little-endian
-  out.reserve(8 + text.size() + offset);
-  out += text;
+  return out + text;
+}
+
+}  // namespace
+
+std::string safetensors_bytes(const StTensors& tensors, const StMetadata& metadata) {
+  std::string out = header_bytes(views_of(tensors), metadata);
   for (const auto& [key, t] : tensors) out.append(reinterpret_cast<const char*>(t.bytes.data()), t.bytes.size());
   return out;
 }
 
 void write_safetensors(const std::string& path, const StTensors& tensors, const StMetadata& metadata) {
+  write_safetensors(path, views_of(tensors), metadata);
+}
+
+void write_safetensors(const std::string& path, const StViews& tensors, const StMetadata& metadata) {
+  const std::string header = header_bytes(tensors, metadata);
+  std::vector<WritePiece> pieces{{header.data(), header.size()}};
+  for (const auto& [key, t] : tensors) pieces.push_back({t.data, t.bytes});
   const size_t slash = path.find_last_of('/');
   if (slash != std::string::npos && slash > 0) make_dirs(path.substr(0, slash));
-  atomic_write(path, safetensors_bytes(tensors, metadata));
+  atomic_write(path, pieces);
 }
 
 void read_safetensors(const std::string& path, StTensors& tensors, StMetadata& metadata) {

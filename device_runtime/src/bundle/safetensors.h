@@ -19,10 +19,21 @@ struct StTensor {
 };
 
 using StTensors = std::map<std::string, StTensor>;           // sorted by key
+
+struct StView {                        // a tensor in the caller's memory, written without a copy
+  std::string dtype = "F32";
+  std::vector<int64_t> shape;
+  const void* data = nullptr;
+  size_t bytes = 0;
+};
+using StViews = std::map<std::string, StView>;               // sorted by key
 using StMetadata = std::map<std::string, std::string>;
 
 std::string safetensors_bytes(const StTensors& tensors, const StMetadata& metadata);
 void write_safetensors(const std::string& path, const StTensors& tensors, const StMetadata& metadata);   // atomic
+// The same bytes from views: the header, then each tensor straight from its buffer into the file (the checkpoint's
+// parameters and AdamW moments are written without a copy of them).
+void write_safetensors(const std::string& path, const StViews& tensors, const StMetadata& metadata);
 // Reads a whole file; refuses (naming the path) a header that is not safetensors, offsets outside the file, or a
 // dtype other than F32 / F16 / I8 / U8.
 void read_safetensors(const std::string& path, StTensors& tensors, StMetadata& metadata);

@@ -19,15 +19,10 @@ std::string run_identity(const std::string& runtime, const std::string& program_
 
 namespace {
 
-StTensor f32_tensor(const std::vector<int64_t>& shape, const float* data) {
-  StTensor t;
-  t.dtype = "F32";
-  t.shape = shape;
+StView f32_view(const std::vector<int64_t>& shape, const float* data) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
-  t.bytes.resize(size_t(n) * sizeof(float));
-  if (n > 0) std::memcpy(t.bytes.data(), data, t.bytes.size());
-  return t;
+  return StView{"F32", shape, data, size_t(n) * sizeof(float)};
 }
 
 std::vector<float> floats_of(const StTensor& t, const std::string& key) {
@@ -52,11 +47,11 @@ void save_checkpoint(const std::string& path, int64_t step, const std::vector<do
                      const std::string& identity, int64_t optimizer_steps, const std::vector<std::string>& names,
                      const std::vector<std::vector<int64_t>>& shapes, const std::vector<const float*>& params,
                      const std::vector<const float*>& m, const std::vector<const float*>& v) {
-  StTensors tensors;
+  StViews tensors;                     // views: the parameters and moments go from their buffers into the file
   for (size_t i = 0; i < names.size(); ++i) {
-    tensors["param/" + names[i]] = f32_tensor(shapes[i], params[i]);
-    tensors["m/" + names[i]] = f32_tensor(shapes[i], m[i]);
-    tensors["v/" + names[i]] = f32_tensor(shapes[i], v[i]);
+    tensors["param/" + names[i]] = f32_view(shapes[i], params[i]);
+    tensors["m/" + names[i]] = f32_view(shapes[i], m[i]);
+    tensors["v/" + names[i]] = f32_view(shapes[i], v[i]);
   }
   json list = json::array();
   for (double x : losses) list.push_back(x);

@@ -125,21 +125,28 @@ std::string join_path(const std::string& a, const std::string& b) {
 }
 
 void atomic_write(const std::string& path, const void* data, size_t size) {
+  atomic_write(path, std::vector<WritePiece>{{data, size}});
+}
+
+void atomic_write(const std::string& path, const std::vector<WritePiece>& pieces) {
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) io_failure("cannot write " + tmp + ": " + why());
-  const auto* p = static_cast<const uint8_t*>(data);
-  size_t done = 0;
-  while (done < size) {
-    const ssize_t n = ::write(fd, p + done, size - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const std::string reason = why();
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      io_failure("cannot write " + tmp + ": " + reason);
+  for (const WritePiece& piece : pieces) {
+    const auto* p = static_cast<const uint8_t*>(piece.data);
+    const size_t size = piece.size;
+    size_t done = 0;
+    while (done < size) {
+      const ssize_t n = ::write(fd, p + done, size - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        const std::string reason = why();
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        io_failure("cannot write " + tmp + ": " + reason);
+      }
+      done += static_cast<size_t>(n);
     }
-    done += static_cast<size_t>(n);
   }
   if (::fsync(fd) != 0) {
     const std::string reason = why();

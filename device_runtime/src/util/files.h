@@ -18,6 +18,13 @@ void make_dirs(const std::string& path);                          // mkdir -p
 std::string join_path(const std::string& a, const std::string& b);
 // Writes `bytes` to path.tmp, fsyncs, renames onto path: a reader sees the old file or the new one, never half.
 void atomic_write(const std::string& path, const void* data, size_t size);
+// The same for a file made of pieces written one after the other (a header, then tensors from their own buffers):
+// nothing is gathered into one buffer first.
+struct WritePiece {
+  const void* data;
+  size_t size;
+};
+void atomic_write(const std::string& path, const std::vector<WritePiece>& pieces);
 inline void atomic_write(const std::string& path, const std::string& text) { atomic_write(path, text.data(), text.size()); }
 
 class MappedFile {   // read-only mmap of a whole file; moves, no copies
