@@ -28,7 +28,7 @@ from ditskip_edge.runtime.checkpoint import CHECKPOINT
 
 RUNTIMES = ["eager", "executorch", "ort"]
 RUNTIME_DIR = ROOT / "ditskip_edge" / "runtime"
-THIRD_PARTY = {"numpy", "safetensors", "PIL", "executorch", "onnxruntime", "torch"}
+THIRD_PARTY = {"numpy", "safetensors", "PIL", "executorch", "onnxruntime", "torch", "tokenizers"}
 
 
 def test_runtime_sources_import_only_the_runtime_package_and_runtime_libraries():
