@@ -7,19 +7,16 @@
 #include <string>
 #include <vector>
 
+#include "util/shape.h"
+
 namespace ditskip::generate {
 
 struct Floats {
   std::vector<int64_t> shape;
   std::vector<float> data;
   Floats() = default;
-  explicit Floats(std::vector<int64_t> s) : shape(std::move(s)), data(size_t(numel_of(shape)), 0.0f) {}
+  explicit Floats(std::vector<int64_t> s) : shape(std::move(s)), data(size_t(ditskip::numel(shape)), 0.0f) {}
   Floats(std::vector<int64_t> s, std::vector<float> d) : shape(std::move(s)), data(std::move(d)) {}
-  static int64_t numel_of(const std::vector<int64_t>& shape) {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    return n;
-  }
 };
 
 using NamedFloats = std::map<std::string, Floats>;

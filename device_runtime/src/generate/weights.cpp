@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "util/failure.h"
+#include "util/shape.h"
 
 namespace ditskip::generate {
 namespace {
@@ -21,18 +22,6 @@ const std::map<std::string, std::string>& numpy_names() {
 }
 
 int64_t st_itemsize(const std::string& dtype) { return dtype == "I64" ? 8 : dtype == "F32" ? 4 : 1; }
-
-std::string shape_text(const std::vector<int64_t>& shape) {   // Python's repr of list(shape)
-  std::string out = "[";
-  for (size_t k = 0; k < shape.size(); ++k) out += (k ? ", " : "") + std::to_string(shape[k]);
-  return out + "]";
-}
-
-int64_t numel(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
 
 template <typename T>
 T load(const void* base, int64_t i) {
@@ -265,7 +254,7 @@ void WeightsWriter::put(const std::string& key, const StTensor& t) {
   const auto e = key == "__metadata__" ? header_.end() : header_.find(key);
   if (e == header_.end() || written_.count(key) || (*e)["dtype"].get<std::string>() != t.dtype ||
       (*e)["shape"].get<std::vector<int64_t>>() != t.shape)
-    refuse(path_ + ": tensor " + py_repr(json(key)) + " " + numpy_names().at(t.dtype) + shape_text(t.shape) +
+    refuse(path_ + ": tensor " + py_repr(json(key)) + " " + numpy_names().at(t.dtype) + shape_repr(t.shape) +
            " is not in the layout (or came twice)");
   const uint64_t at = base_ + (*e)["data_offsets"][0].get<uint64_t>();
   size_t done = 0;

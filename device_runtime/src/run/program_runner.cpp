@@ -8,6 +8,7 @@
 #include "train/executorch_module.h"
 #include "util/failure.h"
 #include "util/files.h"
+#include "util/shape.h"
 
 namespace ditskip {
 
@@ -26,12 +27,6 @@ ScalarType scalar_type(const std::string& dtype) {
 
 size_t element_bytes(const std::string& dtype) { return dtype == "int64" ? 8 : dtype == "float32" ? 4 : 1; }
 
-int64_t numel_of(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
 template <typename From>
 double load_as_double(const void* p, int64_t i) {
   From x;
@@ -49,7 +44,7 @@ double element(const TensorView& v, int64_t i) {
 
 // numpy's astype for the few inputs given in another dtype than their spec (e.g. a float timestep for an int input)
 std::vector<uint8_t> converted(const TensorView& v, const std::string& dtype) {
-  const int64_t n = numel_of(v.shape);
+  const int64_t n = numel(v.shape);
   std::vector<uint8_t> out(size_t(n) * element_bytes(dtype));
   for (int64_t i = 0; i < n; ++i) {
     const double x = element(v, i);
@@ -129,7 +124,7 @@ NamedInputs ProgramRunner::run(const InputLookup& lookup) {
     const auto& t = outs[k].toTensor();
     HostTensor h;
     h.shape.assign(t.sizes().begin(), t.sizes().end());
-    const int64_t n = numel_of(h.shape);
+    const int64_t n = numel(h.shape);
     if (t.scalar_type() == ScalarType::Float) {
       h.dtype = "float32";
       h.bytes.resize(size_t(n) * 4);
@@ -152,7 +147,7 @@ void ProgramRunner::check() {
     HostTensor z;
     z.dtype = spec.dtype == "int64" ? "float32" : spec.dtype;   // HostTensor carries float32 / int8 / uint8
     z.shape = spec.shape;
-    z.bytes.assign(size_t(numel_of(spec.shape)) * element_bytes(z.dtype), 0);
+    z.bytes.assign(size_t(numel(spec.shape)) * element_bytes(z.dtype), 0);
     zeros[spec.name] = std::move(z);
   }
   run(zeros);

@@ -6,11 +6,7 @@
 
 namespace ditskip {
 
-int64_t HostTensor::numel() const {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
+int64_t HostTensor::numel() const { return ditskip::numel(shape); }
 
 HostTensor HostTensor::floats(std::vector<int64_t> shape, const float* data) {
   HostTensor t;
@@ -24,12 +20,6 @@ size_t dtype_bytes(const std::string& dtype) {
   if (dtype == "float32") return 4;
   if (dtype == "int8" || dtype == "uint8") return 1;
   refuse("dtype " + dtype + ": expected float32, int8 or uint8");
-}
-
-std::string shape_repr(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
 }
 
 namespace {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "bundle/bundle.h"
+#include "util/shape.h"
 
 namespace ditskip {
 
@@ -24,7 +25,6 @@ struct HostTensor {
 using NamedInputs = std::map<std::string, HostTensor>;
 
 size_t dtype_bytes(const std::string& dtype);          // 4 / 1 / 1; refuses another
-std::string shape_repr(const std::vector<int64_t>& shape);   // Python's repr of a list of ints: "[1, 16, 16, 16]"
 
 // contract.py ordered_inputs: the program's inputs in call order, each checked against its spec's shape (a missing
 // input or another shape refused with ordered_inputs' message) and given the spec's dtype (numpy's astype: the few
