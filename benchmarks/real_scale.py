@@ -14,15 +14,16 @@ Per model:
              (--skip-front/--skip-back: the cross-attention probe of --skip-ratio would generate with the whole model
              many times), int8, block remat, mapped weights (.ptd), the XNNPACK training program (--xnnpack), the
              generation part; under /usr/bin/time -v (wall, CPU, peak RSS), bundle size on disk
-  personalize  `python -m ditskip_edge.runtime personalize --no-train` (the subject stage on the device: crops,
+  personalize  the native core `ditskip-run personalize --no-train` (the subject stage on the device: crops,
              encoder, skipped blocks, residual cache) -> the subject bundle
-  train      the native core `ditskip-run train SUBJECT_BUNDLE --steps N --json` on that subject bundle
-  generate   `python -m ditskip_edge.runtime generate MODEL_BUNDLE --steps K --lora ...` (the trained LoRA)
+  train      `ditskip-run train SUBJECT_BUNDLE --steps N --json` on that subject bundle
+  generate   `ditskip-run generate MODEL_BUNDLE --steps K --lora ...` (the trained LoRA)
+The compile runs under a memory guard (--host-mem-gib, default 14.5: this 24 GiB host is shared): its process tree
+is killed above it and the record says so.
 Every run stage is sampled from /proc/PID/status (device_tests/native_runtime.measure): the WHOLE process's RssAnon
 and RssFile peaks, nothing subtracted, beside `ditskip-edge estimate` of the same bundle's options with the
-runtime overhead set to the measured fixed cost of that process kind (native: `ditskip-run footprint`; Python: the
-interpreter with the runtime and ExecuTorch's bindings imported, nothing loaded), and with the default assumed
-overhead. Time: wall and CPU seconds (the machine is a 2-core box shared with other jobs: wall is noisy).
+runtime overhead set to the measured fixed cost of the native core (`ditskip-run footprint`: the core and
+ExecuTorch's libraries loaded, nothing else), and with the default assumed overhead. Time: wall and CPU seconds (the machine is a 2-core box shared with other jobs: wall is noisy).
 """
 
 from __future__ import annotations
@@ -87,13 +88,12 @@ def user_flags(args) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------------------ helpers
-class PyRunner:
-    """device_tests.native_runtime.measure runs `runner.argv + args`: here the Python device runtime."""
-    argv = [PY, "-m", "ditskip_edge.runtime"]
-
-
 class NativeRunner:
+    """device_tests.native_runtime.measure runs `runner.argv + args`: the native core a phone runs."""
     argv = [str(NATIVE)]
+
+
+NATIVE_LABEL = "native core (ditskip-run)"
 
 
 def env() -> dict:
@@ -120,6 +120,42 @@ def time_v(stderr: str) -> dict:
     if "max_rss_kib" in out:
         out["peak_host_rss_bytes"] = int(out.pop("max_rss_kib") * 1024)
     return out
+
+
+def guarded_run(cmd: list[str], limit_gib: float) -> subprocess.CompletedProcess:
+    """subprocess.run(cmd) whose process tree is killed when its summed RSS passes limit_gib (this host is shared:
+    a compile that would take the machine down is stopped and reported instead); polled every second."""
+    import psutil
+    with open(os.devnull, "rb") as nul:
+        p = subprocess.Popen(cmd, stdin=nul, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(),
+                             cwd=ROOT)
+    out: dict[str, str] = {}
+    import threading
+    readers = [threading.Thread(target=lambda k, f: out.__setitem__(k, f.read()), args=(k, f), daemon=True)
+               for k, f in (("stdout", p.stdout), ("stderr", p.stderr))]
+    for t in readers:
+        t.start()
+    peak, killed = 0, None
+    while p.poll() is None:
+        try:
+            procs = [psutil.Process(p.pid)] + psutil.Process(p.pid).children(recursive=True)
+            rss = sum(q.memory_info().rss for q in procs if q.is_running())
+        except psutil.Error:
+            rss = 0
+        peak = max(peak, rss)
+        if rss > limit_gib * GIB:
+            killed = f"killed by this benchmark's memory guard ({limit_gib} GiB) at {time.strftime('%H:%M')} UTC: " \
+                     f"the compile's process tree held {rss / GIB:.2f} GiB"
+            for q in reversed(procs):
+                try:
+                    q.kill()
+                except psutil.Error:
+                    pass
+        time.sleep(1.0)
+    for t in readers:
+        t.join()
+    err = out.get("stderr", "") + (f"\n{killed}\n" if killed else "")
+    return subprocess.CompletedProcess(cmd, p.returncode, out.get("stdout", ""), err)
 
 
 def last_json(text: str):
@@ -211,7 +247,8 @@ def add_estimate(rec: dict, doc: dict, args, work: Path, gen_px: int) -> None:
     default-overhead figure the same with the assumed 100 MiB."""
     stage = rec["stage"]
     py_oh = doc["fixed_costs"]["python"]["rss_anon_bytes"]
-    oh = doc["fixed_costs"]["native" if stage == "train" else "python"]["rss_anon_bytes"]
+    kind = "python" if rec.get("runtime", "").startswith("Python") else "native"
+    oh = doc["fixed_costs"][kind]["rss_anon_bytes"]
     if str(work) not in _ESTIMATES:
         _ESTIMATES[str(work)] = estimate(args, work / "pipeline", py_oh / MIB, gen_px)
     est = dict(_ESTIMATES[str(work)])
@@ -222,7 +259,7 @@ def add_estimate(rec: dict, doc: dict, args, work: Path, gen_px: int) -> None:
         est["runtime_overhead_bytes"] = oh
         for k in ("train_bytes", "subject_bytes", "generate_bytes"):
             est[k] = est[k] - py_oh + oh
-        if stage == "train":
+        if kind == "native":
             est["command"] = est["command"].replace(f"--runtime-overhead-mib {py_oh / MIB:.2f}",
                                                     f"--runtime-overhead-mib {oh / MIB:.2f}")
         rec["estimate_bytes"] = est[key]
@@ -268,7 +305,7 @@ def stage_compile(args, work: Path) -> dict:
     out = work / "model.bundle"
     cmd = compile_cmd(args, work / "pipeline", out)
     shutil.rmtree(out, ignore_errors=True)
-    r = subprocess.run(["/usr/bin/time", "-v"] + cmd, capture_output=True, text=True, env=env(), cwd=ROOT)
+    r = guarded_run(["/usr/bin/time", "-v"] + cmd, args.host_mem_gib)
     (work / "compile.stderr").write_text(r.stderr)
     rec = {"command": "ditskip-edge " + " ".join(cmd[3:]).replace(str(work) + "/", "WORK/"), **time_v(r.stderr),
            "returncode": r.returncode}
@@ -297,7 +334,7 @@ def photos(args, work: Path) -> Path:
 
 def stage_personalize(args, work: Path) -> dict:
     sub = work / "subject.bundle"
-    return measured(PyRunner, "personalize", work / "model.bundle", "--photos", photos(args, work), "--out", sub,
+    return measured(NativeRunner, "personalize", work / "model.bundle", "--photos", photos(args, work), "--out", sub,
                     "--no-train", "--force", "--json")
 
 
@@ -314,7 +351,7 @@ def stage_generate(args, work: Path) -> dict:
          "--out", work / "generated.png", "--json"]
     if lora.exists():
         a[2:2] = ["--lora", lora]
-    return measured(PyRunner, *a)
+    return measured(NativeRunner, *a)
 
 
 def stage_step(args, work: Path) -> dict:
@@ -534,6 +571,7 @@ def parse(argv=None):
     ap.add_argument("--train-steps", type=int, default=2, help="native train --steps")
     ap.add_argument("--gen-steps", type=int, default=2, help="generation sampler steps")
     ap.add_argument("--force", action="store_true")
+    ap.add_argument("--host-mem-gib", type=float, default=14.5, help="compile: killed above this summed RSS")
     ap.add_argument("--why-not", default="", help="--stages estimate: why a stage without a record was not measured")
     a = ap.parse_args(argv)
     if a.skip_front is None:
@@ -566,7 +604,7 @@ def main() -> None:
                 rec = have.get(st)
                 if rec is None or "rss_anon_bytes" not in rec:      # not measured: the estimate alone, and why
                     rec = {"model": name, "stage": st, "rss_anon_bytes": None, "provenance": provenance(),
-                           "runtime": "native core (ditskip-run)" if st == "train" else "Python runtime",
+                           "runtime": NATIVE_LABEL,
                            "not_measured": args.why_not or (rec or {}).get("error", "not run")}
                 add_estimate(rec, doc, args, work, gen_px)
                 mine.append(rec)
@@ -582,7 +620,7 @@ def main() -> None:
                 doc["fixed_costs"] = fixed_costs()
             rec = {"personalize": stage_personalize, "train": stage_train, "generate": stage_generate,
                    "step": stage_step}[stage](args, work)
-            rec["runtime"] = "native core (ditskip-run)" if stage == "train" else "Python runtime (ExecuTorch bindings)"
+            rec.setdefault("runtime", NATIVE_LABEL)      # every device stage: the native core (issue 56)
             if "error" not in rec and stage != "step":
                 rec.update(per_step(stage, rec.get("json"), rec, args))
                 rec["stage"] = stage

@@ -244,6 +244,26 @@ def test_lora_merged_at_the_bit_width_is_quantize_py_of_the_merged_weight(precis
     assert set(merged) == set(want) and all(np.array_equal(merged[k], want[k]) for k in want)
 
 
+def test_int8_transformer_programs_hold_one_dequantized_weight_not_two(gen_flux):
+    """Generation's int8 embed / block / head programs plan at most one dequantized weight more than the fp32 ones
+    (the largest weight cast to fp32, plus its int8 codes transposed: 1.25 weights): the codes are transposed before
+    their cast (lower_matmul_program), so a matmul reads one fp32 copy. Before issue 57 the cast weight was then
+    transposed as fp32, a second copy (flux-tiny: int8 embed 74,752 B against fp32's 42,112, largest weight
+    24,576; now 42,176 against 32,832)."""
+    import safetensors.numpy as stn
+
+    from ditskip_edge.runtime.bundle import read_manifest
+    m = read_manifest(gen_flux, verify=False)
+    weights = stn.load_file(str(gen_flux / m["generation"]["weights"]["fp32"]))
+    largest = max(v.nbytes for v in weights.values())
+    arena = {(p["name"], p["precision"]): p["memory"]["planned_arena_bytes"] for p in m["programs"]
+             if p["name"].startswith(("gen_embed", "gen_block", "gen_head"))}
+    names = {n for n, _ in arena}
+    assert {"gen_embed", "gen_head"} <= names and m["generation"]["backend"] == "xnnpack"
+    for n in names:
+        assert arena[n, "int8"] <= arena[n, "fp32"] + largest * 5 // 4, (n, arena[n, "int8"], arena[n, "fp32"])
+
+
 def test_block_programs_take_every_weight_as_an_unplanned_input(gen_flux):
     from ditskip_edge.runtime.bundle import read_manifest
     m = read_manifest(gen_flux, verify=False)
