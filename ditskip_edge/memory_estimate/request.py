@@ -96,7 +96,8 @@ def estimate_memory(req: EstimateRequest) -> dict:
     summary = (f"footprint {mj['footprint_gib']} GiB (dirty anonymous: LoRA/AdamW/grad sums "
                f"{round(mj['lora_params_gib'] + mj['adamw_states_gib'] + mj['gradient_sums_gib'], 3)} + arena "
                f"{mj['activation_arena_gib']} + inputs {mj['step_inputs_gib']} + program state "
-               f"{mj['program_state_gib']} + overhead "
+               f"{mj['program_state_gib']} + program inputs {mj['program_inputs_gib']} + XNNPACK workspace "
+               f"{mj['xnnpack_workspace_gib']} + overhead "
                f"{mj['runtime_overhead_gib']}" + ("" if req.weights == "mapped" else
                                                   f" + frozen weights {mj['frozen_weights_gib']}") + ")"
                + (f"; frozen weights {mj['frozen_weights_gib']} GiB mapped (file-backed, working set "
@@ -139,7 +140,9 @@ def estimate_memory(req: EstimateRequest) -> dict:
         "counts": "footprint_bytes (dirty anonymous: what a phone counts) = LoRA + AdamW states + gradient sums + "
                   "activation arena (traced step peak, incl. LoRA grads; with remat the segment boundaries and one "
                   "segment's internals) + step inputs + program state (per instruction and XNNPACK delegate, "
-                  "counted on the trace) + runtime overhead (assumed) [+ frozen weights when resident]; "
+                  "counted on the trace) + program inputs (the program's planned copy of the step inputs) + "
+                  "XNNPACK workspace (the largest operand a bmm delegate packs) + runtime overhead (assumed) "
+                  "[+ frozen weights when resident]; "
                   "file_backed_bytes = frozen weights when mapped; peak_bytes = footprint + the file-backed working "
                   "set (one kept block's frozen weights + embedders and head)",
     }
