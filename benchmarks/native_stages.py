@@ -30,8 +30,10 @@ The estimate is `ditskip-edge estimate --model FOLDER --skip-front N --skip-back
 --weights mapped --backend xnnpack --subject-stage --generation-px PX --generation-steps 2
 --runtime-overhead-mib FIXED`, FIXED the measured fixed cost (RssAnon of `ditskip-run footprint`): training's
 `memory.footprint_bytes`, the subject stage's `subject_stage.footprint_bytes`, generation's
-`generation[PX].footprint_bytes`. It is computed in the compile's process (the same source snapshot as the
-programs) with no overhead; the fixed cost is added when measured.
+`generation[PX].footprint_bytes`, with the bundle's cache codec and the photos' normalised sizes
+(memory_estimate/subject.py photo_sizes_of). It is computed when measuring, by the measuring checkout, with no
+overhead (the one computed at compile is kept as `estimate_at_compile`); the fixed cost is added.
+`--binary PATH` measures another build of ditskip-run; `--stages personalize,train` leaves generation out.
 """
 
 from __future__ import annotations
@@ -109,12 +111,17 @@ def git_state() -> dict:
 
 # ------------------------------------------------------------------------------------------------ compile
 def estimate(folder: str, n_front: int, n_back: int, px: int) -> dict:
-    """The estimate of this bundle's layout and plan with no runtime overhead (the fixed cost is added later)."""
+    """The estimate of this bundle's layout and plan with no runtime overhead (the fixed cost is added later): the
+    cache codec the bundle has, the photos the subject stage reads (their normalised sizes)."""
     from ditskip_edge.memory_estimate.request import EstimateRequest, estimate_memory
+    from ditskip_edge.memory_estimate.subject import photo_sizes_of
+    from ditskip_edge.models.loading import resolve_spec
+    photos = tuple(photo_sizes_of(PHOTOS, resolve_spec(folder).data_px))
     req = EstimateRequest(model=folder, skip_front=n_front, skip_back=n_back, precision="int8", rank=RANK,
                           steps=STEPS, grad_accum=GRAD_ACCUM, weights="mapped", backend="xnnpack", remat="blocks",
                           subject_stage=True, forward_precision="int8", generation_px=(px,),
-                          generation_steps=GEN_STEPS, runtime_overhead_mib=0)
+                          generation_steps=GEN_STEPS, runtime_overhead_mib=0, cache_codec=CACHE_CODEC,
+                          photo_sizes=photos)
     d = estimate_memory(req)
     g = d["generation"][str(px)]
     return {"request": {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(req).items()},
@@ -279,13 +286,18 @@ def per_unit(stage: str, rec: dict, info: dict) -> dict:
             "process_cpu_s_per_unit": round(rec["cpu_s"] / units, 3)}
 
 
-def measure_layout(layout: str, work: Path, runner, fixed: dict, impls: dict, python_too: bool) -> dict:
+def measure_layout(layout: str, work: Path, runner, fixed: dict, impls: dict, python_too: bool,
+                   stages: tuple = ()) -> dict:
+    stages = stages or STAGES
     import shutil
     info = json.loads((work / f"{layout}-compile.json").read_text())
-    if "estimate_no_overhead" not in info:
-        n_front, n_back = info["plan"]
-        info["estimate_no_overhead"] = estimate(info["folder"], n_front, n_back, info["generation_px"])
-        info["estimate_computed_at_measure"] = True
+    # the estimate of this checkout (the one computed at compile, older code perhaps, is kept beside it)
+    if "estimate_no_overhead" in info:
+        info["estimate_at_compile"] = {k: info["estimate_no_overhead"][k]
+                                       for k in ("train_bytes", "subject_bytes", "generate_bytes")}
+    n_front, n_back = info["plan"]
+    info["estimate_no_overhead"] = estimate(info["folder"], n_front, n_back, info["generation_px"])
+    info["estimate_computed_at_measure"] = git_state()
     est = info["estimate_no_overhead"]
     model = Path(info["model_bundle"])
     runs = {}
@@ -293,7 +305,7 @@ def measure_layout(layout: str, work: Path, runner, fixed: dict, impls: dict, py
         subject = work / f"{layout}-subject-{label}"
         shutil.rmtree(subject, ignore_errors=True)
         rows = {}
-        for stage in STAGES:
+        for stage in [s for s in STAGES if s in stages]:
             impl = impl_of[stage]
             rec = run_stage(runner, impl, stage_args(impl, stage, model, subject))
             key = {"personalize": "subject_bytes", "train": "train_bytes", "generate": "generate_bytes"}[stage]
@@ -332,7 +344,7 @@ def measure_all(args, work: Path) -> int:
     from device_tests.native_runtime import TARGETS, Runner
     prov = provenance()
     load0 = os.getloadavg()
-    runner = Runner("x86_64", TARGETS["x86_64"][1])     # the build this checkout has: never rebuilt here
+    runner = Runner("x86_64", Path(args.binary) if args.binary else TARGETS["x86_64"][1])   # never rebuilt here
     fixed = fixed_cost(runner)
     impls = {s: ("native" if s == "train" or native_has(runner, s) else "python") for s in STAGES}
     print(f"fixed cost {fixed['rss_anon_bytes'] / MIB:.2f} MiB; stages: {impls}", file=sys.stderr, flush=True)
@@ -344,7 +356,8 @@ def measure_all(args, work: Path) -> int:
            "train_steps": TRAIN_STEPS, "gen_steps": GEN_STEPS, "layouts": [],
            "notes": Path(args.notes).read_text() if args.notes else None}
     for layout in [x for x in args.layouts.split(",") if x]:
-        doc["layouts"].append(measure_layout(layout, work, runner, fixed, impls, args.python))
+        doc["layouts"].append(measure_layout(layout, work, runner, fixed, impls, args.python,
+                                             tuple(x for x in args.stages.split(",") if x)))
         doc["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
         from _meta import write_result
         write_result(doc, args.out, markdown)
@@ -436,7 +449,11 @@ def markdown(doc: dict) -> str:
                       f"{mem['lora_params_bytes'] / MIB:.1f} + AdamW {mem['adamw_states_bytes'] / MIB:.1f} + grad sums "
                       f"{mem['gradient_sums_bytes'] / MIB:.1f} + arena {mem['activation_arena_bytes'] / MIB:.1f} + "
                       f"inputs {mem['step_inputs_bytes'] / MIB:.1f} + program state "
-                      f"{mem['program_state_bytes'] / MIB:.1f}; subject stage phases "
+                      f"{mem['program_state_bytes'] / MIB:.1f} + program inputs "
+                      f"{mem.get('program_inputs_bytes', 0) / MIB:.1f} + XNNPACK workspace "
+                      f"{mem.get('xnnpack_workspace_bytes', 0) / MIB:.1f}; subject stage = photos "
+                      f"{st.get('photo_bytes', 0) / MIB:.1f} ({st.get('photos', '?')}) + text "
+                      f"{st.get('text_conditioning_bytes', 0) / MIB:.1f} + the largest of the phases "
                       + ", ".join(f"{k} {v / MIB:.1f}" for k, v in st.get('phase_peaks_bytes', {}).items())
                       + f"; generation: transformer phase {f(g.get('transformer_phase_bytes'))}, decoder "
                       f"{f(g.get('decoder_bytes'))}, text {f(g.get('text_phase_bytes'))}."]
@@ -451,6 +468,8 @@ def main() -> int:
     ap.add_argument("--layouts", default="flux", help="comma-separated among flux, sana")
     ap.add_argument("--work", default="/work/native_stages", help="the layouts' folders and bundles (kept)")
     ap.add_argument("--compile-only", action="store_true")
+    ap.add_argument("--binary", default=None, help="the ditskip-run to measure (default: this checkout's build)")
+    ap.add_argument("--stages", default=",".join(STAGES), help="comma-separated among " + ", ".join(STAGES))
     ap.add_argument("--python", action="store_true", help="also the three stages through the Python runtime")
     ap.add_argument("--notes", default=None, help="a markdown file: the reading of the results, appended as Notes")
     ap.add_argument("--merge", default="", help="comma-separated result JSONs (one layout each, say): write OUT from "

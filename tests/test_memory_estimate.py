@@ -396,6 +396,46 @@ def test_an_exported_programs_estimate_holds_its_input_buffers_and_xnnpacks_work
     assert eager.program_inputs_bytes == eager.xnnpack_workspace_bytes == 0
     assert program.program_inputs_bytes == program.step_inputs_bytes > 0
     assert program.xnnpack_workspace_bytes > 0
-    assert program.footprint_bytes - eager.footprint_bytes >= (program.program_inputs_bytes
-                                                               + program.xnnpack_workspace_bytes
-                                                               + program.program_state_bytes)
+    parts = ("frozen_weights_bytes", "lora_params_bytes", "adamw_states_bytes", "gradient_sums_bytes",
+             "activation_arena_bytes", "step_inputs_bytes", "runtime_overhead_bytes", "program_state_bytes",
+             "program_inputs_bytes", "xnnpack_workspace_bytes")
+    assert program.footprint_bytes == sum(getattr(program, k) for k in parts)      # weights resident
+
+
+def test_graph_lifetimes_free_a_tensor_after_its_last_reader_not_when_python_drops_it():
+    """Eager torch keeps an intermediate as long as Python references it (a local of the module's forward); the
+    exported program's memory plan frees it after its last reader: graph_peak_bytes counts the latter."""
+    import torch
+    from ditskip_edge.memory_estimate.tracker import StepMemoryTracker
+    x = torch.randn(256, 256)
+    tracker = StepMemoryTracker({x.untyped_storage()._cdata})
+    with tracker:
+        a = x * 2                    # read once, by b, but referenced until the end
+        b = a + 1
+        c = b * 3
+        d = c + 1
+    del a, b, c
+    one = 256 * 256 * 4
+    assert tracker.peak_bytes == 4 * one          # a, b, c, d all referenced at the end
+    assert tracker.graph_peak_bytes() == 2 * one      # each freed after its reader: two at once, d included
+
+
+def test_the_subject_stage_holds_every_photo_at_its_normalised_size(tmp_path):
+    """The runtime decodes every photo before the first sample and holds them (fp32, short side at most s_max):
+    the estimate counts them all, from the folder's photo sizes or as `subject_photos` photos of s_max x s_max."""
+    from PIL import Image
+    from ditskip_edge.memory_estimate.subject import photo_sizes_of
+    Image.new("RGB", (600, 400)).save(tmp_path / "a.png")
+    Image.new("RGB", (100, 120)).save(tmp_path / "b.png")
+    assert photo_sizes_of(tmp_path, 256) == [(256, 384), (120, 100)]
+    base = dict(model="sana-tiny", skip_front=1, skip_back=1, precision="int8", resolution_px=256, text_tokens=8,
+                rank=4, subject_stage=True, runtime_overhead_mib=0)
+    from ditskip_edge.memory_estimate.request import EstimateRequest, estimate_memory
+    spec = builtin_spec("sana-tiny")
+    two = estimate_memory(EstimateRequest(**base, subject_photos=2))["subject_stage"]
+    five = estimate_memory(EstimateRequest(**base, subject_photos=5))["subject_stage"]
+    sized = estimate_memory(EstimateRequest(**base, photo_sizes=((256, 384), (120, 100))))["subject_stage"]
+    one = 3 * spec.data_px * spec.data_px * 4
+    assert (two["photo_bytes"], five["photo_bytes"]) == (2 * one, 5 * one)
+    assert five["footprint_bytes"] - two["footprint_bytes"] == 3 * one
+    assert sized["photo_bytes"] == 3 * 4 * (256 * 384 + 120 * 100) and sized["photos"] == 2

@@ -115,7 +115,10 @@ def trace_step(cfg: StepConfig, attention: str = "flash", count_flops: bool = Tr
         lora_bytes = prog.lora_bytes()
         largest_lora = max((p.numel() * p.element_size() for p in prog.lora_params), default=0)
         # AdamW's step (after backward, activations freed): gradients + about two parameter-sized temporaries
-        arena = max(tracker.peak_bytes, lora_bytes + 2 * largest_lora)
+        # a program's arena: graph lifetimes (a tensor freed after its last reader, tracker.graph_peak_bytes), as its
+        # memory plan has them; eager torch keeps what Python still references
+        traced = tracker.graph_peak_bytes() if backend else tracker.peak_bytes
+        arena = max(traced, lora_bytes + 2 * largest_lora)
         inputs = prog.input_bytes()
         x0, _, _, _, entry = prog.inputs
         stored = sum(v.numel() * 4 for v in [x0, *entry.values()])

@@ -77,6 +77,13 @@ class StepMemoryTracker(TorchDispatchMode):
         self.codes_copy_peak_bytes = 0            # the largest copy of integer codes a cast reads
         self.expand_peak_bytes = 0                # the largest bmm operand the program writes out (expand_copy)
         self.workspace_bytes = 0                  # "xnnpack": the largest right operand a bmm delegate packs
+        # graph lifetimes (graph_peak_bytes): per storage its creating op, its last reading op, whether Python freed it
+        self._op = 0
+        self._uid: dict[int, int] = {}            # storage key -> the live storage's id
+        self._born: list[tuple[int, int]] = []    # id -> (op, bytes)
+        self._last_use: dict[int, int] = {}       # id -> the last op that read it
+        self._freed: set[int] = set()             # ids Python freed inside the trace
+        self._transients: list[tuple[int, int]] = []    # (op, bytes) of the program's copies (peak_bytes' extras)
 
     def _track(self, t: torch.Tensor) -> None:
         st = t.untyped_storage()
@@ -87,17 +94,53 @@ class StepMemoryTracker(TorchDispatchMode):
         self._live[key] = n
         self.live_bytes += n
         self.peak_bytes = max(self.peak_bytes, self.live_bytes)
+        self._uid[key] = len(self._born)
+        self._born.append((self._op, n))
         weakref.finalize(st, self._free, key)
 
     def _free(self, key: int) -> None:
         self._int_casts.discard(key)
         n = self._live.pop(key, 0)
         self.live_bytes -= n
+        uid = self._uid.pop(key, None)
+        if uid is not None:
+            self._freed.add(uid)
+
+    def _transient(self, extra: int) -> None:
+        """A copy the program makes that eager torch does not, live while this op runs."""
+        self.peak_bytes = max(self.peak_bytes, self.live_bytes + extra)
+        self._transients.append((self._op, extra))
+
+    def graph_peak_bytes(self) -> int:
+        """The peak with graph lifetimes, as an exported program's memory plan sees them: a storage lives from the op
+        that creates it to the last op that reads it (eager torch keeps it until Python drops the last reference: a
+        local variable, a module's intermediate), or to the end when it outlives the trace (the gradients, the
+        loss); the program's copies as in peak_bytes."""
+        ops = self._op + 1
+        delta = [0] * (ops + 2)
+        for uid, (born, n) in enumerate(self._born):
+            end = self._last_use.get(uid, born) if uid in self._freed else ops
+            delta[born] += n
+            delta[end + 1] -= n
+        extra = [0] * (ops + 1)
+        for op, n in self._transients:
+            extra[op] = max(extra[op], n)
+        live, peak = 0, 0
+        for op in range(ops + 1):
+            live += delta[op]
+            peak = max(peak, live + extra[op])
+        return peak
 
     def mark(self, name: str) -> None:
         self.marks[name] = self.live_bytes
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self._op += 1
+        for t in tree_flatten((args, kwargs))[0]:
+            if isinstance(t, torch.Tensor):
+                uid = self._uid.get(t.untyped_storage()._cdata)
+                if uid is not None:
+                    self._last_use[uid] = self._op
         out = func(*args, **(kwargs or {}))
         if func.namespace == "aten" and not func.is_view and func not in _METADATA_OPS:
             self.kernel_calls += 1
@@ -113,7 +156,7 @@ class StepMemoryTracker(TorchDispatchMode):
             if args[0].untyped_storage()._cdata in self.preexisting:     # the frozen codes: the cast reads a copy
                 extra = args[0].numel() * args[0].element_size()
                 self.codes_copy_peak_bytes = max(self.codes_copy_peak_bytes, extra)
-                self.peak_bytes = max(self.peak_bytes, self.live_bytes + extra)
+                self._transient(extra)
         if self.weight_transposes and func is torch.ops.aten.mm.default:
             a, b = args[0], args[1]
             if b.numel() > a.numel() and b.is_contiguous() == (self.weight_transposes == "xnnpack"):
@@ -121,12 +164,12 @@ class StepMemoryTracker(TorchDispatchMode):
                 extra = b.numel() * (1 if codes else b.element_size())
                 self.transpose_peak_bytes = max(self.transpose_peak_bytes, extra)
                 if not codes:         # codes are transposed before their cast: that copy is counted at the cast
-                    self.peak_bytes = max(self.peak_bytes, self.live_bytes + extra)
+                    self._transient(extra)
         if self.weight_transposes and func is torch.ops.aten.bmm.default:
             extra = sum(t.numel() * t.element_size() for t in args[:2] if _written_out(t))
             if extra:
                 self.expand_peak_bytes = max(self.expand_peak_bytes, extra)
-                self.peak_bytes = max(self.peak_bytes, self.live_bytes + extra)
+                self._transient(extra)
         if self.weight_transposes == "xnnpack":
             self.workspace_bytes = max(self.workspace_bytes, _xnnpack_packed_bytes(func, args))
         return out
