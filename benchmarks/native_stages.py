@@ -176,6 +176,105 @@ def compile_layout(layout: str, work: Path) -> dict:
     return info
 
 
+# ------------------------------------------------------------------------------------------------ heap sites
+_ALLOCATORS = ("malloc", "operator new", "heaptrack", "calloc", "realloc", "posix_memalign", "aligned_alloc", "__gnu",
+               "std::__new", "_Znwm")
+
+
+def heap_at_peak(zst: Path, depth: int = 3, top: int = 12) -> dict:
+    """A heaptrack recording (the interpreted .zst: strings, instruction pointers, traces, allocation infos, +/-
+    events, timestamps) read at the moment the heap is largest (within 0.1%): the live bytes grouped by the first
+    `depth` named frames above the allocator."""
+    import collections
+    strings, ips, traces, infos = [None], [None], [None], []
+    live, heap, best = collections.Counter(), 0, (0, 0.0, {})          # best: (heap, at s, its live set)
+    now = 0.0
+    p = subprocess.Popen(["zstdcat", str(zst)], stdout=subprocess.PIPE, text=True, errors="replace")
+    for line in p.stdout:
+        k = line[:1]
+        if k == "s":
+            parts = line.rstrip("\n").split(" ", 2)
+            strings.append(parts[2] if len(parts) > 2 else "")
+        elif k == "i":
+            f = line.split()[1:]
+            ips.append(int(f[2], 16) if len(f) > 2 else 0)
+        elif k == "t":
+            _, ip, parent = line.split()
+            traces.append((int(ip, 16), int(parent, 16)))
+        elif k == "a":
+            _, size, tr = line.split()
+            infos.append((int(size, 16), int(tr, 16)))
+        elif k in "+-":
+            i = int(line.split()[1], 16)
+            live[i] += 1 if k == "+" else -1
+            heap += infos[i][0] if k == "+" else -infos[i][0]
+            if heap > best[0] * 1.001 + 4096:       # a new peak (by more than 0.1%): its live set, copied
+                best = (heap, now, {i: c for i, c in live.items() if c})
+        elif k == "c":
+            now = int(line.split()[1], 16) / 1000.0
+    p.wait()
+
+    def sig(tr):
+        names = []
+        while tr and len(names) < depth:
+            ip, tr = traces[tr]
+            name = strings[ips[ip]] if ips[ip] else ""
+            if name and not name.startswith(_ALLOCATORS):
+                names.append(name.split("(")[0][:70])
+        return " < ".join(names)
+    sites = collections.Counter()
+    for i, c in best[2].items():
+        sites[sig(infos[i][1])] += infos[i][0] * c
+    return {"heap_peak_bytes": sum(infos[i][0] * c for i, c in best[2].items()), "at_s": round(best[1], 2),
+            "sites": [{"site": k, "bytes": n} for k, n in sites.most_common(top)]}
+
+
+def heap_sites(args, work: Path) -> int:
+    """--heap-sites: each layout's personalize and train under heaptrack (the allocator setting of the measured
+    runs), the heap at its peak by call site -> OUT.{json,md}."""
+    import shutil
+    from _meta import provenance, write_result
+    from device_tests.native_runtime import TARGETS
+    binary = Path(args.binary) if args.binary else TARGETS["x86_64"][1]
+    doc = {"provenance": provenance(), "binary": str(binary), "layouts": []}
+    for layout in [x for x in args.layouts.split(",") if x]:
+        info = json.loads((work / f"{layout}-compile.json").read_text())
+        subject = work / f"{layout}-subject-heap"
+        shutil.rmtree(subject, ignore_errors=True)
+        rows = {}
+        for stage in [s for s in ("personalize", "train") if s in args.stages.split(",")]:
+            argv = stage_args("native", stage, Path(info["model_bundle"]), subject)
+            rec = work / f"heap_{layout}_{stage}"
+            r = subprocess.run(["heaptrack", "-o", str(rec), str(binary), *argv], capture_output=True, text=True,
+                               env={**os.environ, "DITSKIP_PROGRESS": "0", **MALLOC_ENV}, timeout=3600)
+            if r.returncode != 0:
+                raise SystemExit(f"heaptrack {stage} exited {r.returncode}: {r.stderr[-800:]}")
+            rows[stage] = {"command": f"heaptrack ditskip-run {' '.join(argv)}", **heap_at_peak(Path(f"{rec}.zst"))}
+            print(f"{layout} {stage}: heap peak {rows[stage]['heap_peak_bytes'] / MIB:.2f} MiB at "
+                  f"{rows[stage]['at_s']} s", file=sys.stderr, flush=True)
+        doc["layouts"].append({"layout": layout, "stages": rows})
+    write_result(doc, args.out, heap_markdown)
+    return 0
+
+
+def heap_markdown(doc: dict) -> str:
+    from _meta import provenance_md
+    lines = ["# The native stages' heap at its peak, by call site (heaptrack)", "", provenance_md(doc["provenance"]),
+             f"Binary: `{doc['binary']}`. " + inspect_doc(heap_at_peak), ""]
+    for L in doc["layouts"]:
+        for stage, r in L["stages"].items():
+            lines += [f"## {L['layout']}: {stage}", "", f"`{r['command']}`: heap {r['heap_peak_bytes'] / MIB:.2f} "
+                      f"MiB at {r['at_s']} s.", "", "| MiB | allocated from |", "|---|---|"]
+            lines += [f"| {x['bytes'] / MIB:.2f} | {x['site']} |" for x in r["sites"]]
+            lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def inspect_doc(fn) -> str:
+    import inspect
+    return " ".join(inspect.cleandoc(fn.__doc__).split())
+
+
 # ------------------------------------------------------------------------------------------------ measure
 PY_CHILD = r"""
 import json, sys, time
@@ -477,7 +576,11 @@ def main() -> int:
     ap.add_argument("--remarkdown", action="store_true", help="rewrite OUT.md from OUT.json (and --notes), measuring "
                                                               "nothing")
     ap.add_argument("--out", default=str(RESULTS / "native_stages"))
+    ap.add_argument("--heap-sites", action="store_true", help="personalize and train under heaptrack: the heap at "
+                                                                  "its peak by call site (OUT.{json,md})")
     args = ap.parse_args()
+    if args.heap_sites:
+        return heap_sites(args, Path(args.work))
     if args.merge:
         return merge(args)
     if args.remarkdown:
