@@ -40,15 +40,20 @@ def export_module(module: nn.Module, example: tuple, backend: str = "portable", 
 
 
 def export_module_program(module: nn.Module, example: tuple, backend: str = "portable", planned_inputs: bool = True,
-                          mm_rewrite: bool = False, fold_constants: bool = False) -> tuple[bytes, dict]:
+                          mm_rewrite: bool = False, fold_constants: bool = False,
+                          matmuls: bool = False) -> tuple[bytes, dict]:
     """export_module's program as (.pte bytes, memory: pte_bytes, planned_arena_bytes, non_const_buffer_sizes,
-    constant_bytes), read from the program cache (program_cache.py) when it holds it."""
+    constant_bytes), read from the program cache (program_cache.py) when it holds it. matmuls: lowered by
+    lower_matmul_program (the generation transformer's programs) instead of _lower_module."""
     ep = _trace(module, example)
     options = {"backend": backend, "planned_inputs": planned_inputs, "mm_rewrite": mm_rewrite,
-               "fold_constants": fold_constants}
+               "fold_constants": fold_constants, **({"matmuls": True} if matmuls else {})}
 
     def build():
-        et = _lower_module(ep, backend, planned_inputs, mm_rewrite, fold_constants)
+        if matmuls:
+            et = lower_matmul_program(ep, backend, planned_inputs=planned_inputs)
+        else:
+            et = _lower_module(ep, backend, planned_inputs, mm_rewrite, fold_constants)
         return {PTE_FILE: et.buffer}, {"memory": program_memory(et)}
     files, meta = ProgramCache.from_env().program("inference", ep, options, build)
     return files[PTE_FILE], meta["memory"]
@@ -67,6 +72,38 @@ def program_memory(et) -> dict:
 def _trace(module: nn.Module, example: tuple):
     with torch.no_grad(), contiguous_pixel_shuffles():
         return torch.export.export(module.eval(), example, strict=False)
+
+
+def lower_matmul_program(ep, backend: str, external_weights: bool = False, planned_inputs: bool = True):
+    """The traced inference program `ep` lowered as the training program is (executorch_program.lower): each linear
+    / 1x1 convolution a matmul with its weight on the left (XNNPACK: a bmm: its matmuls and transposes only, rounding
+    only), a quantized weight's integer codes transposed before their cast to fp32 (graph_passes.transpose_before_cast:
+    one fp32 copy per matmul, not two), dequantized just before its matmul (node order restored after lowering), the
+    best-fit memory plan; planned_inputs=False leaves the inputs out of the arena (the caller's buffers: generation's
+    weights, mapped from their file). The subject stage's embed and block programs and generation's transformer
+    programs. Returns the ExecutorchProgramManager."""
+    from executorch.exir import ExecutorchBackendConfig
+
+    from . import graph_passes
+    from .executorch_program import ExportConfig, lower
+    from .memory_plan import planning_pass
+    graph_passes.remove_unused_constants(ep)    # e.g. a block program's module holds the whole model's buffers
+    ep = ep.run_decompositions()
+    graph_passes.addmm_to_mm_add(ep)
+    graph_passes.pointwise_conv_to_mm(ep)
+    cfg = ExportConfig(backend=backend, xnnpack_ops="bmm", external_weights=external_weights)
+    if backend == "xnnpack":
+        graph_passes.mm_to_bmm(ep)
+    graph_passes.transpose_before_cast(ep)
+    for n in ep.graph_module.graph.nodes:
+        # XNNPACK's ConvertToLinearPass rebuilds F.linear from the nodes whose source record (source_fn_stack, else
+        # torch_fn, else the innermost nn_module_stack entry) names a linear: the rewritten matmuls keep that record
+        # and are no longer a linear's transpose + addmm
+        for key in ("source_fn_stack", "torch_fn", "nn_module_stack"):
+            n.meta.pop(key, None)
+    plan = planning_pass(cfg.memory_planner, alloc_graph_input=planned_inputs)
+    return lower(ep, cfg).to_executorch(ExecutorchBackendConfig(memory_planning_pass=plan,
+                                                                external_constants=external_weights))
 
 
 def _lower_module(ep, backend: str, planned_inputs: bool, mm_rewrite: bool, fold_constants: bool):

@@ -49,7 +49,7 @@ from ditskip_edge.runtime.errors import UserError
 from ditskip_edge.runtime.tiling import tile_key, tile_shapes
 from ditskip_edge.skip_model import noisy_latents_and_target
 
-from .executorch_preprocess import program_memory
+from .executorch_preprocess import lower_matmul_program, program_memory
 from .program_cache import PTE_FILE, ProgramCache
 from .program_reuse import ProgramReuse, structure_of
 
@@ -189,22 +189,7 @@ def _lower_forward(ep, backend: str, external_weights: bool, matmuls: bool, tag_
     from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge
     cc = EdgeCompileConfig(_check_ir_validity=False)
     if matmuls:
-        from . import graph_passes
-        from .executorch_program import ExportConfig, backend_config, lower
-        ep = ep.run_decompositions()
-        graph_passes.addmm_to_mm_add(ep)
-        graph_passes.pointwise_conv_to_mm(ep)
-        cfg = ExportConfig(backend=backend, xnnpack_ops="bmm", external_weights=external_weights)
-        if backend == "xnnpack":
-            graph_passes.mm_to_bmm(ep)
-        graph_passes.transpose_before_cast(ep)      # int8 codes transposed before their cast (issue 57)
-        for n in ep.graph_module.graph.nodes:
-            # XNNPACK's ConvertToLinearPass rebuilds F.linear from the nodes whose source record (source_fn_stack,
-            # else torch_fn, else the innermost nn_module_stack entry) names a linear: the rewritten matmuls keep
-            # that record and are no longer a linear's transpose + addmm
-            for key in ("source_fn_stack", "torch_fn", "nn_module_stack"):
-                n.meta.pop(key, None)
-        et = lower(ep, cfg).to_executorch(backend_config(cfg))
+        et = lower_matmul_program(ep, backend, external_weights=external_weights)
     else:
         if backend == "xnnpack":
             from .lowering import to_edge_lowered

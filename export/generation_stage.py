@@ -78,7 +78,8 @@ class GenerationPrograms:
     guidance: float = 3.0                        # default classifier-free guidance scale
     px: int | None = None                        # image side; None: the model's train resolution
     group_size: int = 32                         # int4: input features per scale
-    backend: str = "portable"
+    backend: str = "xnnpack"                     # the transformer's programs: "xnnpack" (bmm delegates, rounding
+                                                 # only) | "portable"; text encoders and decoder: portable kernels
     decode_tile_px: int | None = None            # decode in tiles of this many pixels a side; None: one tile
     text_precision: str = "fp32"                 # a pipeline folder's text encoder programs: their linears' weights
     attention_chunk: int | None = None           # attention in query chunks of this many tokens (models/attention.py)
@@ -94,8 +95,8 @@ class GenerationPrograms:
         check_precisions((self.text_precision,))
         if self.attention_chunk is not None and self.attention_chunk < 1:
             raise UserError(f"--attention-chunk {self.attention_chunk}: expected a positive number of query tokens")
-        if self.backend != "portable":
-            raise UserError("generation programs: only the portable backend is exported (weights arrive as inputs)")
+        if self.backend not in ("portable", "xnnpack"):
+            raise UserError(f"generation programs: backend {self.backend!r}: expected portable or xnnpack")
 
     def check_model(self, spec: ModelSpec) -> None:
         """Refused before any compile work: what the generation part cannot do for this model."""
@@ -141,14 +142,15 @@ def _specs(names: list[str], tensors) -> list[dict]:
 
 def _export(writer: BundleWriter, rel: str, module, names: list[str], example: tuple, out_names: list[str],
             name: str, precision: str = "fp32", data: list[str] | None = None, extra: dict | None = None,
-            fold_constants: bool = False) -> dict:
+            fold_constants: bool = False, backend: str | None = None) -> dict:
     log.info("exporting %s", rel)
     example = tuple(t.contiguous() for t in example)      # the runtime passes row-major arrays (dim order 0, 1, ..)
     with torch.no_grad():
         outs = module(*example)
     outs = outs if isinstance(outs, tuple) else (outs,)
-    pte, sizes = export_module_program(module, example, planned_inputs=False, mm_rewrite=True,
-                                       fold_constants=fold_constants)
+    # backend given: a transformer program (embed, block, head), lowered as the training program's matmuls are
+    pte, sizes = export_module_program(module, example, backend or "portable", planned_inputs=False,
+                                       mm_rewrite=True, fold_constants=fold_constants, matmuls=backend is not None)
     writer.path(rel).write_bytes(pte)
     memory = {"pte_bytes": sizes["pte_bytes"], "planned_arena_bytes": sizes["planned_arena_bytes"],
               "constant_bytes": sizes["constant_bytes"], "inputs_planned": False, **(extra or {})}
@@ -255,7 +257,7 @@ def _example_cond(spec: ModelSpec) -> dict[str, torch.Tensor]:
 
 
 def _transformer_part(writer: BundleWriter, spec: ModelSpec, precision: str, group_size: int, latent_shape,
-                      cond: dict) -> tuple[list[dict], str]:
+                      cond: dict, backend: str) -> tuple[list[dict], str]:
     transformer = build_transformer(spec).requires_grad_(False)
     view = make_view(spec.arch, transformer)
     quantize_frozen_layers(view, QuantSpec(precision, group_size=group_size))
@@ -268,7 +270,7 @@ def _transformer_part(writer: BundleWriter, spec: ModelSpec, precision: str, gro
     embed = GenEmbed(view, list(cond))
     example = (x, t, *[cond[k] for k in embed.cond_keys])
     entries = [_export(writer, f"{d}/embed.pte", embed, embed.input_names(), example, acts["embed"], GEN_EMBED,
-                       precision)]
+                       precision, backend=backend)]
     with torch.no_grad():
         values = dict(zip(acts["embed"], embed(*example)))
     weights_rel = f"{d}/weights.safetensors"
@@ -286,13 +288,13 @@ def _transformer_part(writer: BundleWriter, spec: ModelSpec, precision: str, gro
         lb = LiftedBlock(view, block, hw, lifted)
         ex = tuple(values[a] for a in acts["block"]) + tuple(states[k].detach() for k in lifted)
         entries.append(_export(writer, f"{d}/block_{kind}.pte", lb, lb.input_names(), ex, acts["block_out"],
-                               f"{GEN_BLOCK}.{kind}", precision, data=[weights_rel],
+                               f"{GEN_BLOCK}.{kind}", precision, data=[weights_rel], backend=backend,
                                extra={"weight_input_bytes": sum(v.numel() * v.element_size() for v in states.values())}))
     write_weights(writer.path(weights_rel), tensors, {"format": "ditskip-edge-generation-weights",
                                                        "precision": precision, "model": spec.name})
     head = GenHead(view, hw)
     entries.append(_export(writer, f"{d}/head.pte", head, acts["head"], tuple(values[a] for a in acts["head"]),
-                           ["v"], GEN_HEAD, precision))
+                           ["v"], GEN_HEAD, precision, backend=backend))
     return entries, weights_rel
 
 
@@ -316,7 +318,7 @@ def add_generation_programs(writer: BundleWriter, config: GenerationPrograms) ->
     for precision in config.precisions:
         with chunked_attention(config.attention_chunk):
             es, weights[precision] = _transformer_part(writer, spec, precision, config.group_size, latent_shape,
-                                                       cond)
+                                                       cond, config.backend)
         entries += es
     names = block_names_of(build_transformer(spec, "meta"))
     lora = writer.manifest["lora"]
@@ -330,6 +332,7 @@ def add_generation_programs(writer: BundleWriter, config: GenerationPrograms) ->
                                 "only (diffusers' pipelines skip the negative pass there too)"},
         "blocks": [{"name": n, "kind": block_kind(spec.arch, n)} for n in names],
         "weights": weights, "precisions": list(config.precisions), "group_size": config.group_size,
+        "backend": config.backend,
         "attention_chunk": config.attention_chunk,
         "lora_scale": float(lora["alpha"]) / float(lora["rank"]),
         "decode": decode_record,

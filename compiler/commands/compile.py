@@ -150,6 +150,7 @@ def program_stages(runtimes: list[str], precision: str, backend: str | None, gen
         stages.append(et if r == "executorch" else OrtPrograms(precisions))
     if generation is not None:
         stages.append(GenerationPrograms(precisions, generation.steps, generation.guidance, generation.px,
+                                         backend=et.backend,              # the training program's, by default XNNPACK
                                          decode_tile_px=generation.decode_tile_px,
                                          text_precision=generation.text_precision,
                                          attention_chunk=generation.attention_chunk))
