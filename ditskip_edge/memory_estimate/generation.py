@@ -8,10 +8,10 @@ alone: the full transformer one block at a time, every program at batch 1 with t
                                     peak at batch 1 (dequantized weights included: int8/int4 are dequantized in the
                                     graph), the weights themselves excluded (inputs read in place from the mapping);
                                     traced as the exported XNNPACK programs run (export/executorch_preprocess.py
-                                    lower_matmul_program; tracker.py weight_transposes "xnnpack"): a copy of the
-                                    int8 codes beside each fp32 dequantization, graph lifetimes
-                                    (tracker.graph_peak_bytes), plus XNNPACK's workspace (the largest operand one
-                                    of the program's bmm delegates packs)
+                                    lower_matmul_program; tracker.py weight_transposes "xnnpack"; the codes are
+                                    the program's inputs, read in place: no copy before their cast), with graph
+                                    lifetimes (tracker.graph_peak_bytes), plus XNNPACK's workspace (the largest
+                                    operand one of the program's bmm delegates packs)
                + streams            what lives between programs: each branch's streams and context at batch 1 (FLUX:
                                     img, txt, temb, rotary; SANA: img, timestep, caption, caption bias) plus one
                                     branch's block outputs while they are written, x, each branch's v and the
@@ -131,7 +131,7 @@ def trace_generation(cfg: GenerationConfig, attention: str = "math") -> dict:
             return tracker.graph_peak_bytes() + tracker.workspace_bytes
 
         with _sdpa_context(attention), chunked_attention(cfg.attention_chunk):
-            tr = StepMemoryTracker(storage_keys(weights + [x, t, *cond.values()]), weight_transposes="xnnpack")
+            tr = StepMemoryTracker(storage_keys(weights + [x, t, *cond.values()]), weight_transposes="xnnpack", codes_copies=False)
             fc = FlopCounterMode(display=False)
             with tr, fc:
                 streams, ctx = view.embed(view.pack(x), t, cond)
@@ -145,13 +145,13 @@ def trace_generation(cfg: GenerationConfig, attention: str = "math") -> dict:
                 block = view.blocks[i]
                 bw = list(block.parameters()) + [bb for bb in block.buffers() if bb is not None]
                 block_bytes[kind] = _module_bytes(block)
-                tr = StepMemoryTracker(storage_keys(bw + keep), weight_transposes="xnnpack")
+                tr = StepMemoryTracker(storage_keys(bw + keep), weight_transposes="xnnpack", codes_copies=False)
                 fc = FlopCounterMode(display=False)
                 with tr, fc:
                     out = view.run_block(block, streams, ctx)
                 arenas[f"block.{kind}"] = program_peak(tr)
                 flops[f"block.{kind}"] = int(fc.get_total_flops())
-            tr = StepMemoryTracker(storage_keys(keep + weights), weight_transposes="xnnpack")
+            tr = StepMemoryTracker(storage_keys(keep + weights), weight_transposes="xnnpack", codes_copies=False)
             fc = FlopCounterMode(display=False)
             with tr, fc:
                 v = view.head(out, ctx)

@@ -60,8 +60,13 @@ class StepMemoryTracker(TorchDispatchMode):
                   a 1x1 convolution (graph_passes.pointwise_conv_to_mm: w @ x, input gradient w.t() @ g) packs x or
                   g. `workspace_bytes` is the largest such operand's bytes."""
 
-    def __init__(self, preexisting: set[int] | None = None, weight_transposes: str | None = None):
+    def __init__(self, preexisting: set[int] | None = None, weight_transposes: str | None = None,
+                 codes_copies: bool = True):
+        """codes_copies: the program's frozen codes are constants, copied before their cast (above); False: they are
+        the program's inputs, read in place (generation's mapped weights: a view of an input is free and the
+        weights-left matmul transposes none)."""
         super().__init__()
+        self.codes_copies = codes_copies
         if weight_transposes not in (None, "portable", "xnnpack"):
             raise ValueError(f"weight_transposes {weight_transposes!r}: expected None, 'portable' or 'xnnpack'")
         self.weight_transposes = weight_transposes
@@ -153,7 +158,7 @@ class StepMemoryTracker(TorchDispatchMode):
                 and isinstance(args[0], torch.Tensor) and not args[0].dtype.is_floating_point
                 and out.dtype.is_floating_point):
             self._int_casts.add(out.untyped_storage()._cdata)
-            if args[0].untyped_storage()._cdata in self.preexisting:     # the frozen codes: the cast reads a copy
+            if self.codes_copies and args[0].untyped_storage()._cdata in self.preexisting:   # frozen: a copy is read
                 extra = args[0].numel() * args[0].element_size()
                 self.codes_copy_peak_bytes = max(self.codes_copy_peak_bytes, extra)
                 self._transient(extra)
