@@ -52,6 +52,7 @@ from ..models.specs import FLUX_ARCH, ModelSpec
 from ..models.views import block_names_of, make_view
 from ..quantize import QuantSpec, quantize_frozen_layers
 from .memory import GIB, _sdpa_context
+from .program import quantize_direct_layers
 from .tracker import StepMemoryTracker, storage_keys
 
 CFG_BRANCHES = 2          # uncond, cond: one after the other through each program (runtime/generation.py)
@@ -113,6 +114,8 @@ def trace_generation(cfg: GenerationConfig, attention: str = "math") -> dict:
             m.to_empty(device="cpu")
             if quant is not None:
                 quantize_frozen_layers(m, quant)
+        quantize_direct_layers(view, quant)
+        non_block = [m for n, m in view.named_children() if n != "blocks"]
         for name, p in list(view.named_parameters(recurse=False)):
             setattr(view, name, torch.nn.Parameter(torch.zeros(p.shape), requires_grad=False))
         b, L = PROGRAM_BATCH, cfg.text_tokens

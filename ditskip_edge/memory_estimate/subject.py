@@ -55,7 +55,7 @@ from ..models.loading import build_transformer, vae_class
 from ..models.specs import FLUX_ARCH
 from ..models.views import _blocks_of, make_view
 from ..runtime.cache_format import CacheCodec, entry_layout
-from .program import StepConfig, _inputs, _materialize
+from .program import StepConfig, _inputs, _materialize, quantize_direct_layers
 from .tracker import StepMemoryTracker, storage_keys
 
 # The real-size models' autoencoders as published with their diffusers checkpoints (vae/config.json; no weights
@@ -141,6 +141,8 @@ def trace_subject_stage(cfg: StepConfig, forward_precision: str | None = None,
     with fake:
         for i, m in enumerate(embedders + list(view.blocks)):
             _materialize(m, "cpu", dtype, quant, 17 * (i + 1))
+        quantize_direct_layers(view, quant)
+        embedders = [m for n, m in view.named_children() if n not in ("blocks", "norm_out", "proj_out")]
         for name, p in list(view.named_parameters(recurse=False)):
             setattr(view, name, torch.nn.Parameter(torch.zeros(p.shape, dtype=dtype), requires_grad=False))
         x0, noise, t, cond, _ = _inputs(cfg, "cpu", 1)
