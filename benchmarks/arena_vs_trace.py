@@ -3,6 +3,7 @@
     python benchmarks/arena_vs_trace.py --configs tiny --only sana-tiny                  # minutes
     python benchmarks/arena_vs_trace.py --configs headline --only sana-layout-250m       # ~20 min on 2 cores
     -> benchmarks/results/arena_vs_trace[_CONFIGS].{json,md}
+    python benchmarks/arena_vs_trace.py --pte A.pte,B.pte --out STEM                      # seconds: programs as they are
 
 Per config (BlockSkip 50%, int8 frozen weights, XNNPACK matmuls, LoRA rank 16, remat `--remat`, weights in a .ptd),
 the program is exported twice: with the exporter's three memory passes switched off ("before") and on ("after"):
@@ -33,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 RESULTS = ROOT / "benchmarks" / "results"
 MB = 1e6
+MIB = 1 << 20
 VARIANTS = {"before": {"input_grad_conv": False, "views_per_use": False},
             "after": {"input_grad_conv": True, "views_per_use": True}}
 
@@ -114,6 +116,99 @@ def program_live_at_peak(step, remat: str, switches: dict) -> dict:
             "live": live}
 
 
+# ------------------------------------------------------------------------------------------------ --pte
+_ELEMENT_BYTES = {0: 1, 1: 1, 2: 2, 3: 4, 4: 8, 5: 2, 6: 4, 7: 8, 11: 1, 15: 2}    # ExecuTorch ScalarType -> bytes
+
+
+def pte_live_at_peak(path: str, top: int = 14) -> dict:
+    """A .pte as it is (no export): its planned tensors' lifetimes from the instructions that read or write them (a
+    cat's tensor list included; program inputs live from the start, outputs to the end), the instruction where the
+    most planned bytes are alive, and those tensors grouped by (shape, dtype, the op that wrote them; '?' when no
+    kernel wrote it: an input, a view's alias, a delegate's internal), MiB. Aliases (the same offset) count once."""
+    import math
+
+    from executorch.exir._serialize._program import deserialize_pte_binary
+    prog = deserialize_pte_binary(Path(path).read_bytes())
+    plan = getattr(prog, "program", prog).execution_plan[0]
+    vals, ops = plan.values, plan.operators
+    ins = [i for ch in plan.chains for i in ch.instructions]
+    first, last, writer = {}, {}, {}
+
+    def name(k):
+        a = ins[k].instr_args
+        kind = type(a).__name__
+        return ops[a.op_index].name if kind == "KernelCall" else ("delegate" if kind == "DelegateCall" else kind)
+
+    for k, i in enumerate(ins):
+        a = i.instr_args
+        args = []
+        for v in list(getattr(a, "args", []) or []):
+            if 0 <= v < len(vals) and type(vals[v].val).__name__ in ("TensorList", "OptionalTensorList"):
+                args += [x for x in vals[v].val.items if x >= 0]
+            args.append(v)
+        for j, v in enumerate(args):
+            if not 0 <= v < len(vals):
+                continue
+            first.setdefault(v, k)
+            last[v] = k
+            if j == len(args) - 1 or type(a).__name__ == "DelegateCall":
+                writer.setdefault(v, name(k))
+    for v in plan.inputs:
+        first[v] = 0
+        writer[v] = "input"
+    for v in plan.outputs:
+        last[v] = len(ins)
+    items = []
+    for v, f0 in first.items():
+        t = vals[v].val
+        if type(t).__name__ != "Tensor" or t.allocation_info is None:
+            continue
+        ai = t.allocation_info
+        n = math.prod(t.sizes) * _ELEMENT_BYTES.get(int(t.scalar_type), 4)
+        dtype = {1: "int8", 6: "float32", 4: "int64", 3: "int32", 11: "bool", 0: "uint8"}.get(int(t.scalar_type), "?")
+        items.append((f0, last.get(v, f0), n, (tuple(t.sizes), dtype), writer.get(v, "?"),
+                      (ai.memory_id, (ai.memory_offset_high << 32) + ai.memory_offset_low)))
+
+    def live_at(k):
+        by = {}
+        for it in items:
+            o = by.get(it[5])
+            if it[0] <= k <= it[1] and (o is None or it[2] > o[2] or (it[2] == o[2] and o[4] == "?")):
+                by[it[5]] = it
+        return by
+
+    totals = [sum(it[2] for it in live_at(k).values()) for k in range(len(ins) + 1)]
+    at = max(range(len(totals)), key=totals.__getitem__)
+    groups, counts = Counter(), Counter()
+    for it in live_at(at).values():
+        groups[(it[3], it[4])] += it[2]
+        counts[(it[3], it[4])] += 1
+    return {"program": str(path), "instructions": len(ins), "xnnpack_delegates": len(plan.delegates),
+            "planned_arena_mib": round(sum(int(x) for x in plan.non_const_buffer_sizes) / MIB, 2),
+            "live_peak_mib": round(totals[at] / MIB, 2), "peak_instruction": at,
+            "ops_around_peak": [name(k) for k in range(max(0, at - 3), min(len(ins), at + 2))],
+            "live_at_peak": [{"shape": list(k[0][0]), "dtype": k[0][1], "written_by": k[1], "count": counts[k],
+                              "mib": round(n / MIB, 2)}
+                             for k, n in groups.most_common(top)]}
+
+
+def pte_markdown(res: dict) -> str:
+    import inspect
+    lines = ["# What an exported program's planned arena holds at its peak", "",
+             f"Command: `{res['provenance']['command']}`  ", f"Machine: {res['provenance']['machine']}  ",
+             f"Date: {res['provenance']['date']}", "", inspect.cleandoc(pte_live_at_peak.__doc__), ""]
+    for r in res["programs"]:
+        lines += [f"## {r['program']}", "",
+                  f"Planned arena {r['planned_arena_mib']} MiB; the most alive at one instruction: "
+                  f"{r['live_peak_mib']} MiB at instruction {r['peak_instruction']} of {r['instructions']} (around it: "
+                  f"{', '.join(r['ops_around_peak'])}); {r['xnnpack_delegates']} XNNPACK delegates.", "",
+                  "| tensor | dtype | written by | count | MiB |", "|---|---|---|---|---|"]
+        lines += [f"| {g['shape']} | {g['dtype']} | {g['written_by']} | {g['count']} | {g['mib']} |"
+                  for g in r["live_at_peak"]]
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
 def by_shape(live) -> Counter:
     c = Counter()
     for op, shape, dtype, n in live:
@@ -178,7 +273,16 @@ def main() -> None:
     ap.add_argument("--variants", default="before,after")
     ap.add_argument("--rank", type=int, default=16)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--pte", default="", help="comma-separated .pte files: what each plans alive at its peak, read "
+                                              "from the program as it is (no export, no eager step)")
     args = ap.parse_args()
+    if args.pte:
+        res = {"provenance": provenance(), "programs": [pte_live_at_peak(p) for p in args.pte.split(",") if p]}
+        stem = Path(args.out) if args.out else RESULTS / "arena_at_peak"
+        stem.with_suffix(".json").write_text(json.dumps(res, indent=1))
+        stem.with_suffix(".md").write_text(pte_markdown(res))
+        print(pte_markdown(res))
+        return
     from ditskip_edge.runtime.errors import UserError
     from export.remat import RematSpec
     try:

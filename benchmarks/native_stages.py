@@ -30,8 +30,10 @@ The estimate is `ditskip-edge estimate --model FOLDER --skip-front N --skip-back
 --weights mapped --backend xnnpack --subject-stage --generation-px PX --generation-steps 2
 --runtime-overhead-mib FIXED`, FIXED the measured fixed cost (RssAnon of `ditskip-run footprint`): training's
 `memory.footprint_bytes`, the subject stage's `subject_stage.footprint_bytes`, generation's
-`generation[PX].footprint_bytes`. It is computed in the compile's process (the same source snapshot as the
-programs) with no overhead; the fixed cost is added when measured.
+`generation[PX].footprint_bytes`, with the bundle's cache codec and the photos' normalised sizes
+(memory_estimate/subject.py photo_sizes_of). It is computed when measuring, by the measuring checkout, with no
+overhead (the one computed at compile is kept as `estimate_at_compile`); the fixed cost is added.
+`--binary PATH` measures another build of ditskip-run; `--stages personalize,train` leaves generation out.
 """
 
 from __future__ import annotations
@@ -109,12 +111,17 @@ def git_state() -> dict:
 
 # ------------------------------------------------------------------------------------------------ compile
 def estimate(folder: str, n_front: int, n_back: int, px: int) -> dict:
-    """The estimate of this bundle's layout and plan with no runtime overhead (the fixed cost is added later)."""
+    """The estimate of this bundle's layout and plan with no runtime overhead (the fixed cost is added later): the
+    cache codec the bundle has, the photos the subject stage reads (their normalised sizes)."""
     from ditskip_edge.memory_estimate.request import EstimateRequest, estimate_memory
+    from ditskip_edge.memory_estimate.subject import photo_sizes_of
+    from ditskip_edge.models.loading import resolve_spec
+    photos = tuple(photo_sizes_of(PHOTOS, resolve_spec(folder).data_px))
     req = EstimateRequest(model=folder, skip_front=n_front, skip_back=n_back, precision="int8", rank=RANK,
                           steps=STEPS, grad_accum=GRAD_ACCUM, weights="mapped", backend="xnnpack", remat="blocks",
                           subject_stage=True, forward_precision="int8", generation_px=(px,),
-                          generation_steps=GEN_STEPS, runtime_overhead_mib=0)
+                          generation_steps=GEN_STEPS, runtime_overhead_mib=0, cache_codec=CACHE_CODEC,
+                          photo_sizes=photos)
     d = estimate_memory(req)
     g = d["generation"][str(px)]
     return {"request": {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(req).items()},
@@ -167,6 +174,105 @@ def compile_layout(layout: str, work: Path) -> dict:
         info["estimate_error"] = f"{type(e).__name__}: {e}"[:2000]
     info_path.write_text(json.dumps(info, indent=1, default=str))
     return info
+
+
+# ------------------------------------------------------------------------------------------------ heap sites
+_ALLOCATORS = ("malloc", "operator new", "heaptrack", "calloc", "realloc", "posix_memalign", "aligned_alloc", "__gnu",
+               "std::__new", "_Znwm")
+
+
+def heap_at_peak(zst: Path, depth: int = 3, top: int = 12) -> dict:
+    """A heaptrack recording (the interpreted .zst: strings, instruction pointers, traces, allocation infos, +/-
+    events, timestamps) read at the moment the heap is largest (within 0.1%): the live bytes grouped by the first
+    `depth` named frames above the allocator."""
+    import collections
+    strings, ips, traces, infos = [None], [None], [None], []
+    live, heap, best = collections.Counter(), 0, (0, 0.0, {})          # best: (heap, at s, its live set)
+    now = 0.0
+    p = subprocess.Popen(["zstdcat", str(zst)], stdout=subprocess.PIPE, text=True, errors="replace")
+    for line in p.stdout:
+        k = line[:1]
+        if k == "s":
+            parts = line.rstrip("\n").split(" ", 2)
+            strings.append(parts[2] if len(parts) > 2 else "")
+        elif k == "i":
+            f = line.split()[1:]
+            ips.append(int(f[2], 16) if len(f) > 2 else 0)
+        elif k == "t":
+            _, ip, parent = line.split()
+            traces.append((int(ip, 16), int(parent, 16)))
+        elif k == "a":
+            _, size, tr = line.split()
+            infos.append((int(size, 16), int(tr, 16)))
+        elif k in "+-":
+            i = int(line.split()[1], 16)
+            live[i] += 1 if k == "+" else -1
+            heap += infos[i][0] if k == "+" else -infos[i][0]
+            if heap > best[0] * 1.001 + 4096:       # a new peak (by more than 0.1%): its live set, copied
+                best = (heap, now, {i: c for i, c in live.items() if c})
+        elif k == "c":
+            now = int(line.split()[1], 16) / 1000.0
+    p.wait()
+
+    def sig(tr):
+        names = []
+        while tr and len(names) < depth:
+            ip, tr = traces[tr]
+            name = strings[ips[ip]] if ips[ip] else ""
+            if name and not name.startswith(_ALLOCATORS):
+                names.append(name.split("(")[0][:70])
+        return " < ".join(names)
+    sites = collections.Counter()
+    for i, c in best[2].items():
+        sites[sig(infos[i][1])] += infos[i][0] * c
+    return {"heap_peak_bytes": sum(infos[i][0] * c for i, c in best[2].items()), "at_s": round(best[1], 2),
+            "sites": [{"site": k, "bytes": n} for k, n in sites.most_common(top)]}
+
+
+def heap_sites(args, work: Path) -> int:
+    """--heap-sites: each layout's personalize and train under heaptrack (the allocator setting of the measured
+    runs), the heap at its peak by call site -> OUT.{json,md}."""
+    import shutil
+    from _meta import provenance, write_result
+    from device_tests.native_runtime import TARGETS
+    binary = Path(args.binary) if args.binary else TARGETS["x86_64"][1]
+    doc = {"provenance": provenance(), "binary": str(binary), "layouts": []}
+    for layout in [x for x in args.layouts.split(",") if x]:
+        info = json.loads((work / f"{layout}-compile.json").read_text())
+        subject = work / f"{layout}-subject-heap"
+        shutil.rmtree(subject, ignore_errors=True)
+        rows = {}
+        for stage in [s for s in ("personalize", "train") if s in args.stages.split(",")]:
+            argv = stage_args("native", stage, Path(info["model_bundle"]), subject)
+            rec = work / f"heap_{layout}_{stage}"
+            r = subprocess.run(["heaptrack", "-o", str(rec), str(binary), *argv], capture_output=True, text=True,
+                               env={**os.environ, "DITSKIP_PROGRESS": "0", **MALLOC_ENV}, timeout=3600)
+            if r.returncode != 0:
+                raise SystemExit(f"heaptrack {stage} exited {r.returncode}: {r.stderr[-800:]}")
+            rows[stage] = {"command": f"heaptrack ditskip-run {' '.join(argv)}", **heap_at_peak(Path(f"{rec}.zst"))}
+            print(f"{layout} {stage}: heap peak {rows[stage]['heap_peak_bytes'] / MIB:.2f} MiB at "
+                  f"{rows[stage]['at_s']} s", file=sys.stderr, flush=True)
+        doc["layouts"].append({"layout": layout, "stages": rows})
+    write_result(doc, args.out, heap_markdown)
+    return 0
+
+
+def heap_markdown(doc: dict) -> str:
+    from _meta import provenance_md
+    lines = ["# The native stages' heap at its peak, by call site (heaptrack)", "", provenance_md(doc["provenance"]),
+             f"Binary: `{doc['binary']}`. " + inspect_doc(heap_at_peak), ""]
+    for L in doc["layouts"]:
+        for stage, r in L["stages"].items():
+            lines += [f"## {L['layout']}: {stage}", "", f"`{r['command']}`: heap {r['heap_peak_bytes'] / MIB:.2f} "
+                      f"MiB at {r['at_s']} s.", "", "| MiB | allocated from |", "|---|---|"]
+            lines += [f"| {x['bytes'] / MIB:.2f} | {x['site']} |" for x in r["sites"]]
+            lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def inspect_doc(fn) -> str:
+    import inspect
+    return " ".join(inspect.cleandoc(fn.__doc__).split())
 
 
 # ------------------------------------------------------------------------------------------------ measure
@@ -279,13 +385,18 @@ def per_unit(stage: str, rec: dict, info: dict) -> dict:
             "process_cpu_s_per_unit": round(rec["cpu_s"] / units, 3)}
 
 
-def measure_layout(layout: str, work: Path, runner, fixed: dict, impls: dict, python_too: bool) -> dict:
+def measure_layout(layout: str, work: Path, runner, fixed: dict, impls: dict, python_too: bool,
+                   stages: tuple = ()) -> dict:
+    stages = stages or STAGES
     import shutil
     info = json.loads((work / f"{layout}-compile.json").read_text())
-    if "estimate_no_overhead" not in info:
-        n_front, n_back = info["plan"]
-        info["estimate_no_overhead"] = estimate(info["folder"], n_front, n_back, info["generation_px"])
-        info["estimate_computed_at_measure"] = True
+    # the estimate of this checkout (the one computed at compile, older code perhaps, is kept beside it)
+    if "estimate_no_overhead" in info:
+        info["estimate_at_compile"] = {k: info["estimate_no_overhead"][k]
+                                       for k in ("train_bytes", "subject_bytes", "generate_bytes")}
+    n_front, n_back = info["plan"]
+    info["estimate_no_overhead"] = estimate(info["folder"], n_front, n_back, info["generation_px"])
+    info["estimate_computed_at_measure"] = git_state()
     est = info["estimate_no_overhead"]
     model = Path(info["model_bundle"])
     runs = {}
@@ -293,7 +404,7 @@ def measure_layout(layout: str, work: Path, runner, fixed: dict, impls: dict, py
         subject = work / f"{layout}-subject-{label}"
         shutil.rmtree(subject, ignore_errors=True)
         rows = {}
-        for stage in STAGES:
+        for stage in [s for s in STAGES if s in stages]:
             impl = impl_of[stage]
             rec = run_stage(runner, impl, stage_args(impl, stage, model, subject))
             key = {"personalize": "subject_bytes", "train": "train_bytes", "generate": "generate_bytes"}[stage]
@@ -332,7 +443,7 @@ def measure_all(args, work: Path) -> int:
     from device_tests.native_runtime import TARGETS, Runner
     prov = provenance()
     load0 = os.getloadavg()
-    runner = Runner("x86_64", TARGETS["x86_64"][1])     # the build this checkout has: never rebuilt here
+    runner = Runner("x86_64", Path(args.binary) if args.binary else TARGETS["x86_64"][1])   # never rebuilt here
     fixed = fixed_cost(runner)
     impls = {s: ("native" if s == "train" or native_has(runner, s) else "python") for s in STAGES}
     print(f"fixed cost {fixed['rss_anon_bytes'] / MIB:.2f} MiB; stages: {impls}", file=sys.stderr, flush=True)
@@ -344,7 +455,8 @@ def measure_all(args, work: Path) -> int:
            "train_steps": TRAIN_STEPS, "gen_steps": GEN_STEPS, "layouts": [],
            "notes": Path(args.notes).read_text() if args.notes else None}
     for layout in [x for x in args.layouts.split(",") if x]:
-        doc["layouts"].append(measure_layout(layout, work, runner, fixed, impls, args.python))
+        doc["layouts"].append(measure_layout(layout, work, runner, fixed, impls, args.python,
+                                             tuple(x for x in args.stages.split(",") if x)))
         doc["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
         from _meta import write_result
         write_result(doc, args.out, markdown)
@@ -436,7 +548,11 @@ def markdown(doc: dict) -> str:
                       f"{mem['lora_params_bytes'] / MIB:.1f} + AdamW {mem['adamw_states_bytes'] / MIB:.1f} + grad sums "
                       f"{mem['gradient_sums_bytes'] / MIB:.1f} + arena {mem['activation_arena_bytes'] / MIB:.1f} + "
                       f"inputs {mem['step_inputs_bytes'] / MIB:.1f} + program state "
-                      f"{mem['program_state_bytes'] / MIB:.1f}; subject stage phases "
+                      f"{mem['program_state_bytes'] / MIB:.1f} + program inputs "
+                      f"{mem.get('program_inputs_bytes', 0) / MIB:.1f} + XNNPACK workspace "
+                      f"{mem.get('xnnpack_workspace_bytes', 0) / MIB:.1f}; subject stage = photos "
+                      f"{st.get('photo_bytes', 0) / MIB:.1f} ({st.get('photos', '?')}) + text "
+                      f"{st.get('text_conditioning_bytes', 0) / MIB:.1f} + the largest of the phases "
                       + ", ".join(f"{k} {v / MIB:.1f}" for k, v in st.get('phase_peaks_bytes', {}).items())
                       + f"; generation: transformer phase {f(g.get('transformer_phase_bytes'))}, decoder "
                       f"{f(g.get('decoder_bytes'))}, text {f(g.get('text_phase_bytes'))}."]
@@ -451,6 +567,8 @@ def main() -> int:
     ap.add_argument("--layouts", default="flux", help="comma-separated among flux, sana")
     ap.add_argument("--work", default="/work/native_stages", help="the layouts' folders and bundles (kept)")
     ap.add_argument("--compile-only", action="store_true")
+    ap.add_argument("--binary", default=None, help="the ditskip-run to measure (default: this checkout's build)")
+    ap.add_argument("--stages", default=",".join(STAGES), help="comma-separated among " + ", ".join(STAGES))
     ap.add_argument("--python", action="store_true", help="also the three stages through the Python runtime")
     ap.add_argument("--notes", default=None, help="a markdown file: the reading of the results, appended as Notes")
     ap.add_argument("--merge", default="", help="comma-separated result JSONs (one layout each, say): write OUT from "
@@ -458,7 +576,11 @@ def main() -> int:
     ap.add_argument("--remarkdown", action="store_true", help="rewrite OUT.md from OUT.json (and --notes), measuring "
                                                               "nothing")
     ap.add_argument("--out", default=str(RESULTS / "native_stages"))
+    ap.add_argument("--heap-sites", action="store_true", help="personalize and train under heaptrack: the heap at "
+                                                                  "its peak by call site (OUT.{json,md})")
     args = ap.parse_args()
+    if args.heap_sites:
+        return heap_sites(args, Path(args.work))
     if args.merge:
         return merge(args)
     if args.remarkdown:

@@ -48,7 +48,9 @@ def arena_breakdown(et_program, top: int = 12) -> dict:
     just = [s for s, _ in specs]
     gm = et_program.exported_program().graph_module
     try:
-        greedy_bytes = sum(greedy(16, set(just), gm, None, 0).bufsizes)
+        # in the program's order, not a set's: greedy sorts by size with ties in the order it is given, and a set's
+        # order (object ids) made the figure change from run to run
+        greedy_bytes = sum(greedy(16, list(dict.fromkeys(just)), gm, None, 0).bufsizes)
     except Exception:     # noqa: BLE001 - a figure for the report only
         greedy_bytes = -1
     t = peak_instruction(just)

@@ -80,9 +80,11 @@ def test_estimate_json_prints_one_document_with_the_breakdown(capsys, command):
     doc = json.loads(capsys.readouterr().out)
     mem = doc["memory"]
     parts = ["frozen_weights_bytes", "lora_params_bytes", "adamw_states_bytes", "gradient_sums_bytes",
-             "activation_arena_bytes", "step_inputs_bytes", "runtime_overhead_bytes", "program_state_bytes"]
+             "activation_arena_bytes", "step_inputs_bytes", "runtime_overhead_bytes", "program_state_bytes",
+             "program_inputs_bytes", "xnnpack_workspace_bytes"]
     assert mem["peak_bytes"] == mem["footprint_bytes"] == sum(mem[k] for k in parts)      # weights resident
     assert all(mem[k] > 0 for k in parts)
+    assert mem["program_inputs_bytes"] == mem["step_inputs_bytes"]
     assert doc["plan"]["kept"] == [1, 4] and doc["storage"]["cache_bytes"] > 0
 
 
@@ -338,3 +340,102 @@ def test_estimate_states_flops_and_a_time_from_stated_throughputs():
     if timing.HOST_GEMM_GFLOPS:
         phone = 10.0 * timing.host_efficiency()
         assert abs(t["phone"]["training_minutes"] - t["flops"]["training"] / (phone * 1e9) / 60) < 0.01
+
+
+def _traced(module_fn, backend, *tensors):
+    import torch
+    from ditskip_edge.memory_estimate.tracker import StepMemoryTracker, storage_keys
+    t = StepMemoryTracker(storage_keys(tensors), weight_transposes=backend)
+    with t:
+        module_fn().sum().backward()
+    return t
+
+
+def test_xnnpack_workspace_packs_the_activations_of_a_weight_matmul_and_the_weight_of_a_strided_one():
+    """mm_to_bmm puts a weight on the left: XNNPACK packs the activations (the smaller operand) into its shared
+    workspace. A non-contiguous 3-D input times a 2-D weight runs as bmm on the expanded w.t(): the weight is the
+    packed operand (SANA's layout: 1152 x 1152 fp32, the 5.31 MB heaptrack shows), and the program writes the
+    strided operand out first (expand_copy), a weight-sized transient. Eager torch and portable programs have no
+    workspace."""
+    import torch
+    w = torch.randn(256, 64)
+    x = torch.randn(4, 64, requires_grad=True)
+    plain = _traced(lambda: x @ w.t(), "xnnpack", w, x)
+    assert plain.workspace_bytes == 4 * 256 * 4 and plain.expand_peak_bytes == 0     # g [4, 256] in backward
+    xt = torch.randn(1, 64, 4, requires_grad=True)
+    strided = _traced(lambda: torch.matmul(xt.transpose(1, 2), w.t()), "xnnpack", w, xt)
+    assert strided.workspace_bytes == 256 * 64 * 4 and strided.expand_peak_bytes >= 256 * 64 * 4
+    for backend in (None, "portable"):
+        assert _traced(lambda: x @ w.t(), backend, w, x).workspace_bytes == 0
+
+
+def test_a_programs_dequantization_reads_a_copy_of_the_integer_codes_beside_the_fp32_weight():
+    """The program transposes or views int8 codes before their cast (transpose_before_cast; a view of a constant
+    reads a clone of it, edge_passes.constant_views_as_copies): the codes' bytes are live with the fp32 weight,
+    which eager torch does not hold."""
+    import torch
+    from ditskip_edge.quantize import QuantLinear, QuantSpec
+    lin = QuantLinear(torch.nn.Linear(64, 512, bias=False), QuantSpec("int8", recompute_in_backward=True))
+    x = torch.randn(2, 64, requires_grad=True)
+    frozen = [*lin.buffers(), x]
+    eager = _traced(lambda: lin(x), None, *frozen)
+    program = _traced(lambda: lin(x), "xnnpack", *frozen)
+    assert eager.codes_copy_peak_bytes == 0 and program.codes_copy_peak_bytes == 512 * 64
+    assert eager.peak_bytes < program.peak_bytes <= eager.peak_bytes + 512 * 64
+
+
+def test_an_exported_programs_estimate_holds_its_input_buffers_and_xnnpacks_workspace():
+    """The runtime's step inputs are copied into the program's planned input buffers (a second copy); an XNNPACK
+    program adds its workspace; eager torch neither."""
+    from ditskip_edge.memory_estimate.memory import MemoryEstimate
+    spec = builtin_spec("sana-tiny")
+    cfg = StepConfig(spec=spec, resolution_px=spec.train_px, text_tokens=8, n_front=1, n_back=1, rank=4,
+                     precision="int8", remat="blocks")
+    eager = MemoryEstimate.from_trace(trace_step(cfg, attention="math", count_flops=False), 0)
+    program = MemoryEstimate.from_trace(trace_step(cfg, attention="math", count_flops=False, backend="xnnpack"), 0)
+    assert eager.program_inputs_bytes == eager.xnnpack_workspace_bytes == 0
+    assert program.program_inputs_bytes == program.step_inputs_bytes > 0
+    assert program.xnnpack_workspace_bytes > 0
+    parts = ("frozen_weights_bytes", "lora_params_bytes", "adamw_states_bytes", "gradient_sums_bytes",
+             "activation_arena_bytes", "step_inputs_bytes", "runtime_overhead_bytes", "program_state_bytes",
+             "program_inputs_bytes", "xnnpack_workspace_bytes")
+    assert program.footprint_bytes == sum(getattr(program, k) for k in parts)      # weights resident
+
+
+def test_graph_lifetimes_free_a_tensor_after_its_last_reader_not_when_python_drops_it():
+    """Eager torch keeps an intermediate as long as Python references it (a local of the module's forward); the
+    exported program's memory plan frees it after its last reader: graph_peak_bytes counts the latter."""
+    import torch
+    from ditskip_edge.memory_estimate.tracker import StepMemoryTracker
+    x = torch.randn(256, 256)
+    tracker = StepMemoryTracker({x.untyped_storage()._cdata})
+    with tracker:
+        a = x * 2                    # read once, by b, but referenced until the end
+        b = a + 1
+        c = b * 3
+        d = c + 1
+    del a, b, c
+    one = 256 * 256 * 4
+    assert tracker.peak_bytes == 4 * one          # a, b, c, d all referenced at the end
+    assert tracker.graph_peak_bytes() == 2 * one      # each freed after its reader: two at once, d included
+
+
+def test_the_subject_stage_holds_every_photo_at_its_normalised_size(tmp_path):
+    """The runtime decodes every photo before the first sample and holds them (fp32, short side at most s_max):
+    the estimate counts them all, from the folder's photo sizes or as `subject_photos` photos of s_max x s_max."""
+    from PIL import Image
+    from ditskip_edge.memory_estimate.subject import photo_sizes_of
+    Image.new("RGB", (600, 400)).save(tmp_path / "a.png")
+    Image.new("RGB", (100, 120)).save(tmp_path / "b.png")
+    assert photo_sizes_of(tmp_path, 256) == [(256, 384), (120, 100)]
+    base = dict(model="sana-tiny", skip_front=1, skip_back=1, precision="int8", resolution_px=256, text_tokens=8,
+                rank=4, subject_stage=True, runtime_overhead_mib=0)
+    from ditskip_edge.memory_estimate.request import EstimateRequest, estimate_memory
+    spec = builtin_spec("sana-tiny")
+    two = estimate_memory(EstimateRequest(**base, subject_photos=2))["subject_stage"]
+    five = estimate_memory(EstimateRequest(**base, subject_photos=5))["subject_stage"]
+    sized = estimate_memory(EstimateRequest(**base, photo_sizes=((256, 384), (120, 100))))["subject_stage"]
+    one = 3 * spec.data_px * spec.data_px * 4
+    assert (two["photo_bytes"], five["photo_bytes"]) == (2 * one, 5 * one)
+    assert five["footprint_bytes"] - two["footprint_bytes"] == 3 * one
+    assert sized["photo_bytes"] == 3 * 4 * (256 * 384 + 120 * 100) and sized["photos"] == 2

@@ -6,7 +6,12 @@ alone: the full transformer one block at a time, every program at batch 1 with t
     footprint_bytes  (dirty anonymous: what a phone counts)
                = program_arena      the largest of: embed's, one block's (per block kind), head's traced transient
                                     peak at batch 1 (dequantized weights included: int8/int4 are dequantized in the
-                                    graph), the weights themselves excluded (inputs read in place from the mapping)
+                                    graph), the weights themselves excluded (inputs read in place from the mapping);
+                                    traced as the exported XNNPACK programs run (export/executorch_preprocess.py
+                                    lower_matmul_program; tracker.py weight_transposes "xnnpack"; the codes are
+                                    the program's inputs, read in place: no copy before their cast), with graph
+                                    lifetimes (tracker.graph_peak_bytes), plus XNNPACK's workspace (the largest
+                                    operand one of the program's bmm delegates packs)
                + streams            what lives between programs: each branch's streams and context at batch 1 (FLUX:
                                     img, txt, temb, rotary; SANA: img, timestep, caption, caption bias) plus one
                                     branch's block outputs while they are written, x, each branch's v and the
@@ -47,6 +52,7 @@ from ..models.specs import FLUX_ARCH, ModelSpec
 from ..models.views import block_names_of, make_view
 from ..quantize import QuantSpec, quantize_frozen_layers
 from .memory import GIB, _sdpa_context
+from .program import quantize_direct_layers
 from .tracker import StepMemoryTracker, storage_keys
 
 CFG_BRANCHES = 2          # uncond, cond: one after the other through each program (runtime/generation.py)
@@ -108,6 +114,8 @@ def trace_generation(cfg: GenerationConfig, attention: str = "math") -> dict:
             m.to_empty(device="cpu")
             if quant is not None:
                 quantize_frozen_layers(m, quant)
+        quantize_direct_layers(view, quant)
+        non_block = [m for n, m in view.named_children() if n != "blocks"]
         for name, p in list(view.named_parameters(recurse=False)):
             setattr(view, name, torch.nn.Parameter(torch.zeros(p.shape), requires_grad=False))
         b, L = PROGRAM_BATCH, cfg.text_tokens
@@ -122,12 +130,15 @@ def trace_generation(cfg: GenerationConfig, attention: str = "math") -> dict:
             cond = {"txt": torch.zeros(b, L, int(c["caption_channels"])), "txt_mask": torch.ones(b, L)}
         weights = [p for m in non_block for p in list(m.parameters()) + list(m.buffers())]
         weights += list(view.parameters(recurse=False))
+        def program_peak(tracker) -> int:
+            return tracker.graph_peak_bytes() + tracker.workspace_bytes
+
         with _sdpa_context(attention), chunked_attention(cfg.attention_chunk):
-            tr = StepMemoryTracker(storage_keys(weights + [x, t, *cond.values()]))
+            tr = StepMemoryTracker(storage_keys(weights + [x, t, *cond.values()]), weight_transposes="xnnpack", codes_copies=False)
             fc = FlopCounterMode(display=False)
             with tr, fc:
                 streams, ctx = view.embed(view.pack(x), t, cond)
-            arenas = {"embed": tr.peak_bytes}
+            arenas = {"embed": program_peak(tr)}
             flops = {"embed": int(fc.get_total_flops())}
             resident = _streams_bytes(streams, ctx)
             keep = list(streams.values()) + [v for v in vars(ctx).values() if isinstance(v, torch.Tensor)]
@@ -137,17 +148,17 @@ def trace_generation(cfg: GenerationConfig, attention: str = "math") -> dict:
                 block = view.blocks[i]
                 bw = list(block.parameters()) + [bb for bb in block.buffers() if bb is not None]
                 block_bytes[kind] = _module_bytes(block)
-                tr = StepMemoryTracker(storage_keys(bw + keep))
+                tr = StepMemoryTracker(storage_keys(bw + keep), weight_transposes="xnnpack", codes_copies=False)
                 fc = FlopCounterMode(display=False)
                 with tr, fc:
                     out = view.run_block(block, streams, ctx)
-                arenas[f"block.{kind}"] = tr.peak_bytes
+                arenas[f"block.{kind}"] = program_peak(tr)
                 flops[f"block.{kind}"] = int(fc.get_total_flops())
-            tr = StepMemoryTracker(storage_keys(keep + weights))
+            tr = StepMemoryTracker(storage_keys(keep + weights), weight_transposes="xnnpack", codes_copies=False)
             fc = FlopCounterMode(display=False)
             with tr, fc:
                 v = view.head(out, ctx)
-            arenas["head"] = tr.peak_bytes
+            arenas["head"] = program_peak(tr)
             flops["head"] = int(fc.get_total_flops())
     per_block = [block_bytes["single" if n.startswith("single_") else "double" if spec.arch == FLUX_ARCH else "sana"]
                  for n in names]

@@ -11,9 +11,14 @@ The step program (program.py) is built with fake CPU tensors and one step (forwa
                                      segment boundaries' streams and one segment's internals), the largest
                                      transients, the LoRA gradients (traced)
                + step_inputs         one residual-cache entry (x0 + residuals), text conditioning, noise
+               + program_inputs      an exported program only: the same inputs again, in the program's planned
+                                     input buffers (the runtime copies its own into them every call)
                + program_state       the ExecuTorch method's tables and XNNPACK delegates' runtimes: per
                                      instruction and per delegate (fitted by benchmarks/delegate_state.py), counted
                                      on the exported program when there is one, else from the trace
+               + xnnpack_workspace   an XNNPACK program only: the workspace its bmm delegates share, as large as
+                                     the largest right operand one of them packs (tracker.py `workspace_bytes`;
+                                     heaptrack of ditskip-run train: xnn_plan_memory, SANA layout 5.31 MB)
                + runtime_overhead    the process itself (given: interpreter / runtime library, not traced)
                + frozen_weights      only when resident: kept blocks + embedders + head, at the given precision
                                      (int codes + scales; linears and convolutions, quantize.py)
@@ -22,9 +27,10 @@ The step program (program.py) is built with fake CPU tensors and one step (forwa
                  block-at-a-time pass needs resident at once
     peak_bytes = footprint_bytes + the file-backed working set
 
-With `backend` given, the exported program's transposed weight copies are added where they are live (tracker.py:
-portable programs copy `w.t()` for the forward's matmul; XNNPACK programs for the backward's, export/graph_passes.py
-mm_to_bmm keeping weights out of XNNPACK's workspace that way).
+With `backend` given, the exported program's copies are added where they are live (tracker.py: portable programs
+copy `w.t()` for the forward's matmul; XNNPACK programs for the backward's, export/graph_passes.py mm_to_bmm keeping
+weights out of XNNPACK's workspace that way; the copy of the integer codes every dequantization reads; a bmm operand
+eager torch passes as a strided view), and the XNNPACK workspace and the planned input buffers outside the trace.
 Attention: "flash" traces torch's CPU flash kernel (what eager CPU runs: no N x N matrix kept); "math" the plain
 softmax(QK^T)V graph (what the ExecuTorch program runs, STACK.md: no SDPA backward kernel there).
 FLOPs come from torch's FlopCounterMode over the same traced step (matmuls and attention, forward + backward).
@@ -66,6 +72,7 @@ class StepTrace:
                                            # program's instructions
     xnnpack_delegates: int = 0             # backend "xnnpack": the program's delegates for these ops (tracker.py)
     backend: str | None = None             # the ExecuTorch program's backend traced for; None: eager torch
+    xnnpack_workspace_bytes: int = 0       # backend "xnnpack": the largest right operand a bmm delegate packs
 
 
 def _sdpa_context(attention: str):
@@ -108,7 +115,10 @@ def trace_step(cfg: StepConfig, attention: str = "flash", count_flops: bool = Tr
         lora_bytes = prog.lora_bytes()
         largest_lora = max((p.numel() * p.element_size() for p in prog.lora_params), default=0)
         # AdamW's step (after backward, activations freed): gradients + about two parameter-sized temporaries
-        arena = max(tracker.peak_bytes, lora_bytes + 2 * largest_lora)
+        # a program's arena: graph lifetimes (a tensor freed after its last reader, tracker.graph_peak_bytes), as its
+        # memory plan has them; eager torch keeps what Python still references
+        traced = tracker.graph_peak_bytes() if backend else tracker.peak_bytes
+        arena = max(traced, lora_bytes + 2 * largest_lora)
         inputs = prog.input_bytes()
         x0, _, _, _, entry = prog.inputs
         stored = sum(v.numel() * 4 for v in [x0, *entry.values()])
@@ -122,7 +132,8 @@ def trace_step(cfg: StepConfig, attention: str = "flash", count_flops: bool = Tr
             frozen_param_count=_frozen_param_count(prog),
             largest_block_frozen_bytes=prog.largest_block_frozen_bytes(),
             non_block_frozen_bytes=prog.frozen_bytes() - sum(_block_sizes(prog)),
-            kernel_calls=tracker.kernel_calls, xnnpack_delegates=tracker.xnnpack_delegates, backend=backend)
+            kernel_calls=tracker.kernel_calls, xnnpack_delegates=tracker.xnnpack_delegates, backend=backend,
+            xnnpack_workspace_bytes=tracker.workspace_bytes)
 
 
 def _block_sizes(prog) -> list[int]:
@@ -171,6 +182,8 @@ class MemoryEstimate:
     step_inputs_bytes: int
     runtime_overhead_bytes: int
     program_state_bytes: int               # the method's tables and XNNPACK runtimes (program_state_bytes())
+    program_inputs_bytes: int              # the program's planned input buffers (a program: step_inputs again)
+    xnnpack_workspace_bytes: int           # XNNPACK's shared workspace (an XNNPACK program)
     footprint_bytes: int                   # dirty anonymous memory: what a phone counts
     file_backed_bytes: int                 # mapped frozen weights (0 when resident)
     file_backed_working_set_bytes: int     # of which resident at once in a block-at-a-time pass
@@ -186,12 +199,13 @@ class MemoryEstimate:
             raise ValueError(f"weights {weights!r}: expected one of {WEIGHTS}")
         inputs = tr.cache_entry_bytes + tr.text_conditioning_bytes + tr.noise_bytes
         counts = program or {"instructions": tr.kernel_calls, "xnnpack_delegates": tr.xnnpack_delegates}
-        state = program_state_bytes(counts["instructions"], counts["xnnpack_delegates"]) \
-            if program or tr.backend else 0
+        exported = bool(program or tr.backend)
+        state = program_state_bytes(counts["instructions"], counts["xnnpack_delegates"]) if exported else 0
         anon = dict(lora_params_bytes=tr.lora_params_bytes, adamw_states_bytes=2 * tr.lora_params_bytes,
                     gradient_sums_bytes=tr.lora_params_bytes, activation_arena_bytes=tr.activation_arena_bytes,
                     step_inputs_bytes=inputs, runtime_overhead_bytes=runtime_overhead_bytes,
-                    program_state_bytes=state)
+                    program_state_bytes=state, program_inputs_bytes=inputs if exported else 0,
+                    xnnpack_workspace_bytes=tr.xnnpack_workspace_bytes)
         mapped = weights == "mapped"
         footprint = sum(anon.values()) + (0 if mapped else tr.frozen_weights_bytes)
         working = tr.largest_block_frozen_bytes + tr.non_block_frozen_bytes if mapped else 0

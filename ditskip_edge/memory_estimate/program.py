@@ -217,6 +217,20 @@ def _materialize(module: nn.Module, device: str, dtype: torch.dtype, quant: Quan
         quantize_frozen_layers(module, quant)      # frozen linears and convolutions (SANA's GLUMBConv)
 
 
+def quantize_direct_layers(parent: nn.Module, quant: QuantSpec | None) -> None:
+    """The frozen nn.Linear / nn.Conv2d that are `parent`'s own children (FLUX's context_embedder and x_embedder,
+    a view's proj_out): quantize_frozen_layers replaces the children of the modules it walks, so a module given to
+    it alone stays fp32; the exporters quantize the whole view (export/step_module.py, generation_stage.py)."""
+    if quant is None or quant.bits is None:
+        return
+    from ..quantize import QuantConv2d, QuantLinear
+    kinds = {nn.Linear: QuantLinear, nn.Conv2d: QuantConv2d}
+    for name, child in list(parent.named_children()):
+        cls = kinds.get(type(child))
+        if cls is not None and not child.weight.requires_grad and not child.weight.is_meta:
+            setattr(parent, name, cls(child, quant))
+
+
 def _inputs(cfg: StepConfig, device: str, seed: int):
     g = torch.Generator().manual_seed(seed)
     rnd = lambda *shape: torch.randn(shape, generator=g).to(device=device)  # noqa: E731
@@ -275,6 +289,12 @@ def _build(cfg: StepConfig, device: str, seed: int, mode) -> StepProgram:
     with mode:
         for i, m in enumerate(modules):
             _materialize(m, device, cfg.dtype, quant, seed + 17 * (i + 1))
+        if cfg.kind != "diffusers":
+            quantize_direct_layers(view, quant)
+            modules = [m for n, m in view.named_children() if n != "blocks"] + list(view.blocks)
+        else:
+            quantize_direct_layers(transformer, quant)
+            modules = [m for _, m in transformer.named_children()]
         for name, p in list(owner.named_parameters(recurse=False)):      # e.g. SANA's scale_shift_table
             new = torch.randn(p.shape, generator=torch.Generator().manual_seed(seed)) / math.sqrt(p.shape[-1])
             setattr(owner, name, nn.Parameter(new.to(device=device, dtype=cfg.dtype), requires_grad=False))

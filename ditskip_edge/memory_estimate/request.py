@@ -42,6 +42,8 @@ class EstimateRequest:
     encode_tile_px: int | None = None    # the subject stage's encoder on tiles of this side (compile --encode-tile-px)
     encode_backend: str = "xnnpack"      # the encoder's backend: XNNPACK packs its weights into anonymous memory
     encode_stages: bool = False          # the encoder as one program per stage (compile --encode-stages)
+    subject_photos: int = 4              # the subject stage holds every decoded photo: this many at s_max x s_max
+    photo_sizes: tuple = ()              # ... or these (height, width), normalised (subject.photo_sizes_of)
     generation_px: tuple[int, ...] = ()  # also estimate generation (memory_estimate/generation.py) at these sides
     decode_tile_px: int | None = None    # generation's decoder on tiles of this side (compile --decode-tile-px)
     attention_chunk: int | None = None   # generation's attention in query chunks (compile --attention-chunk)
@@ -77,6 +79,8 @@ def estimate_memory(req: EstimateRequest) -> dict:
         raise UserError(f"--backend {req.backend!r}: expected one of {', '.join(TRAIN_BACKENDS)}")
     if req.phone_gflops is not None and not req.phone_gflops > 0:
         raise UserError(f"--phone-gflops {req.phone_gflops}: expected a positive GFLOP/s figure")
+    if req.subject_photos < 1:
+        raise UserError(f"--subject-photos {req.subject_photos}: expected >= 1")
     if req.generation_steps < 1:
         raise UserError(f"--generation-steps {req.generation_steps}: expected >= 1")
     if req.weights not in WEIGHTS:
@@ -96,7 +100,8 @@ def estimate_memory(req: EstimateRequest) -> dict:
     summary = (f"footprint {mj['footprint_gib']} GiB (dirty anonymous: LoRA/AdamW/grad sums "
                f"{round(mj['lora_params_gib'] + mj['adamw_states_gib'] + mj['gradient_sums_gib'], 3)} + arena "
                f"{mj['activation_arena_gib']} + inputs {mj['step_inputs_gib']} + program state "
-               f"{mj['program_state_gib']} + overhead "
+               f"{mj['program_state_gib']} + program inputs {mj['program_inputs_gib']} + XNNPACK workspace "
+               f"{mj['xnnpack_workspace_gib']} + overhead "
                f"{mj['runtime_overhead_gib']}" + ("" if req.weights == "mapped" else
                                                   f" + frozen weights {mj['frozen_weights_gib']}") + ")"
                + (f"; frozen weights {mj['frozen_weights_gib']} GiB mapped (file-backed, working set "
@@ -139,7 +144,9 @@ def estimate_memory(req: EstimateRequest) -> dict:
         "counts": "footprint_bytes (dirty anonymous: what a phone counts) = LoRA + AdamW states + gradient sums + "
                   "activation arena (traced step peak, incl. LoRA grads; with remat the segment boundaries and one "
                   "segment's internals) + step inputs + program state (per instruction and XNNPACK delegate, "
-                  "counted on the trace) + runtime overhead (assumed) [+ frozen weights when resident]; "
+                  "counted on the trace) + program inputs (the program's planned copy of the step inputs) + "
+                  "XNNPACK workspace (the largest operand a bmm delegate packs) + runtime overhead (assumed) "
+                  "[+ frozen weights when resident]; "
                   "file_backed_bytes = frozen weights when mapped; peak_bytes = footprint + the file-backed working "
                   "set (one kept block's frozen weights + embedders and head)",
     }
@@ -149,7 +156,8 @@ def estimate_memory(req: EstimateRequest) -> dict:
         doc.update(subject_stage_estimate(cfg, mj, trace.flops, int(req.runtime_overhead_mib * MIB),
                                           req.steps * req.grad_accum, req.grad_accum, req.cache_codec, req.weights,
                                           req.forward_precision, req.encode_tile_px, req.encode_backend,
-                                          req.encode_stages))
+                                          req.encode_stages, tuple(map(tuple, req.photo_sizes)),
+                                          req.subject_photos))
     from .timing import PHONE_GFLOPS, time_estimate
     doc["time"] = time_estimate(doc, req.steps, req.grad_accum, req.phone_gflops or PHONE_GFLOPS)
     return doc

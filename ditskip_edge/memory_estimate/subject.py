@@ -7,8 +7,9 @@ tensors like the training step (tracker.py), forward only (no autograd), math at
 
     subject_footprint_bytes (dirty anonymous: what a phone counts)
         = runtime_overhead (assumed, as the step's)
-        + persistent: the embedders' frozen weights (0 when mapped), one photo at s_max (fp32), the text
-          conditioning
+        + persistent: the embedders' frozen weights (0 when mapped), every photo (the runtime decodes them all
+          before the first sample and holds them to the end: [3, H, W] fp32 at their normalised size, short side
+          at most s_max; `photo_sizes`, else `photos` photos of s_max x s_max), the text conditioning
         + max over the phases of one sample:
             encode  the encoder's weights as XNNPACK holds them (it packs a convolution's weights into its own
                     anonymous memory, mapped data file or not: measured, benchmarks/results/encode_tiles.md; with the
@@ -17,9 +18,16 @@ tensors like the training step (tracker.py), forward only (no autograd), math at
                     blending; encode_tiles_phase); the encode program is dropped after x0 (runtime/forward.py);
                     staged (compile --encode-stages): the largest over the encoder's stages of that stage's weights +
                     its forward peak + its tiles' features (encode_stages_phase)
-            embed   the embedders' forward peak
-            block   the largest block's frozen weights (0 when mapped: file-backed) + its forward's transient peak
-                    + the streams entering it + the context + the embedded streams + one sample's residuals
+            embed   the embed program: its forward peak + its planned copy of its inputs + XNNPACK's workspace
+            block   the largest block's frozen weights (0 when mapped: file-backed) + the block program's forward
+                    peak + its planned copy of its inputs (the streams entering it, the context) + XNNPACK's
+                    workspace + what the runtime holds beside: the streams entering it, the context, the embedded
+                    streams and one sample's residuals
+          The embed and block programs' peaks are traced as the exported XNNPACK programs run (tracker.py with
+          weight_transposes "xnnpack"): each dequantization reads a copy of the int8 codes beside the fp32 weight
+          (SANA's layout: the GLUMBConv inverted conv's [5760, 1152] codes, 6.3 MiB, at the block program's peak);
+          the workspace is the largest operand a bmm delegate packs (heaptrack of ditskip-run personalize,
+          xnn_plan_memory: 5.07 MiB in SANA's block programs).
     forward_flops_per_sample = encoder + embedders + every block the residuals need (forward, no backward)
 
 Cache-free mode (no stored residuals; each training step first computes its samples' residuals with the same
@@ -47,7 +55,7 @@ from ..models.loading import build_transformer, vae_class
 from ..models.specs import FLUX_ARCH
 from ..models.views import _blocks_of, make_view
 from ..runtime.cache_format import CacheCodec, entry_layout
-from .program import StepConfig, _inputs, _materialize
+from .program import StepConfig, _inputs, _materialize, quantize_direct_layers
 from .tracker import StepMemoryTracker, storage_keys
 
 # The real-size models' autoencoders as published with their diffusers checkpoints (vae/config.json; no weights
@@ -93,18 +101,24 @@ def _frozen_bytes(module) -> int:
     return _nbytes([p for _, p in module.named_parameters()] + [b for _, b in module.named_buffers()])
 
 
-def _trace(fn, preexisting) -> tuple[int, int]:
-    """(transient peak bytes, FLOPs) of fn() under no_grad."""
-    tracker = StepMemoryTracker(storage_keys(preexisting))
+def _trace(fn, preexisting, program: bool = False) -> tuple[int, int, int]:
+    """(transient peak bytes, FLOPs, XNNPACK workspace bytes) of fn() under no_grad. program: as the exported
+    XNNPACK program runs it (the tracker's weight_transposes "xnnpack": the codes' copies, the workspace; graph
+    lifetimes, tracker.graph_peak_bytes)."""
+    tracker = StepMemoryTracker(storage_keys(preexisting), weight_transposes="xnnpack" if program else None)
     flops = FlopCounterMode(display=False)
     from torch.nn.attention import SDPBackend, sdpa_kernel
     with torch.no_grad(), sdpa_kernel([SDPBackend.MATH]), flops, tracker:
         fn()
-    return tracker.peak_bytes, int(flops.get_total_flops())
+    peak = tracker.graph_peak_bytes() if program else tracker.peak_bytes
+    return peak, int(flops.get_total_flops()), tracker.workspace_bytes
 
 
-def trace_subject_stage(cfg: StepConfig, forward_precision: str | None = None) -> dict:
-    """The subject stage's per-sample working set and FLOPs (module docstring), bytes."""
+def trace_subject_stage(cfg: StepConfig, forward_precision: str | None = None,
+                        photo_sizes: tuple = (), photos: int = 4) -> dict:
+    """The subject stage's per-sample working set and FLOPs (module docstring), bytes. photo_sizes: the photos'
+    (height, width) as the runtime holds them (normalised: short side at most s_max); without them `photos`
+    photos of s_max x s_max."""
     spec = cfg.spec
     precision = forward_precision or cfg.precision
     from ..quantize import QuantSpec
@@ -127,6 +141,8 @@ def trace_subject_stage(cfg: StepConfig, forward_precision: str | None = None) -
     with fake:
         for i, m in enumerate(embedders + list(view.blocks)):
             _materialize(m, "cpu", dtype, quant, 17 * (i + 1))
+        quantize_direct_layers(view, quant)
+        embedders = [m for n, m in view.named_children() if n not in ("blocks", "norm_out", "proj_out")]
         for name, p in list(view.named_parameters(recurse=False)):
             setattr(view, name, torch.nn.Parameter(torch.zeros(p.shape, dtype=dtype), requires_grad=False))
         x0, noise, t, cond, _ = _inputs(cfg, "cpu", 1)
@@ -138,34 +154,44 @@ def trace_subject_stage(cfg: StepConfig, forward_precision: str | None = None) -
         def embed():
             x_t = (1 - t.reshape(-1, 1, 1, 1)) * x0 + t.reshape(-1, 1, 1, 1) * noise
             state["streams"], state["ctx"] = view.embed(view.pack(x_t), t, cond)
-        embed_peak, embed_flops = _trace(embed, pre)
+        embed_peak, embed_flops, embed_workspace = _trace(embed, pre, program=True)
+        embed_inputs = _nbytes([x0, noise, t, *cond.values()])     # the embed program's planned input copies
         streams, ctx = state["streams"], state["ctx"]
         ctx_bytes = _nbytes(view.ctx_tensors(ctx).values())
         stream_bytes = _nbytes(streams.values())
         block_rows, block_flops, block_weights_max, block_phase_max = [], 0, 0, 0
         residual_bytes = (stream_bytes if plan.n_front else 0) + (streams["img"].numel() * 4 if plan.n_back else 0)
         held = stream_bytes + ctx_bytes + stream_bytes + residual_bytes   # in, context, embedded, residuals
+        block_inputs = stream_bytes + ctx_bytes                          # the block program's planned input copies
         for (kind, ids), block in zip(kinds.items(), view.blocks):
-            peak, flops = _trace(lambda b=block: view.run_block(b, streams, ctx),
-                                 pre + list(streams.values()) + list(view.ctx_tensors(ctx).values()))
+            traced, flops, workspace = _trace(lambda b=block: view.run_block(b, streams, ctx),
+                                              pre + list(streams.values()) + list(view.ctx_tensors(ctx).values()),
+                                              program=True)
+            peak = traced + block_inputs + workspace
             w = _frozen_bytes(block)
             block_rows.append({"kind": kind, "count": len(ids), "frozen_weights_bytes": w,
-                               "forward_peak_bytes": peak, "forward_flops": flops})
+                               "forward_peak_bytes": peak, "program_traced_peak_bytes": traced,
+                               "program_inputs_bytes": block_inputs, "xnnpack_workspace_bytes": workspace,
+                               "forward_flops": flops})
             block_flops += flops * len(ids)
             block_weights_max = max(block_weights_max, w)
             block_phase_max = max(block_phase_max, peak + held, w + peak + held)
     enc_weights, enc_peak, enc_flops = _trace_encoder(spec, cfg.resolution_px)
-    photo_bytes = 3 * spec.data_px * spec.data_px * 4
+    sizes = list(photo_sizes) or [(spec.data_px, spec.data_px)] * photos
+    photo_bytes = sum(3 * h * w * 4 for h, w in sizes)
     text_bytes = _nbytes(cond.values())
     out.update(block_kinds=block_rows, largest_block_weights_bytes=block_weights_max,
                embed_weights_bytes=embed_weights, embed_forward_peak_bytes=embed_peak,
+               embed_program_inputs_bytes=embed_inputs, embed_xnnpack_workspace_bytes=embed_workspace,
+               photos=len(sizes),
                encoder_weights_bytes=enc_weights, encoder_forward_peak_bytes=enc_peak,
                streams_bytes=stream_bytes, context_bytes=ctx_bytes, residuals_bytes=residual_bytes,
                photo_bytes=photo_bytes, text_conditioning_bytes=text_bytes,
                forward_flops_per_sample=enc_flops + embed_flops + block_flops, encoder_flops_per_sample=enc_flops)
     # phases (the block phase with resident or mapped block weights)
     block_phase_mapped = max(r["forward_peak_bytes"] for r in block_rows) + held
-    out["phase_peaks_bytes"] = {"encode": enc_peak, "embed": embed_peak, "block_resident": block_phase_max,
+    out["phase_peaks_bytes"] = {"encode": enc_peak, "embed": embed_peak + embed_inputs + embed_workspace,
+                                "block_resident": block_phase_max,
                                 "block_mapped": block_phase_mapped}
     return out
 
@@ -185,8 +211,27 @@ def _trace_encoder(spec, height_px: int, width_px: int | None = None) -> tuple[i
         enc.to_empty(device="cpu")
         patch = torch.zeros(1, 3, height_px, width_px)
         w = _frozen_bytes(enc)
-        peak, flops = _trace(lambda: enc(patch), list(enc.parameters()) + list(enc.buffers()) + [patch])
+        peak, flops, _ = _trace(lambda: enc(patch), list(enc.parameters()) + list(enc.buffers()) + [patch])
     return w, peak, flops
+
+
+def photo_sizes_of(folder, data_px: int) -> list[tuple[int, int]]:
+    """The (height, width) the subject stage holds each photo of `folder` at (runtime/photos.py load_photos: upright
+    by its EXIF orientation, short side resized to data_px when larger), read from the files' headers."""
+    from PIL import Image
+
+    from ..runtime.photos import photo_files
+    sizes = []
+    for f in photo_files(folder):
+        with Image.open(f) as im:
+            w, h = im.size
+            if im.getexif().get(0x0112) in (5, 6, 7, 8):        # a quarter turn: exif_transpose swaps the sides
+                w, h = h, w
+        short = min(w, h)
+        if short > data_px:
+            w, h = max(data_px, round(w * data_px / short)), max(data_px, round(h * data_px / short))
+        sizes.append((h, w))
+    return sizes
 
 
 SUGGESTED_TILE_PX = 256          # the tile the estimate suggests when the encoder dominates (DC-AE on a phone)
@@ -251,7 +296,7 @@ def encode_stages_phase(cfg: StepConfig, tile_px: int | None, anonymous_weights:
             x = torch.zeros(1, 3, *hw)
             for k, stage in enumerate(stages):
                 out = {}
-                peak, _ = _trace(lambda st=stage, xx=x: out.setdefault("y", st(xx)),
+                peak, _, _ = _trace(lambda st=stage, xx=x: out.setdefault("y", st(xx)),
                                  list(stage.parameters()) + list(stage.buffers()) + [x])
                 y = out["y"]
                 # every tile of the shape: its input features and (as they are computed) its output features
@@ -272,13 +317,14 @@ def encode_stages_phase(cfg: StepConfig, tile_px: int | None, anonymous_weights:
 def subject_stage_estimate(cfg: StepConfig, train_memory: dict, train_flops: int, runtime_overhead_bytes: int,
                            num_samples: int, grad_accum: int, codec: str, weights: str = "resident",
                            forward_precision: str | None = None, encode_tile_px: int | None = None,
-                           encode_backend: str = "xnnpack", encode_stages: bool = False) -> dict:
+                           encode_backend: str = "xnnpack", encode_stages: bool = False, photo_sizes: tuple = (),
+                           photos: int = 4) -> dict:
     """The estimate's `subject_stage`, `cache_free` and `x0_only` sections (bytes; see the module docstring).
     encode_tile_px: the encoder on tiles (its phase from encode_tiles_phase); encode_stages: one stage's program at a
     time (encode_stages_phase). When the encoder's phase is the largest and the stage is above training,
     `encode_tiles_suggested` names the first of: SUGGESTED_TILE_PX tiles, + the staged encoder, + the portable encoder
     (its mapped weights read in place) that brings the stage under training (else the leanest), and what it gives."""
-    tr = trace_subject_stage(cfg, forward_precision)
+    tr = trace_subject_stage(cfg, forward_precision, photo_sizes, photos)
     mapped = weights == "mapped"
     persistent = (0 if mapped else tr["embed_weights_bytes"]) + tr["photo_bytes"] + tr["text_conditioning_bytes"]
     anon_weights = encode_backend == "xnnpack" or not mapped
