@@ -1,12 +1,12 @@
 #include "train/lora_file.h"
 
 #include <algorithm>
-#include <cstring>
 #include <set>
 
 #include "bundle/safetensors.h"
 #include "util/failure.h"
 #include "util/files.h"
+#include "util/shape.h"
 
 namespace ditskip {
 
@@ -14,18 +14,16 @@ std::string write_lora(const std::string& out_dir, const Bundle& bundle, const P
                        const std::vector<std::string>& names, const std::vector<std::vector<int64_t>>& shapes,
                        const std::vector<const float*>& params) {
   const json& record = bundle.field({"lora_file"});
-  StTensors tensors;
+  StViews tensors;                     // views of the parameters: the file is written without a copy of the LoRA
   for (size_t i = 0; i < names.size(); ++i) {
     auto key = std::find_if(entry.trainable.begin(), entry.trainable.end(),
                             [&](const auto& kv) { return kv.first == names[i]; });
     if (key == entry.trainable.end()) refuse("manifest.json: program parameter " + names[i] + " has no LoRA file key");
-    StTensor t;
+    StView t;
     t.shape = shapes[i];
-    int64_t n = 1;
-    for (int64_t d : shapes[i]) n *= d;
-    t.bytes.resize(size_t(n) * sizeof(float));
-    if (n > 0) std::memcpy(t.bytes.data(), params[i], t.bytes.size());
-    tensors[key->second] = std::move(t);
+    t.data = params[i];
+    t.bytes = size_t(numel(shapes[i])) * sizeof(float);
+    tensors[key->second] = t;
   }
   std::set<std::string> want;
   for (const json& k : record.at("keys")) want.insert(k.get<std::string>());
