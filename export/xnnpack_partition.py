@@ -10,7 +10,8 @@ attention transposes) took 44% of the step.
 
 `MatmulChainPartitioner` makes one delegate per bmm together with the permute / view nodes that feed only that bmm
 (a transpose done by XNNPACK just before the multiply, its result internal to the call), and one delegate for each
-other permute and for each op in `single_ops` (elementwise ops XNNPACK runs faster than the portable kernels).
+other permute and for each op in `single_ops` (elementwise ops XNNPACK runs faster than the portable kernels; and
+`dequantize_per_tensor`, the int8 codes' exact cast to fp32 written by graph_passes.casts_as_dequantize).
 Nothing is merged, so each delegate sits where its op was and holds nothing longer than the op itself would.
 
 `rounding_only_partitioner` is for the inference programs (the subject stage's encode / embed / block programs, the
@@ -27,9 +28,11 @@ from __future__ import annotations
 
 import itertools
 
-from executorch.backends.xnnpack.partition.config.generic_node_configs import (BMMConfig, GeluConfig,
-                                                                                PermuteConfig, SoftmaxConfig,
-                                                                                TanhConfig, ViewCopyConfig)
+from executorch.backends.xnnpack.partition.config.generic_node_configs import (BMMConfig,
+                                                                                DeQuantizedPerTensorConfig,
+                                                                                GeluConfig, PermuteConfig,
+                                                                                SoftmaxConfig, TanhConfig,
+                                                                                ViewCopyConfig)
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from torch.fx.passes.infra.partitioner import Partition
 
@@ -39,7 +42,8 @@ ROUNDING_ONLY_CONFIGS = ("LinearConfig", "AddmmConfig", "MMConfig", "BMMConfig",
                          "CloneDimOrderConfig", "ToDimOrderCopyConfig", "SliceCopyConfig", "UnsqueezeCopyConfig",
                          "ConstantPadConfig", "MaxPool2dConfig", "ReLUConfig", "ClampConfig", "MaximumConfig",
                          "MinimumConfig", "AbsConfig", "NegConfig")
-SINGLE_CONFIGS = {"gelu.default": GeluConfig, "tanh.default": TanhConfig, "_softmax.default": SoftmaxConfig}
+SINGLE_CONFIGS = {"gelu.default": GeluConfig, "tanh.default": TanhConfig, "_softmax.default": SoftmaxConfig,
+                  "dequantize_per_tensor.default": DeQuantizedPerTensorConfig}
 
 
 def _name(node) -> str:
@@ -48,7 +52,9 @@ def _name(node) -> str:
 
 
 class MatmulChainPartitioner(XnnpackPartitioner):
-    def __init__(self, single_ops: tuple[str, ...] = ("gelu.default", "tanh.default", "_softmax.default")):
+    ACTIVATIONS = ("gelu.default", "tanh.default", "_softmax.default")
+
+    def __init__(self, single_ops: tuple[str, ...] = ACTIVATIONS):
         configs = [BMMConfig, PermuteConfig, ViewCopyConfig] + [SINGLE_CONFIGS[o] for o in single_ops]
         super().__init__(configs=configs, per_op_mode=True)
         self.single_ops = set(single_ops) | {"permute_copy.default"}
