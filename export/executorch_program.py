@@ -61,7 +61,7 @@ class ExportConfig:
                                                 # backward reads transposed are stored transposed too (no
                                                 # transposes in the step; the weights file holds them twice)
     xnnpack_casts: bool = True                  # XNNPACK: graph_passes.casts_as_dequantize (the int8 codes' cast to
-                                                # fp32 run by XNNPACK's convert; exact)
+                                                # fp32 and their transposes run by XNNPACK; exact)
     remat: str = "none"                         # "none" | "blocks" | "every:K" (remat.py)
     external_weights: bool = False              # frozen constants in a .ptd file beside the .pte
     memory_planner: str = "best"                # "greedy" (ExecuTorch's) | "best_fit" | "best" (memory_plan.py)
@@ -247,12 +247,12 @@ def lower(ep, backend: str | ExportConfig, passes: dict | None = None):
 
 
 def _check_casts_delegated(edge_program) -> None:
-    """Every dequantize_per_tensor (graph_passes.casts_as_dequantize) must run in XNNPACK: the runtimes register no
-    portable kernel for it."""
+    """Every dequantize_per_tensor / quantize_per_tensor (graph_passes.casts_as_dequantize) must run in XNNPACK: the
+    runtimes register no portable kernel for them."""
     left = [n.name for n in edge_program.graph_module.graph.nodes
-            if n.op == "call_function" and "dequantize_per_tensor" in _op_name(n.target)]
+            if n.op == "call_function" and "quantize_per_tensor" in _op_name(n.target)]
     if left:
-        raise RuntimeError(f"{len(left)} int8 casts (dequantize_per_tensor) were not delegated to XNNPACK, e.g. "
+        raise RuntimeError(f"{len(left)} int8 casts / transposes (quantize ops) were not delegated to XNNPACK, e.g. "
                            f"{left[0]}: export with ExportConfig(xnnpack_casts=False)")
 
 

@@ -26,8 +26,9 @@ can any other exporter that starts from a joint graph.
   (the cast and its transposed copy) for one matmul.
 - `casts_as_dequantize`: the int8 -> fp32 cast of the codes becomes `quantized_decomposed.dequantize_per_tensor` with
   scale 1 and zero point 0 (the same values: (q - 0) * 1.0 is exact), which XNNPACK runs as one vectorized convert
-  (xnnpack_partition.MatmulChainPartitioner); the portable `_to_dim_order_copy` that ran it was the largest portable
-  item of the step (benchmarks/results/step_profile.md).
+  (xnnpack_partition.MatmulChainPartitioner); and a transpose of int8 codes becomes quantize(transpose(dequantize))
+  with the same unit scale, which XNNPACK runs as one int8 transpose. The portable `_to_dim_order_copy` and int8
+  `permute_copy` that ran them were 27% and 19% of the 288M FLUX step (benchmarks/results/step_profile.md).
 - `pow_as_mul`: pow(x, 2) -> x * x and pow(x, 1) -> x (RMSNorm's square and its backward): the portable
   `pow.Tensor_Scalar` calls std::pow per element (6.7% of the 288M FLUX step, benchmarks/results/step_profile.md),
   the product is one correctly rounded multiply (pow(x, 2) is the same value up to pow's last-bit error).
@@ -502,19 +503,33 @@ def safe_softmax_as_softmax(ep: ExportedProgram) -> int:
     return n_fixed
 
 
-def casts_as_dequantize(ep: ExportedProgram) -> int:
-    """cast(x int8 -> fp32) -> quantized_decomposed.dequantize_per_tensor(x, 1.0, 0, -128, 127, int8): the same
-    values (module docstring), as an op XNNPACK takes. Returns the number of casts rewritten."""
+_UNIT_INT8 = (1.0, 0, -128, 127, torch.int8)        # scale 1, zero point 0: int8 <-> fp32 exactly
+
+
+def casts_as_dequantize(ep: ExportedProgram) -> dict:
+    """cast(x int8 -> fp32) -> quantized_decomposed.dequantize_per_tensor(x, 1.0, 0, -128, 127, int8), and a
+    transpose of int8 codes p(x) -> quantize_per_tensor(p(dequantize_per_tensor(x)), 1.0, 0, ...): the same values
+    (module docstring), as ops XNNPACK takes (the transpose as its int8 transpose: a quantized permute whose
+    dequantize / quantize XNNPACK folds into the op). Returns {"casts": n, "int8_transposes": m}."""
     import torch.ao.quantization.fx._decomposed  # noqa: F401  (registers quantized_decomposed)
     dq = torch.ops.quantized_decomposed.dequantize_per_tensor.default
+    q = torch.ops.quantized_decomposed.quantize_per_tensor.default
 
-    def rewrite(g, n):
+    def cast(g, n):
         src = _integer_to_float_cast(n)
         if src is None or _fake(src).dtype != torch.int8 or _fake(n).dtype != torch.float32:
             return None
-        return _insert(g, dq, (src, 1.0, 0, -128, 127, torch.int8), like=n)
+        return _insert(g, dq, (src, *_UNIT_INT8), like=n)
 
-    return _rewrite_nodes(ep, _CASTS, rewrite)
+    def transpose(g, n):
+        src = n.args[0]
+        if not isinstance(src, Node) or _fake(src).dtype != torch.int8 or _fake(n).dtype != torch.int8:
+            return None
+        moved = _insert(g, n.target, (_insert(g, dq, (src, *_UNIT_INT8), like=n), *n.args[1:]), like=n)
+        return _insert(g, q, (moved, *_UNIT_INT8), like=n)
+
+    return {"casts": _rewrite_nodes(ep, _CASTS, cast),
+            "int8_transposes": _rewrite_nodes(ep, (aten.permute.default,), transpose)}
 
 
 def transposed_codes_as_constants(ep: ExportedProgram) -> int:

@@ -11,7 +11,8 @@ attention transposes) took 44% of the step.
 `MatmulChainPartitioner` makes one delegate per bmm together with the permute / view nodes that feed only that bmm
 (a transpose done by XNNPACK just before the multiply, its result internal to the call), and one delegate for each
 other permute and for each op in `single_ops` (elementwise ops XNNPACK runs faster than the portable kernels; and
-`dequantize_per_tensor`, the int8 codes' exact cast to fp32 written by graph_passes.casts_as_dequantize).
+`dequantize_per_tensor`, the int8 codes' exact cast to fp32 written by graph_passes.casts_as_dequantize, whose
+quantize(permute(dequantize)) of int8 codes is one delegate: XNNPACK's int8 transpose).
 Nothing is merged, so each delegate sits where its op was and holds nothing longer than the op itself would.
 
 `rounding_only_partitioner` is for the inference programs (the subject stage's encode / embed / block programs, the
@@ -31,12 +32,14 @@ import itertools
 from executorch.backends.xnnpack.partition.config.generic_node_configs import (BMMConfig,
                                                                                 DeQuantizedPerTensorConfig,
                                                                                 GeluConfig, PermuteConfig,
+                                                                                QuantizedPerTensorConfig,
                                                                                 SoftmaxConfig, TanhConfig,
                                                                                 ViewCopyConfig)
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from torch.fx.passes.infra.partitioner import Partition
 
 CHAIN_OPS = ("permute_copy.default",)
+QDQ_OPS = ("dequantize_per_tensor.default", "quantize_per_tensor.default")
 ROUNDING_ONLY_CONFIGS = ("LinearConfig", "AddmmConfig", "MMConfig", "BMMConfig", "ConvolutionConfig", "AddConfig",
                          "SubConfig", "MulConfig", "PermuteConfig", "ViewCopyConfig", "CatConfig", "CloneConfig",
                          "CloneDimOrderConfig", "ToDimOrderCopyConfig", "SliceCopyConfig", "UnsqueezeCopyConfig",
@@ -56,11 +59,17 @@ class MatmulChainPartitioner(XnnpackPartitioner):
 
     def __init__(self, single_ops: tuple[str, ...] = ACTIVATIONS):
         configs = [BMMConfig, PermuteConfig, ViewCopyConfig] + [SINGLE_CONFIGS[o] for o in single_ops]
+        if "dequantize_per_tensor.default" in single_ops:
+            configs.append(QuantizedPerTensorConfig)
         super().__init__(configs=configs, per_op_mode=True)
         self.single_ops = set(single_ops) | {"permute_copy.default"}
 
     def generate_per_op_partitions(self, ep) -> list[Partition]:
-        supported = {n for match in self.get_matched_nodes_from_configs(ep) for n in match}
+        matches = self.get_matched_nodes_from_configs(ep)
+        supported = {n for match in matches for n in match}
+        # a quantized op (a transpose of int8 codes: dequantize -> permute -> quantize) is one match, one delegate
+        quantized = {n: match for match in matches if len(match) > 1
+                     and all(_name(m) in QDQ_OPS or _name(m) in self.single_ops for m in match) for n in match}
         ids = itertools.count()
         taken: set = set()
         partitions = []
@@ -80,8 +89,9 @@ class MatmulChainPartitioner(XnnpackPartitioner):
             partitions.append(Partition(id=next(ids), nodes=dict.fromkeys(group)))
         for n in nodes:
             if n in supported and n not in taken and _name(n) in self.single_ops:
-                taken.add(n)
-                partitions.append(Partition(id=next(ids), nodes={n: None}))
+                group = quantized.get(n, [n])
+                taken.update(group)
+                partitions.append(Partition(id=next(ids), nodes=dict.fromkeys(group)))
         return partitions
 
 

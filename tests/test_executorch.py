@@ -361,23 +361,26 @@ def test_speed_passes_keep_the_step_values(xnnpack_int8_programs):
     _check_program_matches_eager(prog.buffer, step.module, step.example, data=next(iter(prog.data.values())))
 
 
-def test_int8_casts_run_in_xnnpack_and_transposed_codes_leave_no_transpose(xnnpack_int8_programs):
+def test_int8_casts_and_transposes_run_in_xnnpack_and_transposed_codes_leave_none(xnnpack_int8_programs):
     """Default: every int8 -> fp32 cast of the codes is an XNNPACK delegate (none left to the portable kernels, whose
-    loop was 27% of the 288M FLUX step), no pow(x, 2) and no safe-softmax mask are left; --transposed-codes: fewer
-    transposes (none of codes) are left in the program (the portable int8 permute_copy was 19%) and the weights file
-    holds the transposed codes beside the codes, while the planned arena does not grow."""
+    loop was 27% of the 288M FLUX step) and so is every transpose of int8 codes (XNNPACK's int8 transpose; the
+    portable permute_copy was 19%), no pow(x, 2) and no safe-softmax mask are left; --transposed-codes: no
+    transpose of codes is left at all, the weights file holds the transposed codes beside the codes, and the
+    planned arena does not grow."""
     _, progs = xnnpack_int8_programs
     default, portable, transposed = progs["default"], progs["before"], progs["transposed_codes"]
     assert default.passes["pow_as_mul"] > 0 and default.passes["safe_softmax"] > 0
     for op in ("logical_not", "any.dim", "where.self"):
         assert default.ops["portable_ops"].get(op, 0) < portable.ops["portable_ops"].get(op, 0), op
-    n_casts = default.passes["casts_as_dequantize"]
-    assert n_casts > 0
-    assert "dequantize_per_tensor" not in " ".join(default.ops["portable_ops"])
+    n_casts, n_transposes = (default.passes["casts_as_dequantize"][k] for k in ("casts", "int8_transposes"))
+    assert n_casts > 0 and n_transposes > 0
+    assert "quantize_per_tensor" not in " ".join(default.ops["portable_ops"])
     casts = lambda p: p.ops["portable_ops"].get("dim_order_ops._to_dim_order_copy", 0)  # noqa: E731
     assert casts(portable) - casts(default) == n_casts
-    assert transposed.passes["transposed_codes"] > 0
-    assert transposed.ops["portable_ops"].get("permute_copy", 0) < default.ops["portable_ops"].get("permute_copy", 0)
+    permutes = lambda p: p.ops["portable_ops"].get("permute_copy", 0)  # noqa: E731
+    assert permutes(portable) - permutes(default) == n_transposes
+    assert transposed.passes["transposed_codes"] == n_transposes
+    assert transposed.passes["casts_as_dequantize"]["int8_transposes"] == 0
     ptd = lambda p: sum(len(b) for b in p.data.values())  # noqa: E731
     assert ptd(default) < ptd(transposed) < 2 * ptd(default)
     assert transposed.memory["planned_arena_bytes"] <= default.memory["planned_arena_bytes"]
