@@ -229,6 +229,25 @@ def aggregate(folder: Path, meta: dict, prof: dict, steps: int) -> dict:
     return {"profiled_instruction_seconds": total, "rows": rows}
 
 
+def run_native(folder: Path, steps: int, runner) -> dict:
+    """The program run by the native core (`ditskip-run step`, its own process, ExecuTorch's default thread pool) as
+    device_footprint.py's native_remat row: whole-process RssAnon peak (sampled) and CPU s per step."""
+    from device_footprint import native_inputs
+    from device_tests.native_runtime import measure
+    from memory_speed import MALLOC_ENV
+    cmd = ["step", folder / "train_step.pte", "--data", folder / "train_step.ptd", "--inputs",
+           native_inputs(str(folder / "inputs.pt")), "--steps", steps + 1, "--json"]
+    m = measure(runner, *cmd, env=MALLOC_ENV)
+    if m.returncode != 0 or m.json is None:
+        raise RuntimeError(f"ditskip-run step exited {m.returncode}: {m.stderr.strip()[-1500:]}")
+    fp = m.json["footprint"]
+    own = [fp["loaded"]] + fp["after_steps"]
+    return {"rss_anon_bytes": max([m.peak_anon_bytes] + [r["rss_anon_bytes"] for r in own]),
+            "rss_file_bytes": max([m.peak_file_bytes] + [r["rss_file_bytes"] for r in own]),
+            "cpu_seconds_per_step": m.json["cpu_seconds_per_step"], "seconds_per_step": m.json["seconds_per_step"],
+            "loss": m.json["loss"], "command": "ditskip-run " + " ".join(map(str, cmd))}
+
+
 def grad_error(base: Path, other: Path) -> dict:
     import torch
     a = torch.load(base / "grads.pt", weights_only=True)
@@ -241,40 +260,60 @@ def grad_error(base: Path, other: Path) -> dict:
 
 def write_report(res: dict, stem: Path) -> None:
     from _meta import provenance_md
-    lines = ["# Where the exported training step's CPU time goes (ETDump, one thread)", "",
-             provenance_md(res["provenance"]), "",
+    lines = ["# Where the exported training step's CPU time goes (ETDump, one thread), and the step before / after",
+             "", provenance_md(res["provenance"]), "",
              "Step = forward + backward of the device_footprint.py et_remat / native_remat program (BlockSkip 50%, "
-             "LoRA rank 16, block remat, XNNPACK matmuls, weights in a mapped .ptd), run by ExecuTorch's Python "
-             "bindings in a fresh process with one thread. `timed`: CPU s per step without the tracer (median of "
-             f"{res['steps']} steps after a warm-up); `profiled`: the sum of the instructions' times from ETDump. A "
-             "delegate call is named by the ops XNNPACK runs in it; `cast int8 -> fp32` is the portable "
-             "`_to_dim_order_copy` of int8 codes (the frozen weights' dequantization). Script docstring: how.", ""]
-    base = next((r for r in res["records"] if r["variant"] == "base"), None)
-    lines += ["| config | variant | export config change | CPU s / step (timed) | profiled CPU s | planned arena MiB "
-              "| loss | loss rel. diff vs base | grad rel. error vs base |", "|---|---|---|---|---|---|---|---|---|"]
+             "int8 frozen weights, LoRA rank 16, block remat, XNNPACK matmuls, weights in a mapped .ptd). `Python`: "
+             "ExecuTorch's Python bindings in a fresh process, one thread, CPU s per step without the tracer (median "
+             f"of {res['steps']} steps after a warm-up). `native`: the same program run by `ditskip-run step` "
+             "(device_footprint.py's native_remat row: whole-process RssAnon peak, CPU s of all its threads). "
+             "Variants (VARIANTS in the script): `issue57_before` = the program as exported before this work (casts "
+             "and int8 transposes on the portable kernels, pow, safe softmax); `base` = today's default; "
+             "`transposed_codes` = base + `compile --transposed-codes`. Loss / gradient differences are against "
+             "`base` (same inputs, same LoRA).", ""]
+    lora = res.get("eager_lora") or {}
+    if lora:
+        lines += [f"Eager standard LoRA CPU s per step (one thread): {lora['source']}: "
+                  + ", ".join(f"{k} {v:.2f}" for k, v in lora["cpu_seconds"].items()), ""]
+    base = {r["config"]: r for r in res["records"] if r["variant"] == "base"}
+    lines += ["| config | variant | Python CPU s / step | native CPU s / step | eager LoRA / native | native RssAnon "
+              "MiB (whole process) | planned arena MiB | .ptd MiB | loss | loss rel. diff vs base | grad rel. error "
+              "vs base |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["records"]:
-        ld = ""
-        if base and r is not base and r["config"] == base["config"]:
-            ld = f"{abs(r['loss'] - base['loss']) / abs(base['loss']):.2e}"
+        b = base.get(r["config"])
+        ld = "" if b is None or r is b else f"{abs(r['loss'] - b['loss']) / abs(b['loss']):.2e}"
         ge = r.get("vs_base", {}).get("grad_rel_error")
-        lines.append(f"| {r['config']} | {r['variant']} | `{json.dumps(VARIANTS.get(r['variant'], {}))}` | "
-                     f"{r['cpu_seconds_per_step']:.3f} | {r['profile']['profiled_instruction_seconds']:.3f} | "
-                     f"{r['planned_arena_bytes'] / 2**20:.1f} | {r['loss']:.6g} | {ld} | "
-                     f"{'' if ge is None else f'{ge:.2e}'} |")
+        n = r.get("native") or {}
+        e = lora.get("cpu_seconds", {}).get(r["config"])
+        ratio = f"{e / n['cpu_seconds_per_step']:.2f}x" if e and n else ""
+        lines.append(f"| {r['config']} | {r['variant']} | {r['cpu_seconds_per_step']:.3f} | "
+                     f"{n['cpu_seconds_per_step']:.3f} | {ratio} | {n['rss_anon_bytes'] / 2**20:.1f} | "
+                     if n else f"| {r['config']} | {r['variant']} | {r['cpu_seconds_per_step']:.3f} | | | | ")
+        lines[-1] += (f"{r['planned_arena_bytes'] / 2**20:.1f} | {r.get('ptd_bytes', 0) / 2**20:.1f} | "
+                      f"{r['loss']:.6g} | {ld} | {'' if ge is None else f'{ge:.2e}'} |")
     for r in res["records"]:
-        lines += ["", f"## {r['config']}, {r['variant']}: the largest items (CPU s per step, profiled)", "",
-                  "| op / delegate | CPU s / step | share | calls / step |", "|---|---|---|---|"]
-        for row in r["profile"]["rows"][:18]:
-            lines.append(f"| {row['what']} | {row['cpu_seconds_per_step']:.4f} | {100 * row['share']:.1f}% | "
-                         f"{row['calls_per_step']:.0f} |")
+        if "profile" not in r:
+            continue
+        prof = r["profile"]
+        scale = r["cpu_seconds_per_step"] / prof["profiled_instruction_seconds"]
+        lines += ["", f"## {r['config']}, {r['variant']}: the largest items", "",
+                  f"ETDump's per-instruction times are wall clock (the shared machine inflates them evenly: here "
+                  f"{prof['profiled_instruction_seconds']:.2f} s per step against {r['cpu_seconds_per_step']:.2f} "
+                  "CPU s timed), so each item is given as its share and as that share of the timed CPU seconds.", "",
+                  "| op / delegate | share | ~ CPU s / step | calls / step |", "|---|---|---|---|"]
+        for row in prof["rows"][:16]:
+            lines.append(f"| {row['what']} | {100 * row['share']:.1f}% | {row['share'] * r['cpu_seconds_per_step']:.3f} "
+                         f"| {row['calls_per_step']:.0f} |")
         grouped = Counter()
-        for row in r["profile"]["rows"]:
+        for row in prof["rows"]:
             w = row["what"]
-            key = ("xnnpack bmm" if w.startswith("xnnpack: bmm") else "xnnpack other" if w.startswith("xnnpack")
-                   else "cast int8 -> fp32" if "cast int8" in w else "portable other")
-            grouped[key] += row["cpu_seconds_per_step"]
-        tot = sum(grouped.values())
-        lines += ["", "Grouped: " + ", ".join(f"{k} {v:.3f} s ({100 * v / tot:.0f}%)" for k, v in grouped.most_common())]
+            key = ("xnnpack bmm" if w.startswith("xnnpack: bmm") else
+                   "int8 codes: cast / transpose" if ("cast int8" in w or "quantize" in w) else
+                   "portable permute_copy" if w == "portable: aten::permute_copy.out" else
+                   "xnnpack other" if w.startswith("xnnpack") else "portable other")
+            grouped[key] += row["cpu_seconds_per_step"] * scale
+        lines += ["", "Grouped (~ CPU s / step): " + ", ".join(f"{k} {v:.3f} ({100 * v / r['cpu_seconds_per_step']:.0f}%)"
+                                                          for k, v in grouped.most_common())]
     stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
 
 
@@ -290,6 +329,10 @@ def main() -> None:
     ap.add_argument("--reexport", action="store_true", help="export again even where the folder holds a program")
     ap.add_argument("--out", default=str(RESULTS / "step_profile"))
     ap.add_argument("--merge", action="store_true", help="keep the records of --out's JSON for other variants")
+    ap.add_argument("--native", action="store_true", help="also run each program by the native core (ditskip-run step)")
+    ap.add_argument("--profile", action=argparse.BooleanOptionalAction, default=True,
+                    help="the ETDump run (--no-profile: the timed runs only)")
+    ap.add_argument("--lora-from", default="", help="a memory_speed.py result JSON with the 'lora' variant")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--mode", default="timed", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -304,6 +347,10 @@ def main() -> None:
     old = json.loads(out.with_suffix(".json").read_text())["records"] if args.merge and out.with_suffix(
         ".json").is_file() else []
     records = []
+    runner = None
+    if args.native:
+        from device_tests.native_runtime import build
+        runner = build("x86_64")
     for name in names:
         for variant in [v for v in args.variants.split(",") if v]:
             folder = Path(args.keep_programs) / f"{name}_{variant}"
@@ -312,13 +359,22 @@ def main() -> None:
                 export_variant(specs[name], variant, args.rank, folder)
             meta = json.loads((folder / "meta.json").read_text())
             timed = run_child(folder, args.steps, args.threads, "timed")
-            prof = run_child(folder, args.steps, args.threads, "profiled")
-            prof["per_instruction"] = _etdump_times(Path(prof.pop("etdump")), args.steps + 1)
+            prof = None
+            if args.profile:
+                prof = run_child(folder, args.steps, args.threads, "profiled")
+                prof["per_instruction"] = _etdump_times(Path(prof.pop("etdump")), args.steps + 1)
             rec = {"config": name, "variant": variant, "export_config": meta["export_config"],
                    "export_seconds": meta["export_seconds"], "planned_arena_bytes": meta["planned_arena_bytes"],
                    "ops": meta["ops"], "cpu_seconds_per_step": timed["cpu_seconds_per_step"],
-                   "cpu_seconds": timed["cpu_seconds"], "profiled_cpu_seconds": prof["cpu_seconds"],
-                   "loss": timed["loss"], "profile": aggregate(folder, meta, prof, args.steps)}
+                   "cpu_seconds": timed["cpu_seconds"], "loss": timed["loss"],
+                   "pte_bytes": meta["pte_bytes"], "ptd_bytes": meta["ptd_bytes"]}
+            if prof is not None:
+                rec["profiled_cpu_seconds"] = prof["cpu_seconds"]
+                rec["profile"] = aggregate(folder, meta, prof, args.steps)
+            if runner is not None:
+                rec["native"] = run_native(folder, args.steps, runner)
+                print(f"{name} {variant} native: {rec['native']['cpu_seconds_per_step']:.3f} CPU s, RssAnon "
+                      f"{rec['native']['rss_anon_bytes'] / 2**20:.1f} MiB", file=sys.stderr, flush=True)
             base = Path(args.keep_programs) / f"{name}_base"
             if variant != "base" and (base / "grads.pt").is_file():
                 rec["vs_base"] = grad_error(base, folder)
@@ -326,6 +382,11 @@ def main() -> None:
             records.append(rec)
     keep = [r for r in old if (r["config"], r["variant"]) not in {(r2["config"], r2["variant"]) for r2 in records}]
     res = {"provenance": provenance(), "steps": args.steps, "threads": args.threads, "records": keep + records}
+    if args.lora_from:
+        doc = json.loads(Path(args.lora_from).read_text())
+        res["eager_lora"] = {"source": f"{args.lora_from} ({doc.get('command', '')}, {doc.get('date_utc', '')})",
+                             "cpu_seconds": {r["config"]: r["cpu_seconds_per_step"] for r in doc["records"]
+                                             if r["variant"] == "lora" and "cpu_seconds_per_step" in r}}
     out.with_suffix(".json").write_text(json.dumps(res, indent=1))
     write_report(res, out)
 

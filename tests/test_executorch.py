@@ -384,3 +384,16 @@ def test_int8_casts_and_transposes_run_in_xnnpack_and_transposed_codes_leave_non
     ptd = lambda p: sum(len(b) for b in p.data.values())  # noqa: E731
     assert ptd(default) < ptd(transposed) < 2 * ptd(default)
     assert transposed.memory["planned_arena_bytes"] <= default.memory["planned_arena_bytes"]
+
+
+def test_compile_transposed_codes_flag_reaches_the_training_program_config():
+    """`compile --transposed-codes` sets ExecutorchPrograms.transposed_codes (then ExportConfig's); it is refused for
+    the portable program and without --runtime executorch."""
+    from compiler.commands.compile import program_stages
+    from ditskip_edge.runtime.errors import UserError
+    assert program_stages(["executorch"], "int8", None, transposed_codes=True)[0].transposed_codes
+    assert not program_stages(["executorch"], "int8", None)[0].transposed_codes
+    with pytest.raises(UserError, match="transposed-codes"):
+        program_stages(["executorch"], "int8", "portable", transposed_codes=True)
+    with pytest.raises(UserError, match="transposed-codes"):
+        program_stages(["ort"], "int8", None, transposed_codes=True)

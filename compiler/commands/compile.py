@@ -93,9 +93,8 @@ def register(sub, add_json_flag) -> None:
                         "the default) or inside the .pte (resident)")
     p.add_argument("--transposed-codes", action="store_true",
                    help="executorch, xnnpack: the int8 codes the training step's backward reads transposed are also "
-                        "stored transposed in the weights file (exact: no transposes in the step, 2.0x faster step "
-                        "at the 288M FLUX layout; the .ptd holds those codes twice: "
-                        "benchmarks/results/step_profile.md)")
+                        "stored transposed in the weights file (exact: no weight transposes in the step; the .ptd "
+                        "holds those codes twice; speed and sizes in benchmarks/results/step_profile.md)")
     p.add_argument("--cache-codec", default=None,
                    help=f"residual-cache codec: fp32 | fp16 | int8-token | int8-channel | int8-gG | int8-tG | "
                         f"int4-gG | int4-tG | lowrank-rR, or 'DEFAULT,name=CODEC,...' (default {DEFAULT_CODEC} for a "
