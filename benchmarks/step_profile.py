@@ -44,6 +44,8 @@ VARIANTS = {
     "portable_casts": {"xnnpack_casts": False},
     "transposed_codes": {"transposed_codes": True},
     "pow_kept": {"pow_as_mul": False},
+    "xnnpack_elementwise": {"xnnpack_elementwise": 65536},
+    "xnnpack_elementwise_all": {"xnnpack_elementwise": 1},
     "issue57_before": {"xnnpack_casts": False, "pow_as_mul": False, "plain_softmax": False},
     "no_remat": {"remat": "none"},
     "fp32": {"precision": "fp32"},

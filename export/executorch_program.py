@@ -57,6 +57,9 @@ class ExportConfig:
     transpose_before_cast: bool = True          # graph_passes.transpose_before_cast (int8 codes transposed as int8)
     pow_as_mul: bool = True                     # graph_passes.pow_as_mul (x * x for pow(x, 2): rounding only)
     plain_softmax: bool = True                  # graph_passes.safe_softmax_as_softmax (no all -inf row mask)
+    xnnpack_elementwise: int = 0                # XNNPACK, "matmul": > 0: also cat / mul / add with at least this many
+                                                # output elements, one delegate each (exact; runtime state per
+                                                # delegate); 0: on the portable kernels
     transposed_codes: bool = False              # graph_passes.transposed_codes_as_constants: the int8 codes the
                                                 # backward reads transposed are stored transposed too (no
                                                 # transposes in the step; the weights file holds them twice)
@@ -225,7 +228,8 @@ def lower(ep, backend: str | ExportConfig, passes: dict | None = None):
         if cfg.xnnpack_ops in ("matmul", "bmm"):
             from .xnnpack_partition import MatmulChainPartitioner
             casts = ("dequantize_per_tensor.default",) if cfg.xnnpack_casts else ()
-            part = (MatmulChainPartitioner(single_ops=MatmulChainPartitioner.ACTIVATIONS + casts)
+            part = (MatmulChainPartitioner(single_ops=MatmulChainPartitioner.ACTIVATIONS + casts,
+                                           elementwise_min_numel=cfg.xnnpack_elementwise)
                     if cfg.xnnpack_ops == "matmul" else MatmulChainPartitioner(single_ops=casts))
         else:
             part = XnnpackPartitioner()

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import itertools
 
-from executorch.backends.xnnpack.partition.config.generic_node_configs import (BMMConfig,
+from executorch.backends.xnnpack.partition.config.generic_node_configs import (AddConfig, BMMConfig, CatConfig,
+                                                                                MulConfig,
                                                                                 DeQuantizedPerTensorConfig,
                                                                                 GeluConfig, PermuteConfig,
                                                                                 QuantizedPerTensorConfig,
@@ -46,7 +47,9 @@ ROUNDING_ONLY_CONFIGS = ("LinearConfig", "AddmmConfig", "MMConfig", "BMMConfig",
                          "ConstantPadConfig", "MaxPool2dConfig", "ReLUConfig", "ClampConfig", "MaximumConfig",
                          "MinimumConfig", "AbsConfig", "NegConfig")
 SINGLE_CONFIGS = {"gelu.default": GeluConfig, "tanh.default": TanhConfig, "_softmax.default": SoftmaxConfig,
-                  "dequantize_per_tensor.default": DeQuantizedPerTensorConfig}
+                  "dequantize_per_tensor.default": DeQuantizedPerTensorConfig,
+                  "cat.default": CatConfig, "mul.Tensor": MulConfig, "add.Tensor": AddConfig}
+ELEMENTWISE = ("cat.default", "mul.Tensor", "add.Tensor")     # exact in XNNPACK too (a copy, one rounding)
 
 
 def _name(node) -> str:
@@ -57,7 +60,12 @@ def _name(node) -> str:
 class MatmulChainPartitioner(XnnpackPartitioner):
     ACTIVATIONS = ("gelu.default", "tanh.default", "_softmax.default")
 
-    def __init__(self, single_ops: tuple[str, ...] = ACTIVATIONS):
+    def __init__(self, single_ops: tuple[str, ...] = ACTIVATIONS, elementwise_min_numel: int = 0):
+        """elementwise_min_numel > 0: also one delegate per cat / mul / add whose output has at least that many
+        elements (each delegate costs runtime state: benchmarks/results/delegate_state.md)."""
+        if elementwise_min_numel > 0:
+            single_ops = tuple(single_ops) + ELEMENTWISE
+        self.elementwise_min_numel = elementwise_min_numel
         configs = [BMMConfig, PermuteConfig, ViewCopyConfig] + [SINGLE_CONFIGS[o] for o in single_ops]
         if "dequantize_per_tensor.default" in single_ops:
             configs.append(QuantizedPerTensorConfig)
@@ -88,6 +96,8 @@ class MatmulChainPartitioner(XnnpackPartitioner):
             taken |= group
             partitions.append(Partition(id=next(ids), nodes=dict.fromkeys(group)))
         for n in nodes:
+            if _name(n) in ELEMENTWISE and n.meta["val"].numel() < self.elementwise_min_numel:
+                continue
             if n in supported and n not in taken and _name(n) in self.single_ops:
                 group = quantized.get(n, [n])
                 taken.update(group)

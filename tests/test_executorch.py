@@ -397,3 +397,34 @@ def test_compile_transposed_codes_flag_reaches_the_training_program_config():
         program_stages(["executorch"], "int8", "portable", transposed_codes=True)
     with pytest.raises(UserError, match="transposed-codes"):
         program_stages(["ort"], "int8", None, transposed_codes=True)
+
+
+def test_elementwise_option_delegates_only_large_cat_mul_add_and_keeps_values():
+    """MatmulChainPartitioner(elementwise_min_numel=N) (ExportConfig.xnnpack_elementwise): one XNNPACK delegate per
+    cat / mul / add with at least N output elements, the smaller ones left to the portable kernels; the same values
+    bit for bit (a copy and one rounding each)."""
+    from executorch.exir import EdgeCompileConfig
+    from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
+
+    from export.lowering import to_edge_lowered
+    from export.xnnpack_partition import MatmulChainPartitioner
+
+    class M(torch.nn.Module):
+        def forward(self, a, b, s):
+            big = torch.cat([a * b + a, b], dim=0)          # [64, 64] products, [128, 64] cat
+            small = s * s + s                                # [4]
+            return big, small
+
+    args = (torch.randn(64, 64), torch.randn(64, 64), torch.randn(4))
+    ep = torch.export.export(M(), args)
+    edge, _ = to_edge_lowered(ep, [MatmulChainPartitioner(elementwise_min_numel=1000)],
+                              compile_config=EdgeCompileConfig(_check_ir_validity=False))
+    gm = edge.exported_program().graph_module
+    left = sorted(n.target.__name__.split(".")[1] for n in gm.graph.nodes
+                  if n.op == "call_function" and n.target.__name__.startswith("aten."))
+    assert left == ["add", "mul"], left                     # the small ones
+    delegated = sum(1 for n in gm.graph.nodes if n.op == "call_function" and "call_delegate" in str(n.target))
+    assert delegated == 3                                   # the large mul, add and cat
+    out = _load_for_executorch_from_buffer(edge.to_executorch().buffer).forward(args)
+    ref = M()(*args)
+    assert torch.equal(out[0], ref[0]) and torch.equal(out[1], ref[1])
