@@ -271,16 +271,18 @@ def write_report(res: dict, stem: Path) -> None:
              "(device_footprint.py's native_remat row: whole-process RssAnon peak, CPU s of all its threads). "
              "Variants (VARIANTS in the script): `issue57_before` = the program as exported before this work (casts "
              "and int8 transposes on the portable kernels, pow, safe softmax); `base` = today's default; "
-             "`transposed_codes` = base + `compile --transposed-codes`. Loss / gradient differences are against "
+             "`transposed_codes` = base + `compile --transposed-codes`; `xnnpack_elementwise` = base + ExportConfig("
+             "xnnpack_elementwise=65536) (cat / mul / add of >= 64Ki elements in XNNPACK). Loss / gradient differences are against "
              "`base` (same inputs, same LoRA).", ""]
     lora = res.get("eager_lora") or {}
     if lora:
         lines += [f"Eager standard LoRA CPU s per step (one thread): {lora['source']}: "
                   + ", ".join(f"{k} {v:.2f}" for k, v in lora["cpu_seconds"].items()), ""]
     base = {r["config"]: r for r in res["records"] if r["variant"] == "base"}
-    lines += ["| config | variant | Python CPU s / step | native CPU s / step | eager LoRA / native | native RssAnon "
+    lines += ["| config | variant | Python CPU s / step | eager LoRA / Python | native CPU s / step | eager LoRA / native "
+              "| native RssAnon "
               "MiB (whole process) | planned arena MiB | .ptd MiB | loss | loss rel. diff vs base | grad rel. error "
-              "vs base |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "vs base |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["records"]:
         b = base.get(r["config"])
         ld = "" if b is None or r is b else f"{abs(r['loss'] - b['loss']) / abs(b['loss']):.2e}"
@@ -288,9 +290,10 @@ def write_report(res: dict, stem: Path) -> None:
         n = r.get("native") or {}
         e = lora.get("cpu_seconds", {}).get(r["config"])
         ratio = f"{e / n['cpu_seconds_per_step']:.2f}x" if e and n else ""
-        lines.append(f"| {r['config']} | {r['variant']} | {r['cpu_seconds_per_step']:.3f} | "
+        py_ratio = f"{e / r['cpu_seconds_per_step']:.2f}x" if e else ""
+        lines.append(f"| {r['config']} | {r['variant']} | {r['cpu_seconds_per_step']:.3f} | {py_ratio} | "
                      f"{n['cpu_seconds_per_step']:.3f} | {ratio} | {n['rss_anon_bytes'] / 2**20:.1f} | "
-                     if n else f"| {r['config']} | {r['variant']} | {r['cpu_seconds_per_step']:.3f} | | | | ")
+                     if n else f"| {r['config']} | {r['variant']} | {r['cpu_seconds_per_step']:.3f} | {py_ratio} | | | | ")
         lines[-1] += (f"{r['planned_arena_bytes'] / 2**20:.1f} | {r.get('ptd_bytes', 0) / 2**20:.1f} | "
                       f"{r['loss']:.6g} | {ld} | {'' if ge is None else f'{ge:.2e}'} |")
     for r in res["records"]:

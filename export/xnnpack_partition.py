@@ -14,6 +14,9 @@ other permute and for each op in `single_ops` (elementwise ops XNNPACK runs fast
 `dequantize_per_tensor`, the int8 codes' exact cast to fp32 written by graph_passes.casts_as_dequantize, whose
 quantize(permute(dequantize)) of int8 codes is one delegate: XNNPACK's int8 transpose).
 Nothing is merged, so each delegate sits where its op was and holds nothing longer than the op itself would.
+With `elementwise_min_numel` (ExportConfig.xnnpack_elementwise, off by default) the cat / mul / add with at least that
+many output elements get a delegate each too: exact, faster than the portable loops, but every delegate carries its
+runtime state (about 2-3 KiB, benchmarks/results/delegate_state.md).
 
 `rounding_only_partitioner` is for the inference programs (the subject stage's encode / embed / block programs, the
 preprocess programs): XNNPACK takes only the ops whose fp32 kernels differ from the portable ones by the order of a
