@@ -16,7 +16,8 @@ quantize(permute(dequantize)) of int8 codes is one delegate: XNNPACK's int8 tran
 Nothing is merged, so each delegate sits where its op was and holds nothing longer than the op itself would.
 With `elementwise_min_numel` (ExportConfig.xnnpack_elementwise, off by default) the cat / mul / add with at least that
 many output elements get a delegate each too: exact, faster than the portable loops, but every delegate carries its
-runtime state (about 2-3 KiB, benchmarks/results/delegate_state.md).
+runtime state (about 2-3 KiB, benchmarks/results/delegate_state.md). At the 288M FLUX layout (65536 elements) the
+native core's step went 1.107 -> 1.090 CPU s for +1.4 MiB RssAnon (benchmarks/results/step_profile.md): off.
 
 `rounding_only_partitioner` is for the inference programs (the subject stage's encode / embed / block programs, the
 preprocess programs): XNNPACK takes only the ops whose fp32 kernels differ from the portable ones by the order of a
