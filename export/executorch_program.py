@@ -55,6 +55,16 @@ class ExportConfig:
                                                 # and silu_backward_in_order (its SiLU)
     views_per_use: bool = True                  # graph_passes.views_per_use (LoRA weights' transposes)
     transpose_before_cast: bool = True          # graph_passes.transpose_before_cast (int8 codes transposed as int8)
+    pow_as_mul: bool = True                     # graph_passes.pow_as_mul (x * x for pow(x, 2): rounding only)
+    plain_softmax: bool = True                  # graph_passes.safe_softmax_as_softmax (no all -inf row mask)
+    xnnpack_elementwise: int = 0                # XNNPACK, "matmul": > 0: also cat / mul / add with at least this many
+                                                # output elements, one delegate each (exact; runtime state per
+                                                # delegate); 0: on the portable kernels
+    transposed_codes: bool = False              # graph_passes.transposed_codes_as_constants: the int8 codes the
+                                                # backward reads transposed are stored transposed too (no
+                                                # transposes in the step; the weights file holds them twice)
+    xnnpack_casts: bool = True                  # XNNPACK: graph_passes.casts_as_dequantize (the int8 codes' cast to
+                                                # fp32 and their transposes run by XNNPACK; exact)
     remat: str = "none"                         # "none" | "blocks" | "every:K" (remat.py)
     external_weights: bool = False              # frozen constants in a .ptd file beside the .pte
     memory_planner: str = "best"                # "greedy" (ExecuTorch's) | "best_fit" | "best" (memory_plan.py)
@@ -172,6 +182,10 @@ def joint_with_passes(ep, cfg: ExportConfig):
               "negative_pad": graph_passes.negative_pad_to_slice(ep)}
     if cfg.mm_rewrite:
         passes["addmm_to_mm_add"] = graph_passes.addmm_to_mm_add(ep)
+    if cfg.pow_as_mul:
+        passes["pow_as_mul"] = graph_passes.pow_as_mul(ep)
+    if cfg.plain_softmax:
+        passes["safe_softmax"] = graph_passes.safe_softmax_as_softmax(ep)
     if cfg.pointwise_conv_as_mm:
         passes["pointwise_conv_to_mm"] = graph_passes.pointwise_conv_to_mm(ep)
     if cfg.input_grad_conv:
@@ -188,8 +202,12 @@ def joint_with_passes(ep, cfg: ExportConfig):
         passes["mm_to_bmm"] = graph_passes.mm_to_bmm(ep)
     if cfg.transpose_before_cast:
         passes["transpose_before_cast"] = graph_passes.transpose_before_cast(ep)
+    if cfg.transposed_codes:
+        passes["transposed_codes"] = graph_passes.transposed_codes_as_constants(ep)
     if cfg.views_per_use:
         passes["views_per_use"] = graph_passes.views_per_use(ep)
+    if cfg.backend == "xnnpack" and cfg.xnnpack_casts and cfg.xnnpack_ops != "all":
+        passes["casts_as_dequantize"] = graph_passes.casts_as_dequantize(ep)
     return ep, passes
 
 
@@ -209,11 +227,15 @@ def lower(ep, backend: str | ExportConfig, passes: dict | None = None):
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
         if cfg.xnnpack_ops in ("matmul", "bmm"):
             from .xnnpack_partition import MatmulChainPartitioner
-            part = MatmulChainPartitioner() if cfg.xnnpack_ops == "matmul" else MatmulChainPartitioner(single_ops=())
+            casts = ("dequantize_per_tensor.default",) if cfg.xnnpack_casts else ()
+            part = (MatmulChainPartitioner(single_ops=MatmulChainPartitioner.ACTIVATIONS + casts,
+                                           elementwise_min_numel=cfg.xnnpack_elementwise)
+                    if cfg.xnnpack_ops == "matmul" else MatmulChainPartitioner(single_ops=casts))
         else:
             part = XnnpackPartitioner()
         edge, legalize = to_edge_lowered(ep, [part], transforms, cc)
         passes["legalized_partitions"] = legalize["legalized"]
+        _check_casts_delegated(edge.exported_program())
     else:
         edge = to_edge(ep, compile_config=cc)
         if transforms:
@@ -226,6 +248,16 @@ def lower(ep, backend: str | ExportConfig, passes: dict | None = None):
     if cfg.restore_order:
         passes["restore_order"] = restore_order(edge.exported_program().graph_module)
     return edge
+
+
+def _check_casts_delegated(edge_program) -> None:
+    """Every dequantize_per_tensor / quantize_per_tensor (graph_passes.casts_as_dequantize) must run in XNNPACK: the
+    runtimes register no portable kernel for them."""
+    left = [n.name for n in edge_program.graph_module.graph.nodes
+            if n.op == "call_function" and "quantize_per_tensor" in _op_name(n.target)]
+    if left:
+        raise RuntimeError(f"{len(left)} int8 casts / transposes (quantize ops) were not delegated to XNNPACK, e.g. "
+                           f"{left[0]}: export with ExportConfig(xnnpack_casts=False)")
 
 
 def backend_config(cfg: ExportConfig):

@@ -24,6 +24,23 @@ can any other exporter that starts from a joint graph.
   quantize.py multiplies the scale into the matmul's output, so the cast is the weight a matmul reads) becomes the
   cast of the transposed codes: the transpose copies int8 (a quarter of the bytes) and no fp32 weight is alive twice
   (the cast and its transposed copy) for one matmul.
+- `casts_as_dequantize`: the int8 -> fp32 cast of the codes becomes `quantized_decomposed.dequantize_per_tensor` with
+  scale 1 and zero point 0 (the same values: (q - 0) * 1.0 is exact), which XNNPACK runs as one vectorized convert
+  (xnnpack_partition.MatmulChainPartitioner); and a transpose of int8 codes becomes quantize(transpose(dequantize))
+  with the same unit scale, which XNNPACK runs as one int8 transpose. The portable `_to_dim_order_copy` and int8
+  `permute_copy` that ran them were 27% and 19% of the 288M FLUX step (benchmarks/results/step_profile.md).
+- `pow_as_mul`: pow(x, 2) -> x * x and pow(x, 1) -> x (RMSNorm's square and its backward): the portable
+  `pow.Tensor_Scalar` calls std::pow per element (6.7% of the 288M FLUX step, benchmarks/results/step_profile.md),
+  the product is one correctly rounded multiply (pow(x, 2) is the same value up to pow's last-bit error).
+- `safe_softmax_as_softmax`: the math attention's `_safe_softmax` (softmax, then where(row all -inf, 0, p) with
+  its eq / logical_not / any over the scores, in forward, remat and backward) becomes the softmax: the same values
+  wherever a row of scores has a finite entry, which every row of an unmasked attention has (4% of the 288M FLUX
+  step went to the mask's portable ops).
+- `transposed_codes_as_constants` (an option: ExportConfig.transposed_codes): a transpose of frozen int8 codes (the
+  backward's W^T, after `transpose_before_cast`) becomes a constant of its own, the codes transposed at export and
+  stored beside them in the weights file: the step no longer transposes weights (the portable `permute_copy` of
+  int8, slow strided loops), and no transposed copy is alive in the arena; the weights file (mapped, file-backed)
+  holds those codes twice.
 - `views_per_use`: a view of a program input (the transpose of a LoRA weight) is a copy in ExecuTorch; shared by a
   forward and a backward op it stays in the arena from one to the other. Each use gets its own view, made just
   before it, and a transpose of a transpose folds into one permute (or none).
@@ -435,6 +452,122 @@ def transpose_before_cast(ep: ExportedProgram) -> int:
         total += n
         if not n:
             return total
+
+
+def pow_as_mul(ep: ExportedProgram) -> int:
+    """pow.Tensor_Scalar(x, 2) -> mul(x, x); pow.Tensor_Scalar(x, 1) -> x (module docstring). Returns the number of
+    pow nodes replaced."""
+    def rewrite(g, n):
+        x, e = n.args[:2]
+        if not isinstance(x, Node) or isinstance(e, bool) or e not in (1, 2) or _fake(n).dtype != _fake(x).dtype:
+            return None
+        return x if e == 1 else _insert(g, aten.mul.Tensor, (x, x), like=n)
+
+    return _rewrite_nodes(ep, (aten.pow.Tensor_Scalar,), rewrite)
+
+
+def _is_zero(x) -> bool:
+    """A literal 0, or a full / full_like / scalar_tensor of 0."""
+    if isinstance(x, (int, float)) and not isinstance(x, bool):
+        return x == 0
+    if _call(x, aten.full_like.default) or _call(x, aten.full.default):
+        return x.args[1] == 0
+    if _call(x, aten.scalar_tensor.default):
+        return x.args[0] == 0
+    return False
+
+
+def _all_minus_inf_rows(cond) -> bool:
+    """cond is logical_not(any(logical_not(eq(s, -inf)), dim, keepdim=True)): the rows of s that are all -inf."""
+    if not _call(cond, aten.logical_not.default) or not _call(cond.args[0], aten.any.dim):
+        return False
+    inner = cond.args[0].args[0]
+    return (_call(inner, aten.logical_not.default) and _call(inner.args[0], aten.eq.Scalar)
+            and inner.args[0].args[1] == float("-inf"))
+
+
+def safe_softmax_as_softmax(ep: ExportedProgram) -> int:
+    """where(rows all -inf, 0, y) -> y for the mask of a `_safe_softmax` (module docstring): its forward output and
+    its backward's gradient. Returns the number of where nodes replaced."""
+    def rewrite(g, n):
+        cond, a, b = n.args[:3]
+        if not _all_minus_inf_rows(cond) or not _is_zero(a) or not isinstance(b, Node):
+            return None
+        if tuple(_fake(b).shape) != tuple(_fake(n).shape) or _fake(b).dtype != _fake(n).dtype:
+            return None
+        return b
+
+    n_fixed = _rewrite_nodes(ep, (aten.where.self,), rewrite)
+    ep.graph_module.graph.eliminate_dead_code()
+    _finish(ep)
+    return n_fixed
+
+
+_UNIT_INT8 = (1.0, 0, -128, 127, torch.int8)        # scale 1, zero point 0: int8 <-> fp32 exactly
+
+
+def casts_as_dequantize(ep: ExportedProgram) -> dict:
+    """cast(x int8 -> fp32) -> quantized_decomposed.dequantize_per_tensor(x, 1.0, 0, -128, 127, int8), and a
+    transpose of int8 codes p(x) -> quantize_per_tensor(p(dequantize_per_tensor(x)), 1.0, 0, ...): the same values
+    (module docstring), as ops XNNPACK takes (the transpose as its int8 transpose: a quantized permute whose
+    dequantize / quantize XNNPACK folds into the op). Returns {"casts": n, "int8_transposes": m}."""
+    import torch.ao.quantization.fx._decomposed  # noqa: F401  (registers quantized_decomposed)
+    dq = torch.ops.quantized_decomposed.dequantize_per_tensor.default
+    q = torch.ops.quantized_decomposed.quantize_per_tensor.default
+
+    def cast(g, n):
+        src = _integer_to_float_cast(n)
+        if src is None or _fake(src).dtype != torch.int8 or _fake(n).dtype != torch.float32:
+            return None
+        return _insert(g, dq, (src, *_UNIT_INT8), like=n)
+
+    def transpose(g, n):
+        src = n.args[0]
+        if not isinstance(src, Node) or _fake(src).dtype != torch.int8 or _fake(n).dtype != torch.int8:
+            return None
+        moved = _insert(g, n.target, (_insert(g, dq, (src, *_UNIT_INT8), like=n), *n.args[1:]), like=n)
+        return _insert(g, q, (moved, *_UNIT_INT8), like=n)
+
+    return {"casts": _rewrite_nodes(ep, _CASTS, cast),
+            "int8_transposes": _rewrite_nodes(ep, (aten.permute.default,), transpose)}
+
+
+def transposed_codes_as_constants(ep: ExportedProgram) -> int:
+    """permute(codes, [1, 0]) / t(codes) of a frozen 2-D int8 placeholder -> a new constant placeholder holding
+    codes.t().contiguous() (one per codes tensor, named `<target>_transposed`), placed right after the codes' own
+    (module docstring). Returns the number of transposes replaced."""
+    import copy
+
+    from torch.export.graph_signature import InputKind, InputSpec, TensorArgument
+    g = ep.graph_module.graph
+    frozen = frozen_input_names(ep)
+    sig = copy.deepcopy(ep.graph_signature)
+    spec_of = {s.arg.name: s for s in sig.input_specs if isinstance(s.arg, TensorArgument)}
+    made: dict[Node, Node] = {}
+    n_fixed = 0
+    for n in list(g.nodes):
+        src = _transposed_source(n)
+        if src is None or src.op != "placeholder" or src.name not in frozen or _fake(src).dtype != torch.int8:
+            continue
+        if src not in made:
+            spec = spec_of[src.name]
+            value = ep.state_dict[spec.target] if spec.target in ep.state_dict else ep.constants[spec.target]
+            target = f"{spec.target}_transposed"
+            ep.constants[target] = value.t().contiguous()
+            with g.inserting_after(src):
+                ph = g.placeholder(src.name + "_transposed")
+            with _fake(src).fake_mode:
+                ph.meta["val"] = torch.empty(tuple(reversed(_fake(src).shape)), dtype=torch.int8)
+            sig.input_specs.insert(sig.input_specs.index(spec) + 1,
+                                   InputSpec(kind=InputKind.CONSTANT_TENSOR, arg=TensorArgument(name=ph.name),
+                                             target=target))
+            made[src] = ph
+        n.replace_all_uses_with(made[src])
+        g.erase_node(n)
+        n_fixed += 1
+    ep._graph_signature = sig
+    _finish(ep)
+    return n_fixed
 
 
 def drop_identity_views(ep: ExportedProgram) -> int:

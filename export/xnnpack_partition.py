@@ -10,8 +10,14 @@ attention transposes) took 44% of the step.
 
 `MatmulChainPartitioner` makes one delegate per bmm together with the permute / view nodes that feed only that bmm
 (a transpose done by XNNPACK just before the multiply, its result internal to the call), and one delegate for each
-other permute and for each op in `single_ops` (elementwise ops XNNPACK runs faster than the portable kernels).
+other permute and for each op in `single_ops` (elementwise ops XNNPACK runs faster than the portable kernels; and
+`dequantize_per_tensor`, the int8 codes' exact cast to fp32 written by graph_passes.casts_as_dequantize, whose
+quantize(permute(dequantize)) of int8 codes is one delegate: XNNPACK's int8 transpose).
 Nothing is merged, so each delegate sits where its op was and holds nothing longer than the op itself would.
+With `elementwise_min_numel` (ExportConfig.xnnpack_elementwise, off by default) the cat / mul / add with at least that
+many output elements get a delegate each too: exact, faster than the portable loops, but every delegate carries its
+runtime state (about 2-3 KiB, benchmarks/results/delegate_state.md). At the 288M FLUX layout (65536 elements) the
+native core's step went 1.107 -> 1.090 CPU s for +1.4 MiB RssAnon (benchmarks/results/step_profile.md): off.
 
 `rounding_only_partitioner` is for the inference programs (the subject stage's encode / embed / block programs, the
 preprocess programs): XNNPACK takes only the ops whose fp32 kernels differ from the portable ones by the order of a
@@ -27,19 +33,27 @@ from __future__ import annotations
 
 import itertools
 
-from executorch.backends.xnnpack.partition.config.generic_node_configs import (BMMConfig, GeluConfig,
-                                                                                PermuteConfig, SoftmaxConfig,
-                                                                                TanhConfig, ViewCopyConfig)
+from executorch.backends.xnnpack.partition.config.generic_node_configs import (AddConfig, BMMConfig, CatConfig,
+                                                                                MulConfig,
+                                                                                DeQuantizedPerTensorConfig,
+                                                                                GeluConfig, PermuteConfig,
+                                                                                QuantizedPerTensorConfig,
+                                                                                SoftmaxConfig, TanhConfig,
+                                                                                ViewCopyConfig)
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from torch.fx.passes.infra.partitioner import Partition
 
 CHAIN_OPS = ("permute_copy.default",)
+QDQ_OPS = ("dequantize_per_tensor.default", "quantize_per_tensor.default")
 ROUNDING_ONLY_CONFIGS = ("LinearConfig", "AddmmConfig", "MMConfig", "BMMConfig", "ConvolutionConfig", "AddConfig",
                          "SubConfig", "MulConfig", "PermuteConfig", "ViewCopyConfig", "CatConfig", "CloneConfig",
                          "CloneDimOrderConfig", "ToDimOrderCopyConfig", "SliceCopyConfig", "UnsqueezeCopyConfig",
                          "ConstantPadConfig", "MaxPool2dConfig", "ReLUConfig", "ClampConfig", "MaximumConfig",
                          "MinimumConfig", "AbsConfig", "NegConfig")
-SINGLE_CONFIGS = {"gelu.default": GeluConfig, "tanh.default": TanhConfig, "_softmax.default": SoftmaxConfig}
+SINGLE_CONFIGS = {"gelu.default": GeluConfig, "tanh.default": TanhConfig, "_softmax.default": SoftmaxConfig,
+                  "dequantize_per_tensor.default": DeQuantizedPerTensorConfig,
+                  "cat.default": CatConfig, "mul.Tensor": MulConfig, "add.Tensor": AddConfig}
+ELEMENTWISE = ("cat.default", "mul.Tensor", "add.Tensor")     # exact in XNNPACK too (a copy, one rounding)
 
 
 def _name(node) -> str:
@@ -48,13 +62,26 @@ def _name(node) -> str:
 
 
 class MatmulChainPartitioner(XnnpackPartitioner):
-    def __init__(self, single_ops: tuple[str, ...] = ("gelu.default", "tanh.default", "_softmax.default")):
+    ACTIVATIONS = ("gelu.default", "tanh.default", "_softmax.default")
+
+    def __init__(self, single_ops: tuple[str, ...] = ACTIVATIONS, elementwise_min_numel: int = 0):
+        """elementwise_min_numel > 0: also one delegate per cat / mul / add whose output has at least that many
+        elements (each delegate costs runtime state: benchmarks/results/delegate_state.md)."""
+        if elementwise_min_numel > 0:
+            single_ops = tuple(single_ops) + ELEMENTWISE
+        self.elementwise_min_numel = elementwise_min_numel
         configs = [BMMConfig, PermuteConfig, ViewCopyConfig] + [SINGLE_CONFIGS[o] for o in single_ops]
+        if "dequantize_per_tensor.default" in single_ops:
+            configs.append(QuantizedPerTensorConfig)
         super().__init__(configs=configs, per_op_mode=True)
         self.single_ops = set(single_ops) | {"permute_copy.default"}
 
     def generate_per_op_partitions(self, ep) -> list[Partition]:
-        supported = {n for match in self.get_matched_nodes_from_configs(ep) for n in match}
+        matches = self.get_matched_nodes_from_configs(ep)
+        supported = {n for match in matches for n in match}
+        # a quantized op (a transpose of int8 codes: dequantize -> permute -> quantize) is one match, one delegate
+        quantized = {n: match for match in matches if len(match) > 1
+                     and all(_name(m) in QDQ_OPS or _name(m) in self.single_ops for m in match) for n in match}
         ids = itertools.count()
         taken: set = set()
         partitions = []
@@ -73,9 +100,12 @@ class MatmulChainPartitioner(XnnpackPartitioner):
             taken |= group
             partitions.append(Partition(id=next(ids), nodes=dict.fromkeys(group)))
         for n in nodes:
+            if _name(n) in ELEMENTWISE and n.meta["val"].numel() < self.elementwise_min_numel:
+                continue
             if n in supported and n not in taken and _name(n) in self.single_ops:
-                taken.add(n)
-                partitions.append(Partition(id=next(ids), nodes={n: None}))
+                group = quantized.get(n, [n])
+                taken.update(group)
+                partitions.append(Partition(id=next(ids), nodes=dict.fromkeys(group)))
         return partitions
 
 

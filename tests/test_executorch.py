@@ -9,6 +9,7 @@ Properties protected:
 - quantized programs are >= 3.5x (int8) / 6x (int4) smaller than fp32, and the recompute pass keeps dequantized
   weights out of the arena between forward and backward
 - a bundle whose program or cache does not match its manifest is refused
+- the XNNPACK int8 program's casts run in XNNPACK and --transposed-codes leaves no transpose of codes; both exact
 """
 
 from __future__ import annotations
@@ -314,3 +315,116 @@ def test_arena_keeps_no_dequantized_weights_between_forward_and_backward(wide_pr
     assert saved >= 0, (saved, prog.memory)
     m = prog.memory
     assert m["planned_arena_bytes"] <= m["traced_equivalent_bytes"] + 0.5 * m["largest_dequantized_weight_bytes"], m
+
+
+# ------------------------------------------------------------------ int8 codes in the XNNPACK program (issue 57)
+
+@pytest.fixture(scope="module")
+def xnnpack_int8_programs():
+    """One small FLUX double block, int8, XNNPACK: the default program (casts run by
+    XNNPACK, pow(x, 2) as x * x, the plain softmax), the program without those three passes (as before issue 57's
+    speed work), and the default with the codes also stored transposed."""
+    from conftest import flux_step_module
+    from ditskip_edge.quantize import QuantSpec
+    from export.executorch_program import ExportConfig, export_training_program
+    step = flux_step_module("int8", heads=2, head_dim=32, rope=(4, 14, 14))
+    base = ExportConfig(quant=QuantSpec("int8"), backend="xnnpack", external_weights=True,
+                        trace_need=False)
+    before = {"xnnpack_casts": False, "pow_as_mul": False, "plain_softmax": False}
+    variants = {"default": base, "before": ExportConfig(**{**base.__dict__, **before}),
+                "transposed_codes": ExportConfig(**{**base.__dict__, "transposed_codes": True})}
+    return step, {k: export_training_program(step, cfg) for k, cfg in variants.items()}
+
+
+def test_speed_passes_keep_the_step_values(xnnpack_int8_programs):
+    """The codes stored transposed (graph_passes.transposed_codes_as_constants, --transposed-codes) are exact: the
+    default program's loss and gradients bit for bit. The default's passes (the int8 cast run by XNNPACK's convert:
+    exact; x * x for pow(x, 2) and the plain softmax: rounding at most) keep loss and gradients within 1e-6 of the
+    program without them (measured: equal), and the default program matches eager."""
+    from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
+
+    from ditskip_edge.runtime.bindings import training_module
+    step, progs = xnnpack_int8_programs
+    out = {}
+    for name, prog in progs.items():
+        m = training_module(_load_for_executorch_from_buffer(prog.buffer,
+                                                             data_map_buffer=next(iter(prog.data.values()))))
+        loss = m.forward_backward("forward", step.example)[0]
+        out[name] = (float(loss), {k: v.clone() for k, v in m.named_gradients().items()})
+    loss, grads = out["default"]
+    t_loss, t_grads = out["transposed_codes"]
+    assert t_loss == loss and all(torch.equal(t_grads[k], grads[k]) for k in grads)
+    b_loss, b_grads = out["before"]
+    assert abs(b_loss - loss) <= 1e-6 * abs(b_loss)
+    assert max(_rel(b_grads[k], grads[k]) for k in grads) <= 1e-6
+    prog = progs["default"]
+    _check_program_matches_eager(prog.buffer, step.module, step.example, data=next(iter(prog.data.values())))
+
+
+def test_int8_casts_and_transposes_run_in_xnnpack_and_transposed_codes_leave_none(xnnpack_int8_programs):
+    """Default: every int8 -> fp32 cast of the codes is an XNNPACK delegate (none left to the portable kernels, whose
+    loop was 27% of the 288M FLUX step) and so is every transpose of int8 codes (XNNPACK's int8 transpose; the
+    portable permute_copy was 19%), no pow(x, 2) and no safe-softmax mask are left; --transposed-codes: no
+    transpose of codes is left at all, the weights file holds the transposed codes beside the codes, and the
+    planned arena does not grow."""
+    _, progs = xnnpack_int8_programs
+    default, portable, transposed = progs["default"], progs["before"], progs["transposed_codes"]
+    assert default.passes["pow_as_mul"] > 0 and default.passes["safe_softmax"] > 0
+    for op in ("logical_not", "any.dim", "where.self"):
+        assert default.ops["portable_ops"].get(op, 0) < portable.ops["portable_ops"].get(op, 0), op
+    n_casts, n_transposes = (default.passes["casts_as_dequantize"][k] for k in ("casts", "int8_transposes"))
+    assert n_casts > 0 and n_transposes > 0
+    assert "quantize_per_tensor" not in " ".join(default.ops["portable_ops"])
+    casts = lambda p: p.ops["portable_ops"].get("dim_order_ops._to_dim_order_copy", 0)  # noqa: E731
+    assert casts(portable) - casts(default) == n_casts
+    permutes = lambda p: p.ops["portable_ops"].get("permute_copy", 0)  # noqa: E731
+    assert permutes(portable) - permutes(default) == n_transposes
+    assert transposed.passes["transposed_codes"] == n_transposes
+    assert transposed.passes["casts_as_dequantize"]["int8_transposes"] == 0
+    ptd = lambda p: sum(len(b) for b in p.data.values())  # noqa: E731
+    assert ptd(default) < ptd(transposed) < 2 * ptd(default)
+    assert transposed.memory["planned_arena_bytes"] <= default.memory["planned_arena_bytes"]
+
+
+def test_compile_transposed_codes_flag_reaches_the_training_program_config():
+    """`compile --transposed-codes` sets ExecutorchPrograms.transposed_codes (then ExportConfig's); it is refused for
+    the portable program and without --runtime executorch."""
+    from compiler.commands.compile import program_stages
+    from ditskip_edge.runtime.errors import UserError
+    assert program_stages(["executorch"], "int8", None, transposed_codes=True)[0].transposed_codes
+    assert not program_stages(["executorch"], "int8", None)[0].transposed_codes
+    with pytest.raises(UserError, match="transposed-codes"):
+        program_stages(["executorch"], "int8", "portable", transposed_codes=True)
+    with pytest.raises(UserError, match="transposed-codes"):
+        program_stages(["ort"], "int8", None, transposed_codes=True)
+
+
+def test_elementwise_option_delegates_only_large_cat_mul_add_and_keeps_values():
+    """MatmulChainPartitioner(elementwise_min_numel=N) (ExportConfig.xnnpack_elementwise): one XNNPACK delegate per
+    cat / mul / add with at least N output elements, the smaller ones left to the portable kernels; the same values
+    bit for bit (a copy and one rounding each)."""
+    from executorch.exir import EdgeCompileConfig
+    from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
+
+    from export.lowering import to_edge_lowered
+    from export.xnnpack_partition import MatmulChainPartitioner
+
+    class M(torch.nn.Module):
+        def forward(self, a, b, s):
+            big = torch.cat([a * b + a, b], dim=0)          # [64, 64] products, [128, 64] cat
+            small = s * s + s                                # [4]
+            return big, small
+
+    args = (torch.randn(64, 64), torch.randn(64, 64), torch.randn(4))
+    ep = torch.export.export(M(), args)
+    edge, _ = to_edge_lowered(ep, [MatmulChainPartitioner(elementwise_min_numel=1000)],
+                              compile_config=EdgeCompileConfig(_check_ir_validity=False))
+    gm = edge.exported_program().graph_module
+    left = sorted(n.target.__name__.split(".")[1] for n in gm.graph.nodes
+                  if n.op == "call_function" and n.target.__name__.startswith("aten."))
+    assert left == ["add", "mul"], left                     # the small ones
+    delegated = sum(1 for n in gm.graph.nodes if n.op == "call_function" and "call_delegate" in str(n.target))
+    assert delegated == 3                                   # the large mul, add and cat
+    out = _load_for_executorch_from_buffer(edge.to_executorch().buffer).forward(args)
+    ref = M()(*args)
+    assert torch.equal(out[0], ref[0]) and torch.equal(out[1], ref[1])

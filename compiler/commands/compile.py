@@ -91,6 +91,10 @@ def register(sub, add_json_flag) -> None:
     p.add_argument("--weights", default=None, choices=list(WEIGHTS),
                    help="executorch: frozen weights in a memory-mapped .ptd data file beside the program (mapped, "
                         "the default) or inside the .pte (resident)")
+    p.add_argument("--transposed-codes", action="store_true",
+                   help="executorch, xnnpack: the int8 codes the training step's backward reads transposed are also "
+                        "stored transposed in the weights file (exact: no weight transposes in the step; the .ptd "
+                        "holds those codes twice; speed and sizes in benchmarks/results/step_profile.md)")
     p.add_argument("--cache-codec", default=None,
                    help=f"residual-cache codec: fp32 | fp16 | int8-token | int8-channel | int8-gG | int8-tG | "
                         f"int4-gG | int4-tG | lowrank-rR, or 'DEFAULT,name=CODEC,...' (default {DEFAULT_CODEC} for a "
@@ -126,8 +130,10 @@ def register(sub, add_json_flag) -> None:
 
 
 def program_stages(runtimes: list[str], precision: str, backend: str | None, generation: GenerationPrograms | None = None,
-                   remat: str | None = None, weights: str | None = None, xnnpack: bool = False) -> list:
-    """backend: the ExecuTorch training program's (None: DEFAULT_TRAIN_BACKEND); xnnpack: --xnnpack was given."""
+                   remat: str | None = None, weights: str | None = None, xnnpack: bool = False,
+                   transposed_codes: bool = False) -> list:
+    """backend: the ExecuTorch training program's (None: DEFAULT_TRAIN_BACKEND); xnnpack: --xnnpack was given;
+    transposed_codes: --transposed-codes."""
     names = [r.strip() for arg in runtimes for r in arg.split(",") if r.strip()]
     bad = [r for r in names if r not in RUNTIMES]
     if bad:
@@ -140,11 +146,15 @@ def program_stages(runtimes: list[str], precision: str, backend: str | None, gen
         raise UserError("--xnnpack and --backend portable: give one of them")
     if xnnpack and "executorch" not in names:
         raise UserError("--xnnpack lowers the ExecuTorch programs: add --runtime executorch")
-    for flag, value in (("--backend", backend), ("--remat", remat), ("--weights", weights)):
+    for flag, value in (("--backend", backend), ("--remat", remat), ("--weights", weights),
+                        ("--transposed-codes", transposed_codes or None)):
         if value is not None and "executorch" not in names:
             raise UserError(f"{flag} sets the ExecuTorch training program: add --runtime executorch")
     et = ExecutorchPrograms(precisions, "xnnpack" if xnnpack else (backend or DEFAULT_TRAIN_BACKEND),
-                            remat=str(RematSpec.parse(remat or "blocks")), weights=weights or "mapped")
+                            remat=str(RematSpec.parse(remat or "blocks")), weights=weights or "mapped",
+                            transposed_codes=transposed_codes)
+    if transposed_codes and et.backend != "xnnpack":
+        raise UserError("--transposed-codes is for the XNNPACK training program: drop --backend portable")
     stages = []
     for r in dict.fromkeys(names):
         stages.append(et if r == "executorch" else OrtPrograms(precisions))
@@ -208,5 +218,6 @@ def run(args) -> dict:
                                                                     text_precision=args.text_precision,
                                                                     attention_chunk=args.attention_chunk)
                                                  if args.generation else None,
-                                                 remat=args.remat, weights=args.weights, xnnpack=args.xnnpack))
+                                                 remat=args.remat, weights=args.weights, xnnpack=args.xnnpack,
+                                                 transposed_codes=args.transposed_codes))
     return compile_bundle(req)
