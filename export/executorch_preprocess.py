@@ -79,7 +79,9 @@ def lower_matmul_program(ep, backend: str, external_weights: bool = False, plann
     / 1x1 convolution a matmul with its weight on the left (XNNPACK: a bmm: its matmuls and transposes only, rounding
     only), a quantized weight's integer codes transposed before their cast to fp32 (graph_passes.transpose_before_cast:
     one fp32 copy per matmul, not two), dequantized just before its matmul (node order restored after lowering), the
-    best-fit memory plan; planned_inputs=False leaves the inputs out of the arena (the caller's buffers: generation's
+    best-fit memory plan; on XNNPACK the codes' cast and int8 transposes run there too (graph_passes.
+    casts_as_dequantize: the training program's step profile, benchmarks/results/step_profile.md, found them 46% of a
+    step on the portable kernels); planned_inputs=False leaves the inputs out of the arena (the caller's buffers: generation's
     weights, mapped from their file). The subject stage's embed and block programs and generation's transformer
     programs. Returns the ExecutorchProgramManager."""
     from executorch.exir import ExecutorchBackendConfig
@@ -95,6 +97,8 @@ def lower_matmul_program(ep, backend: str, external_weights: bool = False, plann
     if backend == "xnnpack":
         graph_passes.mm_to_bmm(ep)
     graph_passes.transpose_before_cast(ep)
+    if backend == "xnnpack" and cfg.xnnpack_casts:
+        graph_passes.casts_as_dequantize(ep)    # the int8 codes' casts and transposes run by XNNPACK (exact)
     for n in ep.graph_module.graph.nodes:
         # XNNPACK's ConvertToLinearPass rebuilds F.linear from the nodes whose source record (source_fn_stack, else
         # torch_fn, else the innermost nn_module_stack entry) names a linear: the rewritten matmuls keep that record
