@@ -124,26 +124,42 @@ def time_v(stderr: str) -> dict:
 
 def guarded_run(cmd: list[str], limit_gib: float) -> subprocess.CompletedProcess:
     """subprocess.run(cmd) whose process tree is killed when its summed RSS passes limit_gib (this host is shared:
-    a compile that would take the machine down is stopped and reported instead); polled every second."""
+    a compile that would take the machine down is stopped and reported instead); polled every second. The result's
+    `phases`: each stderr line that names what is being exported, with the seconds since the start and the tree's
+    RSS then and the peak since the previous such line (where the compile's memory goes)."""
+    import threading
+
     import psutil
     with open(os.devnull, "rb") as nul:
         p = subprocess.Popen(cmd, stdin=nul, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(),
                              cwd=ROOT)
+    t0, state = time.perf_counter(), {"rss": 0, "peak": 0, "since": 0}
     out: dict[str, str] = {}
-    import threading
-    readers = [threading.Thread(target=lambda k, f: out.__setitem__(k, f.read()), args=(k, f), daemon=True)
-               for k, f in (("stdout", p.stdout), ("stderr", p.stderr))]
+    phases: list[dict] = []
+
+    def read_stderr():
+        lines = []
+        for line in p.stderr:
+            lines.append(line)
+            if "export" in line or "compil" in line.lower():
+                phases.append({"t_s": round(time.perf_counter() - t0, 1), "rss_gib": round(state["rss"] / GIB, 2),
+                               "peak_before_gib": round(state["since"] / GIB, 2), "line": line.strip()[:200]})
+                state["since"] = 0
+        out["stderr"] = "".join(lines)
+
+    readers = [threading.Thread(target=lambda: out.__setitem__("stdout", p.stdout.read()), daemon=True),
+               threading.Thread(target=read_stderr, daemon=True)]
     for t in readers:
         t.start()
-    peak, killed = 0, None
+    killed = None
     while p.poll() is None:
         try:
             procs = [psutil.Process(p.pid)] + psutil.Process(p.pid).children(recursive=True)
             rss = sum(q.memory_info().rss for q in procs if q.is_running())
         except psutil.Error:
-            rss = 0
-        peak = max(peak, rss)
-        if rss > limit_gib * GIB:
+            procs, rss = [], 0
+        state.update(rss=rss, peak=max(state["peak"], rss), since=max(state["since"], rss))
+        if rss > limit_gib * GIB and killed is None:
             killed = f"killed by this benchmark's memory guard ({limit_gib} GiB) at {time.strftime('%H:%M')} UTC: " \
                      f"the compile's process tree held {rss / GIB:.2f} GiB"
             for q in reversed(procs):
@@ -155,7 +171,10 @@ def guarded_run(cmd: list[str], limit_gib: float) -> subprocess.CompletedProcess
     for t in readers:
         t.join()
     err = out.get("stderr", "") + (f"\n{killed}\n" if killed else "")
-    return subprocess.CompletedProcess(cmd, p.returncode, out.get("stdout", ""), err)
+    r = subprocess.CompletedProcess(cmd, p.returncode, out.get("stdout", ""), err)
+    r.phases = phases + [{"t_s": round(time.perf_counter() - t0, 1), "rss_gib": 0.0,
+                          "peak_before_gib": round(state["since"] / GIB, 2), "line": "(end)"}]
+    return r
 
 
 def last_json(text: str):
@@ -308,7 +327,7 @@ def stage_compile(args, work: Path) -> dict:
     r = guarded_run(["/usr/bin/time", "-v"] + cmd, args.host_mem_gib)
     (work / "compile.stderr").write_text(r.stderr)
     rec = {"command": "ditskip-edge " + " ".join(cmd[3:]).replace(str(work) + "/", "WORK/"), **time_v(r.stderr),
-           "returncode": r.returncode}
+           "returncode": r.returncode, "host_mem_guard_gib": args.host_mem_gib, "phases": r.phases}
     if r.returncode:
         rec["error"] = r.stderr[-3000:]
         return rec
@@ -483,6 +502,16 @@ def markdown(doc: dict) -> str:
                      f"{r.get('peak_host_rss_bytes', 0) / GIB:.2f} | {r.get('bundle_bytes', 0) / GIB:.2f} | "
                      f"`{r['command']}` |")
     for r in doc["records"]:
+        ph = r.get("phases") if r["stage"] == "compile" else None
+        if ph:      # where the compile's memory went: the peak between one export line and the next
+            lines += ["", f"{r['model']}: the compile's process-tree RSS (sampled every second) around its export "
+                          f"log lines: the largest peaks before a line (the phase that ENDS at that line)", "",
+                      "| s since start | RSS at the line GiB | peak before it GiB | line |", "|---|---|---|---|"]
+            top = sorted(ph, key=lambda p: -p["peak_before_gib"])[:8]
+            for p in sorted(top, key=lambda p: p["t_s"]):
+                lines.append(f"| {p['t_s']:.0f} | {p['rss_gib']:.2f} | {p['peak_before_gib']:.2f} | "
+                             f"`{p['line'][:140].replace('|', '/')}` |")
+    for r in doc["records"]:
         if r["stage"] == "build":
             lines.append(f"\n{r['model']}: random-weight pipeline folder, transformer "
                          f"{r.get('transformer_params', 0) / 1e6:.0f}M parameters, autoencoder "
@@ -497,8 +526,8 @@ NOTES = [
     "Configs: `sana-1600m` = ditskip_edge/models/specs.py's SANA-1600M transformer config (20 blocks, 2240 wide, "
     "1.60B parameters) with DC-AE f32c32 at its published config (353M); `flux-dev-width-2d4s` = FLUX.1-dev's own "
     "block configuration (3072 wide, 24 heads x 128, MLP ratio 4, joint_attention_dim 4096, pooled 768, guidance "
-    "embeds) with 2 double + 4 single blocks (1.31B parameters; what this 24 GiB machine compiles under ~14 GiB: the "
-    "compile's peak was 13.8 GiB) and FLUX's AutoencoderKL at its published config (84M). Real training resolution "
+    "embeds) with 2 double + 4 single blocks (1.31B parameters; chosen when the compile's peak was 13.8 GiB, what this shared "
+    "24 GiB machine allowed; 10.7 GiB now) and FLUX's AutoencoderKL at its published config (84M). Real training resolution "
     "and text length (SANA 512-px crops of 1024-px photos, 300 tokens; FLUX 256-px crops of 512-px photos, 512 "
     "tokens): nothing reduced.",
     "Split: the planner's 50% default (split.py) for the block count: SANA-1600M (6, 4), 10 kept blocks; the FLUX "
@@ -514,45 +543,38 @@ NOTES = [
     "hash encoder has the real output shape only; the estimate's text phase is the figure for them. Random weights: "
     "the footprint and time do not depend on the values; picture quality is not measured.",
     "Compile: `--jobs 1` (one process: a second would hold a second copy of the model) and `--program-cache off` (the "
-    "cold cost a user's first compile pays). Peak host RSS from /usr/bin/time -v (the compile process).",
-    "The source tree was being changed during these runs by others' issue-57 work (item 3: int8 codes used as "
-    "integers, the scale on the matmul output, committed f7d219d at 07:13 UTC; the estimate's side of it uncommitted "
-    "then): the FLUX bundle was compiled 06:30-06:48 with quantize.py's scale-on-output already in the tree (changed "
-    "06:30:33) but before graph_passes.transpose_before_cast (06:52); the SANA bundle from 06:55 with both. Every "
-    "estimate here is recomputed from ONE frozen copy of the tree (`git stash create` at 07:08 UTC: HEAD plus those "
-    "uncommitted edits; each record's `estimate.source`).",
-    "FLUX real width, measured / estimated: subject stage 1.29x, native training 1.35x: NOT within 10%. Both "
-    "excesses are one fp32 copy of the largest frozen linear of the blocks the program runs: training 692.9 - 513.9 = "
-    "179 MiB = the single block's proj_out (15360 x 3072 = 47.2M weights, 180 MiB fp32); subject stage 623.7 - 482.5 "
-    "= 141 MiB = the double block's MLP (3072 x 12288 = 37.7M, 144 MiB). This bundle was compiled at 06:30-06:48 "
-    "with the int8 scale on the output but before graph_passes.transpose_before_cast (06:52), which removes the second "
-    "fp32 weight-sized tensor per matmul (the transposed copy of the cast codes); the estimate (frozen tree of 07:08) "
-    "counts the program with it, one copy. A compile at HEAD should close the gap; not re-measured (no time left).",
-    "SANA-1600M's model-bundle compile did NOT fit this host's budget: this benchmark's memory guard (14.5 GiB; the "
-    "budget here is ~14 GiB of a shared 24 GiB machine) killed it at 07:32 UTC after 36:46 wall (about 5 CPU "
-    "minutes: nice 10 at load 10-17 on 2 cores), /usr/bin/time max RSS 16.04 GB: RSS stayed 4-6 GB through the "
-    "encoder's 24 programs (4 tile shapes x 6 stages), then 13.2 GB at `embed.pte` and 16.0 GB at `block_00.pte` "
-    "of the subject stage. So the subject stage, its training run and generation of SANA-1600M were not measured "
-    "(rows 'not measured' carry the estimate alone); its training PROGRAM was measured instead by the `step` row "
-    "(device_footprint.py's native_remat route at SANA-1600M's real config: export_row + `ditskip-run step`).",
-    "Cause (a real-scale bug, found here, NOT fixed in this change): export/executorch_subject.py "
-    "add_subject_programs' write() makes each quantized forward program from `copy.deepcopy(module)`, and that copies "
-    "the WHOLE model: EmbedModule holds the DiTView as a submodule, and BlockModule holds the bound methods "
-    "view.run_block / view.ctx_from_tensors, whose deepcopy deep-copies their __self__, the view with every block "
-    "(checked on flux-tiny: a BlockModule's copy holds 157,504 parameters, the whole model, for a 37,888-parameter "
-    "block). At SANA-1600M that is a 6.4 GB fp32 copy, quantized whole, per program (embed + 20 blocks), and it is "
-    "what took the FLUX layout's compile to 13.8 GiB. Proposed fix: `copy.deepcopy(module, {id(view): view})` for a "
-    "BlockModule (the block alone is copied) and, for the EmbedModule, a memo mapping each of view.blocks to an "
-    "nn.Identity placeholder (the embed program runs no block; unused weights are not in its .ptd); then a compile "
-    "holds the fp32 model plus one block's copy. Not applied: there was no time left to show byte-equal bundles "
-    "before and after on this machine.",
-    "How SANA-1600M fits a 24 GiB host meanwhile: compile the model bundle in parts, each its own process "
-    "(the subject programs per block from the block's own weights read from the safetensors file, the training "
-    "program from the kept blocks alone as the `step` row does, generation per block kind), or fix the copy above; "
-    "the device side is not the problem (estimates below 1 GiB for every stage).",
-    "The machine was shared with 4-5 other engineers' builds and test runs (load average 12-17 on 2 cores during "
-    "these runs): wall seconds are inflated several-fold; CPU seconds of the whole process are given beside them "
-    "(they include loading and, for personalize and generate, every phase).",
+    "cold cost a user's first compile pays). Peak host RSS from /usr/bin/time -v (the compile process), under this benchmark's memory guard "
+    "(--host-mem-gib).",
+    "Runs of 2026-12-07 10:20-12:10 UTC, all from /work/main's tree as it then was: the FLUX bundle compiled "
+    "10:21-10:29 at e24c578 (int8 codes transposed before their cast in every program; generation's transformer "
+    "programs on XNNPACK bmm; the subject export copies one block, not the model); the SANA bundle 10:42-11:18, whose "
+    "process imported the exporters before the training step's XNNPACK casts (3705d7e..d86e58b, merged 11:00) were in "
+    "the tree: its training program is the one before that speed-up. Every device stage through the native core "
+    "(`ditskip-run`, built from the tree of 10:42). Estimates: this tree's `estimate` (the estimate fixes of "
+    "native_stages_estimate.md merged 10:27), computed when each stage was recorded.",
+    "The compile's memory (the phase table above; process-tree RSS sampled every second): SANA-1600M peaked at "
+    "15.4 GiB (/usr/bin/time max RSS 16.57 GB) while exporting the TRAINING program, from 10.1 GiB held when the "
+    "subject stage's programs were done; the process still held 8.7 GiB after it and 15.2 GiB while generation's "
+    "transformer programs were exported (generation builds the model again). The fp32 pipeline is 7.3 GiB: the "
+    "compile does not give the first copy back before the training export (compiler/compile.py `del transformer, "
+    "vae` drops the names; whether something still references the model, or glibc keeps the freed pages, was not "
+    "found in this session). It fits a 24 GiB host (so no stage had to be split), but not this shared host's ~14 GiB "
+    "budget: the run took --host-mem-gib 20.5. The earlier 16 GB failure (the subject programs' deepcopy of the "
+    "whole model, fixed in a63caa8) is gone: the subject programs now peak at 10.9 GiB.",
+    "Measured / estimated at real scale, native core: FLUX real width training 1.13x (606.9 MB = 578.7 MiB against "
+    "513.9 MiB; was 1.35x before the int8 codes were transposed before their cast), subject stage 1.35x (457.1 MiB "
+    "against 339.5); SANA-1600M subject stage 1.36x (407.9 MiB against 299.0). The subject stage misses by a similar "
+    "~110-120 MiB on both models, where the 288M / 261M layouts are within 4% (native_stages_estimate.md): not "
+    "explained in this session (candidates: XNNPACK's packed copies of the encoder tiles' constant weights, which "
+    "are anonymous memory; the photos held as fp32 at the data resolution).",
+    "Generation: the decoder runs on the portable kernels (its weights are program inputs; XNNPACK's convolution "
+    "packs only constant weights), and at real size it dominates a picture: FLUX's AutoencoderKL decode of one "
+    "256-px picture (32 x 32 latent) took over 20 CPU minutes here (the transformer's 2 sampler steps a small part). "
+    "Moving the decoder's weights into a mapped data file, as the subject stage's encoder tiles do, would let XNNPACK "
+    "take its convolutions.",
+    "The machine was shared (load average 4-5 on 2 cores during these runs: this session's helpers' exports and "
+    "tests): wall seconds are inflated; CPU seconds of the whole process are given beside them (they include "
+    "loading and, for personalize and generate, every phase).",
 ]
 
 

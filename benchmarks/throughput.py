@@ -47,6 +47,23 @@ def step_flops(config: str, rank: int) -> dict:
     return out
 
 
+def step_profile_rows(doc: dict) -> list[dict]:
+    """benchmarks/step_profile.py's `base` variant (the default training program, XNNPACK, remat blocks) as
+    device_footprint rows: the Python bindings' 1-thread CPU seconds as et_remat, the native core's as native_remat."""
+    rows = []
+    for r in doc["records"]:
+        if r.get("variant") != "base" or "cpu_seconds_per_step" not in r:
+            continue
+        common = {"config": r["config"], "export_config": {"backend": "xnnpack"}, "provenance": doc["provenance"]}
+        rows.append({**common, "row": "et_remat", "cpu_seconds_per_step": r["cpu_seconds_per_step"],
+                     "seconds_per_step": r.get("seconds_per_step", r["cpu_seconds_per_step"])})
+        n = r.get("native") or {}
+        if "cpu_seconds_per_step" in n:
+            rows.append({**common, "row": "native_remat", "cpu_seconds_per_step": n["cpu_seconds_per_step"],
+                         "seconds_per_step": n.get("seconds_per_step", n["cpu_seconds_per_step"])})
+    return rows
+
+
 def gemm_gflops(n: int, k: int, o: int, runs: int) -> dict:
     """ExecuTorch's XNNPACK fp32 GEMM (one linear, weights constant), 1 thread."""
     import torch
@@ -79,7 +96,8 @@ def main() -> None:
     from _meta import provenance, provenance_md, write_result
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--from", dest="sources", required=True,
-                    help="comma-separated benchmarks/device_footprint.py result JSONs (headline configs)")
+                    help="comma-separated benchmarks/device_footprint.py result JSONs (headline configs), or "
+                    "benchmarks/step_profile.py's (its `base` rows)")
     ap.add_argument("--rows", default="et_remat,native_remat")
     ap.add_argument("--rank", type=int, default=16)
     ap.add_argument("--gemm-n", type=int, default=512)
@@ -99,6 +117,8 @@ def main() -> None:
     records = []
     for src in [s for s in args.sources.split(",") if s]:
         doc = json.loads(Path(src).read_text())
+        if "eager_lora" in doc:             # benchmarks/step_profile.py: its default program's rows
+            doc = {"records": step_profile_rows(doc)}
         for r in doc["records"]:
             if r.get("row") not in rows or "error" in r or "cpu_seconds_per_step" not in r:
                 continue
@@ -163,7 +183,7 @@ def main() -> None:
                       f"Personalize = the subject stage on every sample + {first['steps']} steps x "
                       f"{first['grad_accum']} samples ({first['samples']} samples). Phone: {ph['class']}, "
                       f"{ph['source']}; x the efficiency measured here = {ph['gflops']} GFLOP/s for the XNNPACK "
-                      f"programs, {ph['picture_gflops_portable']} for generation's portable programs. One core, one "
+                      f"programs, {ph['picture_gflops_portable']} for generation's decoder (portable kernels). One core, one "
                       "thread: a phone's other cores, thermal limits and memory bandwidth are not modeled.", "",
                       "| model | footprint GiB (training / subject stage) | training step TFLOP / sample | subject "
                       "stage TFLOP / sample | personalize PFLOP | phone: subject stage min | phone: training min | "

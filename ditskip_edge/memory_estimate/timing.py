@@ -16,8 +16,10 @@ Time = FLOPs / throughput, with two stated throughputs:
     the training program against its own fp32 GEMM kernel (HOST_STEP_GFLOPS / HOST_GEMM_GFLOPS): the program keeps
     the fraction of the kernel's peak it keeps here. One core, one thread; a phone's other big cores, its thermal
     limits and its memory bandwidth are not modeled. Give another phone with --phone-gflops (its fp32 GEMM GFLOP/s).
-Generation's programs run on the portable kernels (export/generation_stage.py exports no other backend): its time
-uses the portable training program's measured throughput on both machines (HOST_PORTABLE_GFLOPS, scaled likewise).
+A picture: the transformer's programs run their matmuls on XNNPACK as the training program does (export/
+executorch_preprocess.py lower_matmul_program), timed at the training program's throughput; the decoder runs on the
+portable kernels (its weights are program inputs, which XNNPACK's convolution cannot take), timed at the portable
+training program's measured throughput (HOST_PORTABLE_GFLOPS, scaled likewise).
 """
 
 from __future__ import annotations
@@ -36,10 +38,12 @@ PHONE_SOURCE = ("gemmlowp GEMM kernel benchmark, fp32 NEON kernel, one thread: 1
 # This machine, measured by benchmarks/throughput.py (benchmarks/results/throughput.md): the XNNPACK training
 # program's FLOPs per CPU second (1 thread, headline FLUX layout, BlockSkip 50%, int8, block remat), the portable
 # program's, and ExecuTorch's XNNPACK fp32 GEMM kernel alone (one linear, 1 thread). Measured 2026-12-07 on a shared
-# 2-core AMD EPYC (load 8-15: CPU seconds, not wall): the mean of the FLUX and SANA layouts' et_remat rows.
-HOST_STEP_GFLOPS = 40.51
+# 2-core AMD EPYC (CPU seconds, not wall): the mean of the FLUX and SANA layouts' et_remat rows; the XNNPACK rows
+# from benchmarks/step_profile.py's default program after issue 57's step work (11:00 UTC; 40.51 before it), the
+# portable rows from device_footprint_headline_portable.json (07:25 UTC).
+HOST_STEP_GFLOPS = 71.05
 HOST_PORTABLE_GFLOPS = 18.27
-HOST_GEMM_GFLOPS = 101.89
+HOST_GEMM_GFLOPS = 97.93
 HOST_SOURCE = "benchmarks/results/throughput.md (benchmarks/throughput.py)"
 
 
@@ -80,14 +84,21 @@ def time_estimate(doc: dict, steps: int, grad_accum: int, phone_gflops: float = 
     gen = doc.get("generation") or {}
     first = next(iter(gen.values()), None)
     picture = first["flops_per_picture"] if first else None
+    decoder = (first.get("decoder_flops") or 0) if first else 0
     flops["picture"] = picture
+    flops["picture_decoder"] = decoder if first else None
+
+    def picture_seconds(gf: float, gf_portable: float) -> float | None:
+        if picture is None or gf <= 0 or gf_portable <= 0:
+            return None
+        return _seconds(picture - decoder, gf) + _seconds(decoder, gf_portable)
 
     def times(gf: float, gf_portable: float) -> dict:
         out = {"gflops": round(gf, 3), "training_step_seconds": _seconds(doc["flops_per_sample"] * grad_accum, gf),
                "training_minutes": _min(_seconds(train, gf)),
                "subject_stage_minutes": _min(_seconds(flops["subject_stage"], gf)) if subject is not None else None,
                "personalize_minutes": _min(_seconds(personalize, gf)),
-               "picture_minutes": _min(_seconds(picture, gf_portable)) if picture is not None else None,
+               "picture_minutes": _min(picture_seconds(gf, gf_portable)),
                "picture_gflops_portable": round(gf_portable, 3)}
         return out
 
