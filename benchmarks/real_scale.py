@@ -133,7 +133,7 @@ def guarded_run(cmd: list[str], limit_gib: float) -> subprocess.CompletedProcess
     with open(os.devnull, "rb") as nul:
         p = subprocess.Popen(cmd, stdin=nul, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(),
                              cwd=ROOT)
-    t0, state = time.perf_counter(), {"rss": 0, "peak": 0, "since": 0}
+    t0, state = time.perf_counter(), {"rss": 0, "since": 0}
     out: dict[str, str] = {}
     phases: list[dict] = []
 
@@ -158,7 +158,7 @@ def guarded_run(cmd: list[str], limit_gib: float) -> subprocess.CompletedProcess
             rss = sum(q.memory_info().rss for q in procs if q.is_running())
         except psutil.Error:
             procs, rss = [], 0
-        state.update(rss=rss, peak=max(state["peak"], rss), since=max(state["since"], rss))
+        state.update(rss=rss, since=max(state["since"], rss))
         if rss > limit_gib * GIB and killed is None:
             killed = f"killed by this benchmark's memory guard ({limit_gib} GiB) at {time.strftime('%H:%M')} UTC: " \
                      f"the compile's process tree held {rss / GIB:.2f} GiB"

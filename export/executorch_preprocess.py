@@ -84,11 +84,8 @@ def lower_matmul_program(ep, backend: str, external_weights: bool = False, plann
     step on the portable kernels); planned_inputs=False leaves the inputs out of the arena (the caller's buffers: generation's
     weights, mapped from their file). The subject stage's embed and block programs and generation's transformer
     programs. Returns the ExecutorchProgramManager."""
-    from executorch.exir import ExecutorchBackendConfig
-
     from . import graph_passes
-    from .executorch_program import ExportConfig, lower
-    from .memory_plan import planning_pass
+    from .executorch_program import ExportConfig, backend_config, lower
     graph_passes.remove_unused_constants(ep)    # e.g. a block program's module holds the whole model's buffers
     ep = ep.run_decompositions()
     graph_passes.addmm_to_mm_add(ep)
@@ -105,9 +102,7 @@ def lower_matmul_program(ep, backend: str, external_weights: bool = False, plann
         # and are no longer a linear's transpose + addmm
         for key in ("source_fn_stack", "torch_fn", "nn_module_stack"):
             n.meta.pop(key, None)
-    plan = planning_pass(cfg.memory_planner, alloc_graph_input=planned_inputs)
-    return lower(ep, cfg).to_executorch(ExecutorchBackendConfig(memory_planning_pass=plan,
-                                                                external_constants=external_weights))
+    return lower(ep, cfg).to_executorch(backend_config(cfg, planned_inputs))
 
 
 def _lower_module(ep, backend: str, planned_inputs: bool, mm_rewrite: bool, fold_constants: bool):

@@ -260,11 +260,13 @@ def _check_casts_delegated(edge_program) -> None:
                            f"{left[0]}: export with ExportConfig(xnnpack_casts=False)")
 
 
-def backend_config(cfg: ExportConfig):
+def backend_config(cfg: ExportConfig, planned_inputs: bool = True):
+    """planned_inputs=False leaves the program's inputs out of its arena (the caller's buffers)."""
     from executorch.exir import ExecutorchBackendConfig
 
     from .memory_plan import planning_pass
-    return ExecutorchBackendConfig(memory_planning_pass=planning_pass(cfg.memory_planner),
+    return ExecutorchBackendConfig(memory_planning_pass=planning_pass(cfg.memory_planner,
+                                                                      alloc_graph_input=planned_inputs),
                                    external_constants=cfg.external_weights)
 
 
