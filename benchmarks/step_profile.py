@@ -231,14 +231,15 @@ def aggregate(folder: Path, meta: dict, prof: dict, steps: int) -> dict:
     return {"profiled_instruction_seconds": total, "rows": rows}
 
 
-def run_native(folder: Path, steps: int, runner) -> dict:
-    """The program run by the native core (`ditskip-run step`, its own process, ExecuTorch's default thread pool) as
-    device_footprint.py's native_remat row: whole-process RssAnon peak (sampled) and CPU s per step."""
+def run_native(folder: Path, steps: int, runner, threads: int) -> dict:
+    """The program run by the native core (`ditskip-run step --threads N`, its own process: the same thread count as
+    the Python rows) as device_footprint.py's native_remat row: whole-process RssAnon peak (sampled) and CPU s per
+    step."""
     from device_footprint import native_inputs
     from device_tests.native_runtime import measure
     from memory_speed import MALLOC_ENV
     cmd = ["step", folder / "train_step.pte", "--data", folder / "train_step.ptd", "--inputs",
-           native_inputs(str(folder / "inputs.pt")), "--steps", steps + 1, "--json"]
+           native_inputs(str(folder / "inputs.pt")), "--steps", steps + 1, "--threads", threads, "--json"]
     m = measure(runner, *cmd, env=MALLOC_ENV)
     if m.returncode != 0 or m.json is None:
         raise RuntimeError(f"ditskip-run step exited {m.returncode}: {m.stderr.strip()[-1500:]}")
@@ -268,7 +269,7 @@ def write_report(res: dict, stem: Path) -> None:
              "int8 frozen weights, LoRA rank 16, block remat, XNNPACK matmuls, weights in a mapped .ptd). `Python`: "
              "ExecuTorch's Python bindings in a fresh process, one thread, CPU s per step without the tracer (median "
              f"of {res['steps']} steps after a warm-up). `native`: the same program run by `ditskip-run step` "
-             "(device_footprint.py's native_remat row: whole-process RssAnon peak, CPU s of all its threads). "
+             "(device_footprint.py's native_remat row: whole-process RssAnon peak, CPU s of all its threads, `--threads` as the Python rows). "
              "Variants (VARIANTS in the script): `issue57_before` = the program as exported before this work (casts "
              "and int8 transposes on the portable kernels, pow, safe softmax); `base` = today's default; "
              "`transposed_codes` = base + `compile --transposed-codes`; `xnnpack_elementwise` = base + ExportConfig("
@@ -377,7 +378,7 @@ def main() -> None:
                 rec["profiled_cpu_seconds"] = prof["cpu_seconds"]
                 rec["profile"] = aggregate(folder, meta, prof, args.steps)
             if runner is not None:
-                rec["native"] = run_native(folder, args.steps, runner)
+                rec["native"] = run_native(folder, args.steps, runner, args.threads)
                 print(f"{name} {variant} native: {rec['native']['cpu_seconds_per_step']:.3f} CPU s, RssAnon "
                       f"{rec['native']['rss_anon_bytes'] / 2**20:.1f} MiB", file=sys.stderr, flush=True)
             base = Path(args.keep_programs) / f"{name}_base"

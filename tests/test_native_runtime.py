@@ -227,6 +227,7 @@ BAD_INPUT = {   # argv after `train`, given the bundle and a scratch folder
     "steps_zero": lambda b, t: [b, "--steps", "0"],
     "steps_past_the_schedule": lambda b, t: [b, "--steps", "999"],
     "checkpoint_every_zero": lambda b, t: [b, "--checkpoint-every", "0"],
+    "threads_zero": lambda b, t: [b, "--threads", "0"],
     "no_such_folder": lambda b, t: [t / "nowhere"],
     "not_a_bundle": lambda b, t: [t],
     "precision_without_program": lambda b, t: [b, "--precision", "int4"],

@@ -7,6 +7,8 @@ Properties protected:
   every step (no optimizer);
 - it reports this process's RssAnon / RssFile at start, with the inputs read, loaded and after every step, and wall
   and CPU seconds per step (present, never timed here);
+- `--threads N` sizes the pool the kernels and XNNPACK run on (reported back), without changing the loss's bits;
+  a thread count that is not 1 .. 1024 is refused in one line, exit 2;
 - a malformed inputs folder is refused with one line naming the file, exit 2;
 - `ditskip-run footprint` reports the runtime's fixed cost: positive RssAnon and RssFile;
 - the C header, with the raw-program declarations, still compiles as plain C99 (-pedantic -Werror).
@@ -73,6 +75,20 @@ def test_step_reports_its_processs_footprint_and_step_times(runner, program):
     assert len(out["step_seconds"]) == len(out["step_cpu_seconds"]) == STEPS
     assert out["seconds_per_step"] in out["step_seconds"] and out["cpu_seconds_per_step"] in out["step_cpu_seconds"]
     assert out["data"] == str(program["ptd"]) and out["method"] == "forward"
+
+
+def test_threads_flag_sizes_the_pool_and_keeps_the_loss_bits(runner, program):
+    one, two = _step(runner, program, "--threads", "1"), _step(runner, program, "--threads", "2")
+    assert (one["threads"], two["threads"]) == (1, 2)
+    assert _bits(one["loss"]) == _bits(two["loss"])
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "two", "5000"])
+def test_threads_flag_refuses_a_bad_count_in_one_line(runner, program, value):
+    r = native_runtime.run(runner, "step", program["pte"], "--inputs", program["inputs_dir"], "--threads", value)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip() == ("ditskip-run step: error: argument --threads: expected a number of "
+                                                 f"CPU threads from 1 to 1024, got '{value}'"), r.stderr
 
 
 def test_measure_sees_the_whole_step_process(runner, program):

@@ -11,6 +11,7 @@
 #include <executorch/runtime/platform/platform.h>
 
 #include "bundle/bundle.h"
+#include "run/threads.h"
 #include "ditskip/ditskip.h"
 #include "train/footprint.h"
 #include "train/log.h"
@@ -101,6 +102,22 @@ void ditskip_set_log_callback(ditskip_log_callback callback, void* user_data) {
 void ditskip_string_free(char* s) { std::free(s); }
 
 const char* ditskip_version(void) { return DITSKIP_VERSION_STRING; }
+
+ditskip_status ditskip_set_threads(int32_t threads) {
+  return guarded([&] {
+    ditskip::set_cpu_threads(threads);
+    return DITSKIP_OK;
+  });
+}
+
+int32_t ditskip_threads(void) {
+  int32_t n = 1;
+  guarded([&] {
+    n = int32_t(ditskip::cpu_threads());
+    return DITSKIP_OK;
+  });
+  return n;
+}
 
 ditskip_status ditskip_bundle_open(const char* bundle_dir, bool verify_files, ditskip_bundle** out) {
   return guarded([&] {

@@ -5,6 +5,8 @@
 //     ditskip-run step PROGRAM.pte [--data D.ptd] --inputs DIR [--steps N] [--method forward] [--json]
 //     ditskip-run footprint [--json]
 //     ditskip-run --version
+// Every verb but footprint also takes --threads N: the CPU threads its kernels and XNNPACK run on (default: one per
+// core, ExecuTorch's choice).
 //
 // train behaves as `python -m ditskip_edge.runtime train` (ditskip_edge/runtime/__main__.py): --json prints the
 // summary as one JSON document on stdout, otherwise one line; a progress bar on stderr (DITSKIP_PROGRESS=0 turns it
@@ -340,6 +342,7 @@ int step(int argc, char** argv) {
   doc["data"] = ptd.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(ptd);
   doc["method"] = method;
   doc["steps"] = steps;
+  doc["threads"] = ditskip_threads();            // the pool the kernels and XNNPACK ran on (--threads)
   doc["loss"] = outputs.front();                 // output 0's first element of step 1 (no optimizer: every step's)
   doc["outputs0"] = outputs;
   doc["seconds_per_step"] = median(later_wall);
@@ -404,6 +407,30 @@ int main(int argc, char** argv) {
     std::fputs(kUsage, stdout);
     return 0;
   }
+  // --threads N, for every verb that runs programs: taken out here, before the verb parses its own arguments (the
+  // pool is the process's, and must be sized before any program is loaded)
+  std::vector<char*> args(argv + 2, argv + argc);
+  if (verb != "footprint") {
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (std::strcmp(args[i], "--threads") != 0) continue;
+      long long n = 0;
+      if (i + 1 >= args.size()) return usage_error(verb, "argument --threads: expected one argument");
+      if (!parse_int(args[i + 1], n) || n < 1 || n > 1024) {    // one line, as the Python runtime words it
+        std::fprintf(stderr, "ditskip-run %s: error: argument --threads: expected a number of CPU threads from 1 to "
+                     "1024, got '%s'\n", verb.c_str(), args[i + 1]);
+        return 2;
+      }
+      if (ditskip_set_threads(int32_t(n)) != DITSKIP_OK) {
+        std::fprintf(stderr, "ditskip-run %s: error: %s\n", verb.c_str(), ditskip_last_error());
+        return 5;
+      }
+      args.erase(args.begin() + long(i), args.begin() + long(i) + 2);
+      --i;
+    }
+  }
+  argc = int(args.size()) + 2;
+  args.push_back(nullptr);
+  argv = args.data() - 2;     // the verbs read argv + 2 .. argv + argc
   if (verb == "train") return train(argc - 2, argv + 2);
   if (verb == "step") return step(argc - 2, argv + 2);
   if (verb == "footprint") return footprint(argc - 2, argv + 2);

@@ -12,7 +12,8 @@ const char kUsage[] =
     "       ditskip-run generate BUNDLE --prompt P --out X.png [--seed N] [--steps N] [--guidance G] [--lora L] "
     "[--precision fp32|int8|int4] [--json]\n"
     "       ditskip-run footprint [--json]\n"
-    "       ditskip-run --version\n";
+    "       ditskip-run --version\n"
+    "train, step, personalize and generate also take --threads N (CPU threads; default: one per core)\n";
 
 int usage_error(const std::string& verb, const std::string& message) {
   std::fputs(kUsage, stderr);

@@ -31,6 +31,12 @@ def _train_args(t) -> None:
     t.add_argument("--checkpoint-every", type=int, default=50)
     t.add_argument("--no-resume", action="store_true")
     t.add_argument("--json", action="store_true")
+    _threads_arg(t)
+
+
+def _threads_arg(p) -> None:
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads for ExecuTorch's kernels and XNNPACK (default: one per core)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,7 +75,15 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--precision", default=None, choices=PROGRAM_PRECISIONS, help="which generation programs")
     g.add_argument("--out", required=True, help="PNG to write (written whole or not at all)")
     g.add_argument("--json", action="store_true")
+    _threads_arg(g)
     args = p.parse_args(argv)
+    if args.threads is not None:
+        from .bindings import set_executorch_threads
+        try:
+            set_executorch_threads(args.threads)
+        except UserError as e:
+            print(f"python -m ditskip_edge.runtime {args.command}: error: {e}", file=sys.stderr)
+            return 2
     if args.command == "generate":
         return _generate(args)
     from .loop import RunConfig

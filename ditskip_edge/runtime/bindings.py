@@ -85,3 +85,12 @@ def runtime_version(runtime: str) -> str:
         return f"{dist} {version(dist)}"
     except PackageNotFoundError:
         return runtime
+
+
+def set_executorch_threads(threads: int) -> None:
+    """The CPU threads ExecuTorch's kernels and XNNPACK run on (its process-wide pool; `ditskip-run --threads`
+    resizes the same pool through the C API). Before any program is loaded: XNNPACK keeps the pool it was given."""
+    if not 1 <= threads <= 1024:
+        from .errors import UserError
+        raise UserError(f"argument --threads: expected a number of CPU threads from 1 to 1024, got '{threads}'")
+    executorch_inference()._unsafe_reset_threadpool(threads)

@@ -46,6 +46,12 @@ DITSKIP_API void ditskip_set_log_callback(ditskip_log_callback callback, void *u
 DITSKIP_API void ditskip_string_free(char *s);
 DITSKIP_API const char *ditskip_version(void);
 
+/* The CPU threads the kernels and XNNPACK run on: one pool for the process (ExecuTorch's). Default: one per core.
+ * Set it before creating trainers or starting a stage (programs keep the pool they were loaded with); 1 .. 1024,
+ * else DITSKIP_BAD_INPUT. */
+DITSKIP_API ditskip_status ditskip_set_threads(int32_t threads);
+DITSKIP_API int32_t ditskip_threads(void);
+
 /* ------------------------------------------------------------------------------------------------ bundles */
 typedef struct ditskip_bundle ditskip_bundle;
 
