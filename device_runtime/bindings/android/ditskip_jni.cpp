@@ -175,6 +175,14 @@ JNIEXPORT jstring JNICALL Java_org_ditskip_demo_DitskipNative_version(JNIEnv* en
   return env->NewStringUTF(ditskip_version());
 }
 
+// ditskip_set_threads: the process's kernel thread pool, before any trainer or stage; a bad count is thrown.
+JNIEXPORT void JNICALL Java_org_ditskip_demo_DitskipNative_setThreads(JNIEnv* env, jclass, jint threads) {
+  ditskip_status st = ditskip_set_threads(threads);
+  if (st != DITSKIP_OK) throw_last_error(env, st);
+}
+
+JNIEXPORT jint JNICALL Java_org_ditskip_demo_DitskipNative_threads(JNIEnv*, jclass) { return ditskip_threads(); }
+
 JNIEXPORT jstring JNICALL Java_org_ditskip_demo_DitskipNative_lastError(JNIEnv* env, jclass) {
   const char* msg = ditskip_last_error();
   return env->NewStringUTF(msg != nullptr ? msg : "");

@@ -135,6 +135,15 @@ public actor DitskipSession {
     }
 
     public static var version: String { String(cString: ditskip_version()) }
+
+    /// CPU threads of the kernels and XNNPACK, for the whole process (default: one per core); set it before any
+    /// training or stage starts.
+    public static func setThreads(_ threads: Int32) throws {
+        let status = ditskip_set_threads(threads)
+        guard status == DITSKIP_OK else { throw DitskipError.last(status) }
+    }
+
+    public static var threads: Int32 { ditskip_threads() }
 }
 
 /// A subject stage's or a generation's end: finished, or stopped by `onProgress` / `cancel()` (a subject stage keeps

@@ -39,6 +39,9 @@ object DitskipNative {
 
     @JvmStatic external fun version(): String
     @JvmStatic external fun lastError(): String
+    /** CPU threads of the kernels and XNNPACK, for the whole process: set before any trainer or stage. */
+    @JvmStatic external fun setThreads(threads: Int)
+    @JvmStatic external fun threads(): Int
     @JvmStatic external fun bundleOpen(dir: String, verifyFiles: Boolean): Long
     @JvmStatic external fun bundleFree(bundle: Long)
     @JvmStatic external fun bundleManifestJson(bundle: Long): String
