@@ -231,13 +231,29 @@ def estimate(args, folder: Path, overhead_mib: float | None, gen_px: int) -> dic
     if overhead_mib is not None:
         cmd += ["--runtime-overhead-mib", f"{overhead_mib:.2f}"]
     src = os.environ.get("REAL_SCALE_ESTIMATE_SRC")     # a frozen copy of the source tree (the tree here is shared)
-    r = subprocess.run(cmd, capture_output=True, text=True, env={**env(), **({"PYTHONPATH": src} if src else {})},
+    # the CLI's own parser and run(), the request given the photos' normalised sizes (EstimateRequest.photo_sizes:
+    # the stage holds every photo at its aspect ratio; the CLI has no flag for them and assumes squares)
+    photo_dir = folder.parent / "photos"
+    code = ("import argparse, json, sys\n"
+            "from compiler.commands import estimate as e\n"
+            "from ditskip_edge.memory_estimate.subject import photo_sizes_of\n"
+            "from ditskip_edge.models.loading import resolve_spec\n"
+            f"sizes = tuple(photo_sizes_of({str(photo_dir)!r}, resolve_spec({str(folder)!r}).data_px))\n"
+            "request = e.EstimateRequest\n"
+            "e.EstimateRequest = lambda **kw: request(**kw, photo_sizes=sizes)\n"
+            "p = argparse.ArgumentParser(); sub = p.add_subparsers()\n"
+            "e.register(sub, lambda q: q.add_argument('--json', action='store_true'))\n"
+            "print(json.dumps(e.run(p.parse_args(sys.argv[1:]))))")
+    run_cmd = [PY, "-c", code] + cmd[3:] if photo_dir.is_dir() else cmd
+    r = subprocess.run(run_cmd, capture_output=True, text=True, env={**env(), **({"PYTHONPATH": src} if src else {})},
                        cwd=src or ROOT)
     if r.returncode:
         return {"error": r.stderr[-1500:], "command": " ".join(cmd[1:])}
-    d = json.loads(r.stdout)
+    d = json.loads(r.stdout.strip().splitlines()[-1])
     g = d["generation"][str(gen_px)]
-    return {"command": "ditskip-edge " + " ".join(cmd[3:]).replace(str(folder), "FOLDER"),
+    photos_note = " (with the photos' normalised sizes of WORK/photos: EstimateRequest.photo_sizes)" \
+        if photo_dir.is_dir() else ""
+    return {"command": "ditskip-edge " + " ".join(cmd[3:]).replace(str(folder), "FOLDER") + photos_note,
             "source": source_tree(src),
             "train_bytes": d["memory"]["footprint_bytes"], "subject_bytes": d["subject_stage"]["footprint_bytes"],
             "generate_bytes": g["footprint_bytes"], "file_backed_bytes": d["memory"]["file_backed_bytes"],
@@ -245,9 +261,21 @@ def estimate(args, folder: Path, overhead_mib: float | None, gen_px: int) -> dic
             "tflops_per_sample": d.get("tflops_per_sample"), "plan": d["plan"], "summary": d["summary"],
             "subject_tflops_per_sample": d["subject_stage"].get("tflops_per_sample"),
             "subject_detail": {k: v for k, v in d["subject_stage"].items() if k.endswith("_bytes")},
+            "subject_encoder_program": subject_encoder_program(d["subject_stage"]),
             "train_detail": {k: v for k, v in d["memory"].items() if k.endswith("_bytes")},
             "generation_detail": {k: v for k, v in g.items() if k.endswith("_bytes") or k in ("image_tokens",
                                                                                               "cfg_branches")}}
+
+
+def subject_encoder_program(st: dict) -> dict:
+    """The subject stage's encode phase as the estimate counts it (memory_estimate/xnnpack_program.py): the whole
+    crop's XNNPACK encoder program, or the staged encoder's largest stage."""
+    prog = {k: v for k, v in (st.get("encoder_xnnpack_program") or {}).items() if k != "workspaces_bytes"}
+    stages = st.get("encode_stages")
+    if stages:
+        row = stages["stage_rows"][stages["largest_stage"]]
+        return {"staged": True, "largest_stage": row, "held_bytes": stages["held_bytes"]}
+    return {"staged": False, "whole_crop_program": prog, "encoder_weights_bytes": st.get("encoder_weights_bytes")}
 
 
 def source_tree(src: str | None) -> str:

@@ -44,9 +44,11 @@ def test_kl_encoder_program_holds_four_features_in_its_arena_and_two_workspaces_
     assert m["arena_bytes"] == 4 * T
     assert m["workspaces_bytes"][:3] == [T + 3 * px * px * 4, 2 * T, 3 * T]
     assert m["workspace_bytes"] == 3 * T and m["workspace_peak_bytes"] == 5 * T
-    # every 3x3 convolution keeps kh * kw pointers per output pixel; the peak holds the first three of them
-    assert m["indirection_bytes"] > 3 * 9 * px * px * 8
-    assert m["peak_bytes"] == 4 * T + 5 * T + 3 * 9 * px * px * 8
+    # every 3x3 convolution keeps kh * kw pointers per output pixel from its first run: the workspace's growth
+    # holds the first three, the program's end all of them beside the 3 T workspace
+    first_three = 3 * 9 * px * px * 8
+    assert m["indirection_bytes"] > first_three
+    assert m["peak_bytes"] == 4 * T + max(5 * T + first_three, 3 * T + m["indirection_bytes"])
 
 
 def test_kl_encoder_program_memory_scales_with_the_crop():
@@ -84,3 +86,24 @@ def test_subject_estimate_counts_the_packed_encoder_weights_and_grows_with_them(
     extra_weights = wide["encoder_weights_bytes"] - narrow["encoder_weights_bytes"]
     assert extra_weights > 0
     assert wide["phase_peaks_bytes"]["encode"] - narrow["phase_peaks_bytes"]["encode"] >= extra_weights
+
+
+def test_dcae_resblock_arena_is_executorchs_greedy_plan_five_buckets_for_four_live_features():
+    """DC-AE's ResBlock (SANA; its RMSNorm2d permutes to channels-last and back, copies in the program) has 4 feature
+    maps live at once, but ExecuTorch's greedy planner (largest first, latest-defined first among equals) puts them
+    in 5 buckets: the SANA-1600M bundle's stage-0 encode program plans 160 MiB for 4 x 32 MiB live (its manifest),
+    and the estimate counts the plan, not the live peak."""
+    from ditskip_edge.models.latents import encoder_stages
+    from ditskip_edge.models.specs import SANA_ARCH
+    config = dict(BUILTIN_SPECS["sana-tiny"].vae_config, encoder_block_types=["ResBlock"] * 6,
+                  encoder_layers_per_block=[2] * 6)
+    with torch.device("meta"):
+        vae = vae_class(SANA_ARCH).from_config(config).eval()
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        vae.to_empty(device="cpu")
+        stage = encoder_stages(SANA_ARCH, vae)[0]
+        x = torch.zeros(1, 3, 64, 64)
+        m = xnnpack_program_memory(lambda: stage(x), list(stage.parameters()), [x])
+    T = 8 * 64 * 64 * 4
+    assert m["arena_bytes"] == 5 * T
+    assert 4 * T <= m["arena_live_bytes"] < 4.5 * T

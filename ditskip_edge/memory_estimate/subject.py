@@ -283,8 +283,8 @@ def encode_stages_phase(cfg: StepConfig, tile_px: int | None, anonymous_weights:
     runtime/forward.py encode_shape does: per pixel tile shape, each stage's program on every tile of that shape
     before the next stage loads. Stage k's phase = its weights (anonymous_weights: XNNPACK's packed copy or resident
     weights; 0 for the portable encoder's mapped weights) + its traced forward peak on the largest tile (xnnpack:
-    its XNNPACK program's peak, xnnpack_program.py) + every tile of that shape's features in and out + what the
-    tiles hold beside (the crop, the latent tiles, x0: encode_tiles_phase). None without an encoder."""
+    its XNNPACK program's peak, xnnpack_program.py) + every tile of that shape's features in and out (+ the
+    runner's copy of one tile's output) + what the tiles hold beside (the crop, the latent tiles, x0: encode_tiles_phase). None without an encoder."""
     from ..models.latents import encode_tiling, encoder_stages
     from ..runtime.tiling import tile_shapes, tile_sizes
     enc_cfg = _encoder_config(cfg.spec)
@@ -316,8 +316,9 @@ def encode_stages_phase(cfg: StepConfig, tile_px: int | None, anonymous_weights:
                 peak, _, _ = _trace(lambda st=stage, xx=x: out.setdefault("y", st(xx)), weights + [x])
                 y = out["y"]
                 program = xnnpack_program_memory(lambda st=stage, xx=x: st(xx), weights, [x]) if xnnpack else None
-                # every tile of the shape: its input features and (as they are computed) its output features
-                feats = counts[hw] * (x.numel() + y.numel()) * 4
+                # every tile of the shape: its input features and (as they are computed) its output features, and
+                # the runner's copy of the program's output (ProgramRunner::run; heaptrack, SANA-1600M stage 0)
+                feats = counts[hw] * (x.numel() + y.numel()) * 4 + y.numel() * 4
                 r = rows[k]
                 r["forward_peak_bytes"] = max(r["forward_peak_bytes"], peak)
                 if program is not None:

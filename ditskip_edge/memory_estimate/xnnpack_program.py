@@ -13,8 +13,13 @@ and of the Python runtime on the same encoder at 64 px, benchmarks/results/real_
                      loads (xnn_create_convolution2d_nhwc_f32: fp32, channels padded to the kernel's tile): the
                      encoder's fp32 weights, mapped data file or not. Counted by the caller (its weights' bytes).
     arena            ExecuTorch's planned memory: the tensors OUTSIDE the delegates (the portable ops' outputs and
-                     the delegates' outputs, graph lifetimes). FLUX's ResnetBlock2D at 256 px: the residual, the
-                     group norm's output, the sigmoid's, the delegate's output at once: 4 x 32 MiB (128 MiB planned).
+                     the delegates' outputs, graph lifetimes), placed as ExecuTorch's greedy planner places them
+                     (exir/memory_planning.py greedy / pick_shared_obj: largest first, equal sizes latest-defined
+                     first, each into the first bucket none of whose tensors' lifetimes overlaps, else at the top of
+                     the overlapping ones, else a new bucket; the arena is the buckets' sum, allocated when the
+                     method loads). FLUX's ResnetBlock2D at 256 px: the residual, the group norm's output, the
+                     sigmoid's, the delegate's output at once: 4 x 32 MiB (128 MiB planned); DC-AE's ResBlock
+                     (SANA): 4 live at once, 5 buckets (160 MiB planned, the bundle's manifest).
     workspace        one XNNPACK workspace shared by every delegate (ExecuTorch's XNNWorkspaceManager, global), as
                      large as the largest delegate's internal values need: XNNPACK runs a convolution in NHWC, so a
                      delegate copies an NCHW input of a convolution to NHWC, writes the convolution's output in NHWC,
@@ -28,7 +33,7 @@ and of the Python runtime on the same encoder at 64 px, benchmarks/results/real_
                      pointers per output pixel (xnn_reshape_convolution2d_nhwc_f32; 4.5 MiB per 3 x 3 convolution
                      at 256 x 256).
 
-    program peak = max over the program's steps of (arena live + workspace (with its growth transient) + the
+    program peak = the arena + max over the program's steps of (workspace (with its growth transient) + the
                    indirection buffers so far); the packed weights beside it.
 """
 
@@ -49,6 +54,7 @@ XNNPACK_OPS = {_aten.convolution.default, _aten.addmm.default, _aten.mm.default,
                _aten.clamp.default, _aten.hardtanh.default, _aten.maximum.default, _aten.minimum.default,
                _aten.abs.default, _aten.neg.default, _aten.permute.default}
 ELEMENTWISE = {_aten.add.Tensor, _aten.sub.Tensor, _aten.mul.Tensor, _aten.maximum.default, _aten.minimum.default}
+_PERMUTES = {_aten.permute.default, _aten.transpose.int}
 _METADATA = {_aten.sym_size.int, _aten.sym_numel.default, _aten.sym_stride.int, _aten.sym_storage_offset.default}
 
 
@@ -62,23 +68,42 @@ def _nbytes(t: torch.Tensor) -> int:
 
 class ProgramOps(TorchDispatchMode):
     """The ops of fn() as the program runs them: (xnnpack?, op, input keys, [(output key, bytes)], conv info).
-    SiLU is recorded as the program has it: a portable sigmoid, then a delegated mul."""
+    SiLU is recorded as the program has it: a portable sigmoid, then a delegated mul. A permute or transpose of an
+    activation is a view in eager torch and a copy in the program (permute_copy, delegated: DC-AE's RMSNorm2d
+    permutes its input to channels-last and back)."""
 
-    def __init__(self):
+    def __init__(self, preexisting: set[int] | None = None):
         super().__init__()
         self.ops: list[dict] = []
         self._keep: list = []            # the traced tensors stay referenced: their storage keys stay unique
         self._virtual = 0
+        self._copies: dict[int, int] = {}     # id(a permuted view) -> the key of the program's copy
+        self._pre = set(preexisting or ())
+
+    def _in_key(self, t: torch.Tensor) -> int:
+        return self._copies.get(id(t), _key(t))
 
     def _record(self, xnn, func, inputs, outputs, **extra):
         self.ops.append({"xnnpack": xnn, "op": func, "inputs": inputs, "outputs": outputs, **extra})
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
+        if func in _PERMUTES and isinstance(out, torch.Tensor) and _key(args[0]) not in self._pre \
+                and out.dim() > 1 and out.shape != args[0].shape:
+            self._keep.append(out)
+            self._virtual -= 1
+            self._copies[id(out)] = self._virtual
+            self._record(True, func, [self._in_key(args[0])], [(self._virtual, out.numel() * out.element_size())],
+                         conv=None)
+            return out
         if func.is_view or func in _METADATA or func.namespace != "aten":
+            if func.is_view and isinstance(out, torch.Tensor) and isinstance(args[0], torch.Tensor) \
+                    and id(args[0]) in self._copies:
+                self._keep.append(out)             # a view of the program's copy reads the copy
+                self._copies[id(out)] = self._copies[id(args[0])]
             return out
         self._keep.append(out)
-        ins = [_key(t) for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        ins = [self._in_key(t) for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
         outs = [(_key(t), _nbytes(t)) for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
         if func is _aten.silu.default:
             self._virtual -= 1
@@ -89,10 +114,39 @@ class ProgramOps(TorchDispatchMode):
         if func is _aten.convolution.default:
             kh, kw = args[1].shape[2:] if args[1].dim() == 4 else (1, 1)
             oh, ow = (out.shape[2:] if out.dim() == 4 else (1, 1))
-            conv = {"kernel": (int(kh), int(kw)), "out_pixels": int(oh) * int(ow), "input": ins[0]}
+            conv = {"kernel": (int(kh), int(kw)), "out_pixels": int(oh) * int(ow), "input": self._in_key(args[0])}
         self._record(func in XNNPACK_OPS, func, ins, outs, conv=conv,
-                     four_d=[_key(t) for t in tree_flatten(args)[0] if isinstance(t, torch.Tensor) and t.dim() == 4])
+                     four_d=[self._in_key(t) for t in tree_flatten(args)[0]
+                             if isinstance(t, torch.Tensor) and t.dim() == 4])
         return out
+
+
+def greedy_arena_bytes(specs: list[tuple[int, int, int]]) -> int:
+    """ExecuTorch's greedy memory plan of (first step, last step, bytes) tensors, in definition order: the sum of its
+    buckets (exir/memory_planning.py greedy with allow_overlapping_allocations, ExecuTorch 1.5.1)."""
+    order = sorted(range(len(specs)), key=lambda i: (-specs[i][2], -i))
+    buckets: list[dict] = []                           # {"size", "allocs": [(offset, first, last, bytes)]}
+
+    def overlaps(a, first, last):
+        return not (last < a[1] or first > a[2])
+    for i in order:
+        first, last, n = specs[i]
+        placed = False
+        for b in buckets:
+            if not any(overlaps(a, first, last) for a in b["allocs"]):
+                b["allocs"].append((0, first, last, n))
+                placed = True
+                break
+        if not placed:
+            for b in buckets:
+                top = max((a[0] + a[3] for a in b["allocs"] if overlaps(a, first, last)), default=0)
+                if top > 0 and top + n <= b["size"]:
+                    b["allocs"].append((top, first, last, n))
+                    placed = True
+                    break
+        if not placed:
+            buckets.append({"size": n, "allocs": [(0, first, last, n)]})
+    return sum(b["size"] for b in buckets)
 
 
 def _delegates(ops: list[dict]) -> list[list[int]]:
@@ -167,7 +221,7 @@ def xnnpack_program_memory(fn, preexisting: list[torch.Tensor], inputs: list[tor
     """Trace fn() (fake tensors) and predict its XNNPACK inference program's memory (module docstring), bytes:
     arena_bytes, workspace_bytes (the largest delegate's), workspace_peak_bytes (with the growth transient),
     indirection_bytes (all convolutions), peak_bytes (the program's, packed weights excluded), delegates."""
-    rec = ProgramOps()
+    rec = ProgramOps({_key(t) for t in preexisting})
     with torch.no_grad(), rec:
         result = fn()
     ops = rec.ops
@@ -201,10 +255,12 @@ def xnnpack_program_memory(fn, preexisting: list[torch.Tensor], inputs: list[tor
         internal |= inside - read_after
         delegate_rows.append({"step": s, "ops": len(r), "read_after": read_after, "members": r})
     delta = [0] * (steps + 2)
+    specs: list[tuple[int, int, int]] = []             # (first step, last step, bytes) in definition order
     for t in inputs:
         k = _key(t)
         delta[0] += _nbytes(t)
         delta[last_step.get(k, 0) + 1] -= _nbytes(t)
+        specs.append((0, last_step.get(k, 0), _nbytes(t)))
     for i, o in enumerate(ops):
         for k, b in o["outputs"]:
             if k in internal or k in pre:
@@ -212,6 +268,8 @@ def xnnpack_program_memory(fn, preexisting: list[torch.Tensor], inputs: list[tor
             end = steps if k in final else max(last_step.get(k, step_of[i]), step_of[i])
             delta[step_of[i]] += b
             delta[end + 1] -= b
+            specs.append((step_of[i], end, b))
+    arena = greedy_arena_bytes(specs)
     arena_live, live = [], 0
     for s in range(steps + 1):
         live += delta[s]
@@ -236,7 +294,8 @@ def xnnpack_program_memory(fn, preexisting: list[torch.Tensor], inputs: list[tor
             ws_max = need
         ws_peak = max(ws_peak, held)
         extra[s] = held + indirection
-        largest = max(largest, arena_live[s] + extra[s])
-    return {"arena_bytes": max(arena_live), "workspace_bytes": ws_max, "workspace_peak_bytes": ws_peak,
+        largest = max(largest, arena + extra[s])
+    return {"arena_bytes": arena, "arena_live_bytes": max(arena_live), "workspace_bytes": ws_max,
+            "workspace_peak_bytes": ws_peak,
             "indirection_bytes": indirection, "peak_bytes": largest, "delegates": len(runs),
             "workspaces_bytes": [ws_at[d["step"]] for d in delegate_rows]}
