@@ -52,6 +52,8 @@ meta device for the trace; built-in tiny models use their own.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils.flop_counter import FlopCounterMode
@@ -62,7 +64,7 @@ from ..models.views import _blocks_of, make_view
 from ..runtime.cache_format import CacheCodec, entry_layout
 from .program import StepConfig, _inputs, _materialize, quantize_direct_layers
 from .tracker import StepMemoryTracker, storage_keys
-from .xnnpack_program import xnnpack_program_memory
+from .xnnpack_program import ProgramOps, program_memory_of
 
 # The real-size models' autoencoders as published with their diffusers checkpoints (vae/config.json; no weights
 # here): FLUX.1-dev's AutoencoderKL (decoder 49.5M parameters) and SANA's DC-AE f32c32 (decoder 159M parameters).
@@ -107,14 +109,14 @@ def _frozen_bytes(module) -> int:
     return _nbytes([p for _, p in module.named_parameters()] + [b for _, b in module.named_buffers()])
 
 
-def _trace(fn, preexisting, program: bool = False) -> tuple[int, int, int]:
+def _trace(fn, preexisting, program: bool = False, beside=None) -> tuple[int, int, int]:
     """(transient peak bytes, FLOPs, XNNPACK workspace bytes) of fn() under no_grad. program: as the exported
     XNNPACK program runs it (the tracker's weight_transposes "xnnpack": the codes' copies, the workspace; graph
-    lifetimes, tracker.graph_peak_bytes)."""
+    lifetimes, tracker.graph_peak_bytes). beside: another dispatch mode that sees the same ops (one trace)."""
     tracker = StepMemoryTracker(storage_keys(preexisting), weight_transposes="xnnpack" if program else None)
     flops = FlopCounterMode(display=False)
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    with torch.no_grad(), sdpa_kernel([SDPBackend.MATH]), flops, tracker:
+    with torch.no_grad(), sdpa_kernel([SDPBackend.MATH]), flops, tracker, (beside or contextlib.nullcontext()):
         fn()
     peak = tracker.graph_peak_bytes() if program else tracker.peak_bytes
     return peak, int(flops.get_total_flops()), tracker.workspace_bytes
@@ -221,8 +223,9 @@ def _trace_encoder(spec, height_px: int, width_px: int | None = None) -> tuple[i
         patch = torch.zeros(1, 3, height_px, width_px)
         w = _frozen_bytes(enc)
         weights = list(enc.parameters()) + list(enc.buffers())
-        peak, flops, _ = _trace(lambda: enc(patch), weights + [patch])
-        program = xnnpack_program_memory(lambda: enc(patch), weights, [patch])
+        rec, out = ProgramOps(weights), {}
+        peak, flops, _ = _trace(lambda: out.setdefault("y", enc(patch)), weights + [patch], beside=rec)
+        program = program_memory_of(rec, weights, [patch], out["y"])
     return w, peak, flops, program
 
 
@@ -313,9 +316,10 @@ def encode_stages_phase(cfg: StepConfig, tile_px: int | None, anonymous_weights:
             for k, stage in enumerate(stages):
                 out = {}
                 weights = list(stage.parameters()) + list(stage.buffers())
-                peak, _, _ = _trace(lambda st=stage, xx=x: out.setdefault("y", st(xx)), weights + [x])
+                rec = ProgramOps(weights) if xnnpack else None
+                peak, _, _ = _trace(lambda st=stage, xx=x: out.setdefault("y", st(xx)), weights + [x], beside=rec)
                 y = out["y"]
-                program = xnnpack_program_memory(lambda st=stage, xx=x: st(xx), weights, [x]) if xnnpack else None
+                program = program_memory_of(rec, weights, [x], y) if xnnpack else None
                 # every tile of the shape: its input features and (as they are computed) its output features, and
                 # the runner's copy of the program's output (ProgramRunner::run; heaptrack, SANA-1600M stage 0)
                 feats = counts[hw] * (x.numel() + y.numel()) * 4 + y.numel() * 4

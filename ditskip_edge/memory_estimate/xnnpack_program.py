@@ -39,6 +39,8 @@ and of the Python runtime on the same encoder at 64 px, benchmarks/results/real_
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
@@ -58,10 +60,6 @@ _PERMUTES = {_aten.permute.default, _aten.transpose.int}
 _METADATA = {_aten.sym_size.int, _aten.sym_numel.default, _aten.sym_stride.int, _aten.sym_storage_offset.default}
 
 
-def _key(t: torch.Tensor) -> int:
-    return t.untyped_storage()._cdata
-
-
 def _nbytes(t: torch.Tensor) -> int:
     return t.untyped_storage().nbytes()
 
@@ -72,43 +70,59 @@ class ProgramOps(TorchDispatchMode):
     activation is a view in eager torch and a copy in the program (permute_copy, delegated: DC-AE's RMSNorm2d
     permutes its input to channels-last and back)."""
 
-    def __init__(self, preexisting: set[int] | None = None):
+    def __init__(self, preexisting: list[torch.Tensor] = ()):
         super().__init__()
         self.ops: list[dict] = []
-        self._keep: list = []            # the traced tensors stay referenced: their storage keys stay unique
-        self._virtual = 0
-        self._copies: dict[int, int] = {}     # id(a permuted view) -> the key of the program's copy
-        self._pre = set(preexisting or ())
+        self._uid: dict[int, int] = {}        # a live storage -> its key (a storage freed and reused gets a new one)
+        self._next = 0
+        self._copies: dict[int, int] = {}     # id(a permuted view, alive) -> the key of the program's copy
+        self._pre = {self.key(t) for t in preexisting}
+
+    def key(self, t: torch.Tensor) -> int:
+        """The tensor's storage as a key unique over the trace (nothing is kept alive: the eager trace beside this
+        one frees what torch frees)."""
+        st = t.untyped_storage()
+        k = st._cdata
+        if k not in self._uid:
+            self._next += 1
+            self._uid[k] = self._next
+            weakref.finalize(st, self._uid.pop, k, None)
+        return self._uid[k]
+
+    def _alias(self, view: torch.Tensor, key: int) -> None:
+        self._copies[id(view)] = key
+        weakref.finalize(view, self._copies.pop, id(view), None)
 
     def _in_key(self, t: torch.Tensor) -> int:
-        return self._copies.get(id(t), _key(t))
+        return self._copies.get(id(t)) or self.key(t)
+
+    def _virtual_key(self) -> int:
+        """A tensor the program has and eager torch does not (a permute's copy, SiLU's sigmoid)."""
+        self._next += 1
+        return self._next
 
     def _record(self, xnn, func, inputs, outputs, **extra):
         self.ops.append({"xnnpack": xnn, "op": func, "inputs": inputs, "outputs": outputs, **extra})
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        if func in _PERMUTES and isinstance(out, torch.Tensor) and _key(args[0]) not in self._pre \
+        if func in _PERMUTES and isinstance(out, torch.Tensor) and self.key(args[0]) not in self._pre \
                 and out.dim() > 1 and out.shape != args[0].shape:
-            self._keep.append(out)
-            self._virtual -= 1
-            self._copies[id(out)] = self._virtual
-            self._record(True, func, [self._in_key(args[0])], [(self._virtual, out.numel() * out.element_size())],
-                         conv=None)
+            copy = self._virtual_key()
+            self._alias(out, copy)
+            self._record(True, func, [self._in_key(args[0])], [(copy, out.numel() * out.element_size())], conv=None)
             return out
         if func.is_view or func in _METADATA or func.namespace != "aten":
             if func.is_view and isinstance(out, torch.Tensor) and isinstance(args[0], torch.Tensor) \
                     and id(args[0]) in self._copies:
-                self._keep.append(out)             # a view of the program's copy reads the copy
-                self._copies[id(out)] = self._copies[id(args[0])]
+                self._alias(out, self._copies[id(args[0])])      # a view of the program's copy reads the copy
             return out
-        self._keep.append(out)
         ins = [self._in_key(t) for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
-        outs = [(_key(t), _nbytes(t)) for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+        outs = [(self.key(t), _nbytes(t)) for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
         if func is _aten.silu.default:
-            self._virtual -= 1
-            self._record(False, _aten.sigmoid.default, ins, [(self._virtual, outs[0][1])])
-            self._record(True, _aten.mul.Tensor, ins + [self._virtual], outs, conv=None)
+            sig = self._virtual_key()
+            self._record(False, _aten.sigmoid.default, ins, [(sig, outs[0][1])])
+            self._record(True, _aten.mul.Tensor, ins + [sig], outs, conv=None)
             return out
         conv = None
         if func is _aten.convolution.default:
@@ -221,14 +235,19 @@ def xnnpack_program_memory(fn, preexisting: list[torch.Tensor], inputs: list[tor
     """Trace fn() (fake tensors) and predict its XNNPACK inference program's memory (module docstring), bytes:
     arena_bytes, workspace_bytes (the largest delegate's), workspace_peak_bytes (with the growth transient),
     indirection_bytes (all convolutions), peak_bytes (the program's, packed weights excluded), delegates."""
-    rec = ProgramOps({_key(t) for t in preexisting})
+    rec = ProgramOps(preexisting)
     with torch.no_grad(), rec:
         result = fn()
+    return program_memory_of(rec, preexisting, inputs, result)
+
+
+def program_memory_of(rec: ProgramOps, preexisting: list[torch.Tensor], inputs: list[torch.Tensor], result) -> dict:
+    """xnnpack_program_memory of ops already recorded (`rec` entered around fn() beside another trace of it)."""
     ops = rec.ops
-    pre = {_key(t) for t in preexisting}
+    pre = {rec.key(t) for t in preexisting}
     sizes = {k: b for o in ops for k, b in o["outputs"]}
-    sizes.update({_key(t): _nbytes(t) for t in list(inputs) + list(preexisting)})
-    final = {_key(t) for t in tree_flatten(result)[0] if isinstance(t, torch.Tensor)}
+    sizes.update({rec.key(t): _nbytes(t) for t in list(inputs) + list(preexisting)})
+    final = {rec.key(t) for t in tree_flatten(result)[0] if isinstance(t, torch.Tensor)}
     runs = _delegates(ops)
     step_of = {}                                        # op index -> program step (a delegate is one step)
     step = 0
@@ -257,7 +276,7 @@ def xnnpack_program_memory(fn, preexisting: list[torch.Tensor], inputs: list[tor
     delta = [0] * (steps + 2)
     specs: list[tuple[int, int, int]] = []             # (first step, last step, bytes) in definition order
     for t in inputs:
-        k = _key(t)
+        k = rec.key(t)
         delta[0] += _nbytes(t)
         delta[last_step.get(k, 0) + 1] -= _nbytes(t)
         specs.append((0, last_step.get(k, 0), _nbytes(t)))
