@@ -619,7 +619,8 @@ NOTES = [
     "tensors' lifetimes); nothing fitted. Where else XNNPACK packs constant weights: nowhere (the embed / block / "
     "training / generation programs dequantize mapped codes at run time, the decoder is portable), so the term is "
     "the encoder's. The 288M / 261M layouts' subject-stage estimates are unchanged to the byte (their encode phase, "
-    "7.98 / 28.99 MiB with the new term, stays below the block phase 37.9 / 39.9 MiB): native_stages_estimate.md's "
+    "8.18 / 34.73 MiB with the new term, stays below the block phase 37.9 / 39.9 MiB; recomputed 13:32 UTC with "
+    "native_stages.estimate on /work/native_stages' layout folders): native_stages_estimate.md's "
     "1.03x / 1.04x stand without a re-measurement. The remaining FLUX training gap (1.05x, 29 MiB) is inside 10% and "
     "was not traced further.",
     "Generation: the decoder runs on the portable kernels (its weights are program inputs; XNNPACK's convolution "
