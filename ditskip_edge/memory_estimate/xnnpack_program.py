@@ -192,23 +192,21 @@ def _delegate_workspace(ops: list[dict], members: list[int], read_after: set[int
         nodes.append(([k], [(c, sizes.get(k, 0))]))
         return c
 
-    remap: dict[int, object] = {}
     for i in members:
         o = ops[i]
-        reads = [remap.get(k, k) for k in o["inputs"]]
+        reads = list(o["inputs"])
         if o["conv"] is not None:
             x = o["conv"]["input"]
-            src = remap.get(x, x)
-            if src not in nhwc:
-                c = to_nhwc(src)
-                reads = [c if r == src else r for r in reads]
+            if x not in nhwc:
+                c = to_nhwc(x)
+                reads = [c if r == x else r for r in reads]
             nodes.append((reads, o["outputs"]))
             for k, _ in o["outputs"]:
                 nhwc.add(k)
             continue
         layout_nhwc = any(r in nhwc for r in reads)
         if layout_nhwc and o["op"] in ELEMENTWISE:
-            four = {remap.get(k, k) for k in o.get("four_d", [])}
+            four = set(o.get("four_d", []))
             reads = [to_nhwc(r) if (r in four and r not in nhwc) else r for r in reads]
         nodes.append((reads, o["outputs"]))
         if layout_nhwc:
