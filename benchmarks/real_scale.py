@@ -621,8 +621,12 @@ NOTES = [
     "the encoder's. The 288M / 261M layouts' subject-stage estimates are unchanged to the byte (their encode phase, "
     "8.18 / 34.73 MiB with the new term, stays below the block phase 37.9 / 39.9 MiB; recomputed 13:32 UTC with "
     "native_stages.estimate on /work/native_stages' layout folders): native_stages_estimate.md's "
-    "1.03x / 1.04x stand without a re-measurement. The remaining FLUX training gap (1.05x, 29 MiB) is inside 10% and "
-    "was not traced further.",
+    "1.03x / 1.04x stand without a re-measurement. The remaining FLUX training gap (1.05x, 29 MiB) is inside 10%; heaptrack "
+    "of `ditskip-run train` on the recompiled bundle (real_scale_heap_flux_train.json) splits it: the planned arena "
+    "443.7 MiB against the estimate's arena + planned inputs 471.2 (over by 27.5), XNNPACK's shared workspace 126.1 "
+    "MiB at the heap peak against 54.0 (under by 72): the workspace grows 8, 9, 9.07, 45, 63.01, 63.07 MiB and the "
+    "last growth holds 63.01 + 63.07 at once, the same growth transient as the encoder's; the training estimate "
+    "(tracker.py: the largest packed operand, no transient) is not changed on this branch.",
     "Generation: the decoder runs on the portable kernels (its weights are program inputs; XNNPACK's convolution "
     "packs only constant weights), and at real size it dominates a picture: FLUX real width, 2 sampler steps at 256 "
     "px took 62 s wall each, the AutoencoderKL decode of the one 32 x 32 latent 3,916 s wall (the whole process 1,782 "
