@@ -13,7 +13,12 @@ tensors like the training step (tracker.py), forward only (no autograd), math at
         + max over the phases of one sample:
             encode  the encoder's weights as XNNPACK holds them (it packs a convolution's weights into its own
                     anonymous memory, mapped data file or not: measured, benchmarks/results/encode_tiles.md; with the
-                    portable encoder mapped weights stay file-backed) + the encoder forward's transient peak (on
+                    portable encoder mapped weights stay file-backed) + the encoder program's peak: the XNNPACK
+                    program's planned arena (the tensors between its delegates) + XNNPACK's shared workspace (the
+                    largest delegate's NHWC values, the old and the grown one at once) + the convolutions'
+                    indirection buffers (xnnpack_program.py; FLUX real width at 256 px: 128 + 160 + 13.5 MiB beside
+                    126 MiB of packed weights, benchmarks/results/real_scale.md); the portable encoder: the encoder
+                    forward's transient peak (on
                     tiles, compile --encode-tile-px: the largest tile's, plus the crop and the latent tiles held for
                     blending; encode_tiles_phase); the encode program is dropped after x0 (runtime/forward.py);
                     staged (compile --encode-stages): the largest over the encoder's stages of that stage's weights +
@@ -47,6 +52,8 @@ meta device for the trace; built-in tiny models use their own.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils.flop_counter import FlopCounterMode
@@ -57,6 +64,7 @@ from ..models.views import _blocks_of, make_view
 from ..runtime.cache_format import CacheCodec, entry_layout
 from .program import StepConfig, _inputs, _materialize, quantize_direct_layers
 from .tracker import StepMemoryTracker, storage_keys
+from .xnnpack_program import ProgramOps, program_memory_of
 
 # The real-size models' autoencoders as published with their diffusers checkpoints (vae/config.json; no weights
 # here): FLUX.1-dev's AutoencoderKL (decoder 49.5M parameters) and SANA's DC-AE f32c32 (decoder 159M parameters).
@@ -101,14 +109,14 @@ def _frozen_bytes(module) -> int:
     return _nbytes([p for _, p in module.named_parameters()] + [b for _, b in module.named_buffers()])
 
 
-def _trace(fn, preexisting, program: bool = False) -> tuple[int, int, int]:
+def _trace(fn, preexisting, program: bool = False, beside=None) -> tuple[int, int, int]:
     """(transient peak bytes, FLOPs, XNNPACK workspace bytes) of fn() under no_grad. program: as the exported
     XNNPACK program runs it (the tracker's weight_transposes "xnnpack": the codes' copies, the workspace; graph
-    lifetimes, tracker.graph_peak_bytes)."""
+    lifetimes, tracker.graph_peak_bytes). beside: another dispatch mode that sees the same ops (one trace)."""
     tracker = StepMemoryTracker(storage_keys(preexisting), weight_transposes="xnnpack" if program else None)
     flops = FlopCounterMode(display=False)
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    with torch.no_grad(), sdpa_kernel([SDPBackend.MATH]), flops, tracker:
+    with torch.no_grad(), sdpa_kernel([SDPBackend.MATH]), flops, tracker, (beside or contextlib.nullcontext()):
         fn()
     peak = tracker.graph_peak_bytes() if program else tracker.peak_bytes
     return peak, int(flops.get_total_flops()), tracker.workspace_bytes
@@ -176,7 +184,7 @@ def trace_subject_stage(cfg: StepConfig, forward_precision: str | None = None,
             block_flops += flops * len(ids)
             block_weights_max = max(block_weights_max, w)
             block_phase_max = max(block_phase_max, peak + held, w + peak + held)
-    enc_weights, enc_peak, enc_flops = _trace_encoder(spec, cfg.resolution_px)
+    enc_weights, enc_peak, enc_flops, enc_program = _trace_encoder(spec, cfg.resolution_px)
     sizes = list(photo_sizes) or [(spec.data_px, spec.data_px)] * photos
     photo_bytes = sum(3 * h * w * 4 for h, w in sizes)
     text_bytes = _nbytes(cond.values())
@@ -185,6 +193,7 @@ def trace_subject_stage(cfg: StepConfig, forward_precision: str | None = None,
                embed_program_inputs_bytes=embed_inputs, embed_xnnpack_workspace_bytes=embed_workspace,
                photos=len(sizes),
                encoder_weights_bytes=enc_weights, encoder_forward_peak_bytes=enc_peak,
+               encoder_xnnpack_program=enc_program,
                streams_bytes=stream_bytes, context_bytes=ctx_bytes, residuals_bytes=residual_bytes,
                photo_bytes=photo_bytes, text_conditioning_bytes=text_bytes,
                forward_flops_per_sample=enc_flops + embed_flops + block_flops, encoder_flops_per_sample=enc_flops)
@@ -196,13 +205,15 @@ def trace_subject_stage(cfg: StepConfig, forward_precision: str | None = None,
     return out
 
 
-def _trace_encoder(spec, height_px: int, width_px: int | None = None) -> tuple[int, int, int]:
-    """(frozen weights bytes, forward transient peak, FLOPs) of the autoencoder's encoder on one crop of height_px x
-    width_px (square without width_px)."""
+def _trace_encoder(spec, height_px: int, width_px: int | None = None) -> tuple[int, int, int, dict]:
+    """(frozen weights bytes, forward transient peak, FLOPs, its XNNPACK program's memory: xnnpack_program.py) of
+    the autoencoder's encoder on one crop of height_px x width_px (square without width_px)."""
     width_px = width_px or height_px
     cfg = _encoder_config(spec)
     if cfg is None:                   # pixel space: a weightless space-to-depth
-        return 0, 3 * height_px * width_px * 4, 0
+        n = 3 * height_px * width_px * 4
+        return 0, n, 0, {"arena_bytes": n, "workspace_bytes": 0, "workspace_peak_bytes": 0, "indirection_bytes": 0,
+                         "peak_bytes": n, "delegates": 0, "workspaces_bytes": []}
     with torch.device("meta"):
         vae = vae_class(spec.arch).from_config(cfg).eval()
     enc = vae.encoder
@@ -211,8 +222,11 @@ def _trace_encoder(spec, height_px: int, width_px: int | None = None) -> tuple[i
         enc.to_empty(device="cpu")
         patch = torch.zeros(1, 3, height_px, width_px)
         w = _frozen_bytes(enc)
-        peak, flops, _ = _trace(lambda: enc(patch), list(enc.parameters()) + list(enc.buffers()) + [patch])
-    return w, peak, flops
+        weights = list(enc.parameters()) + list(enc.buffers())
+        rec, out = ProgramOps(weights), {}
+        peak, flops, _ = _trace(lambda: out.setdefault("y", enc(patch)), weights + [patch], beside=rec)
+        program = program_memory_of(rec, weights, [patch], out["y"])
+    return w, peak, flops, program
 
 
 def photo_sizes_of(folder, data_px: int) -> list[tuple[int, int]]:
@@ -240,8 +254,9 @@ SUGGESTED_TILE_PX = 256          # the tile the estimate suggests when the encod
 def encode_tiles_phase(cfg: StepConfig, tile_px: int) -> dict | None:
     """The encoder on pixel tiles (compile --encode-tile-px; runtime/tiling.py encode_tiled as the device runs it):
     the encode phase = the largest tile's traced encoder peak + what is held beside it: the s_min crop, every tile's
-    latent (the device runs all tiles of one shape in a row, then blends, as diffusers does) and x0. None when the crop
-    is one tile or there is no encoder."""
+    latent (the device runs all tiles of one shape in a row, then blends, as diffusers does) and x0 (`phase_bytes`;
+    the XNNPACK encoder: the largest tile's program peak in its place, `xnnpack_phase_bytes`). None when the crop is
+    one tile or there is no encoder."""
     from ..models.latents import encode_tiling
     tiling = encode_tiling(cfg.spec, cfg.resolution_px, tile_px)
     if not tiling["tiled"] or _encoder_config(cfg.spec) is None:
@@ -251,25 +266,28 @@ def encode_tiles_phase(cfg: StepConfig, tile_px: int) -> dict | None:
     channels = int(_encoder_config(cfg.spec).get("latent_channels", 0))
     sizes = tile_sizes(s, tiling["tile_px"], tiling["stride_px"])
     shapes = tile_shapes((s, s), tiling["tile_px"], tiling["stride_px"])
-    tile_peak, flops = 0, 0
+    tile_peak, program_peak, flops = 0, 0, 0
     for th, tw in shapes:
-        _, peak, f_tile = _trace_encoder(cfg.spec, th, tw)
+        _, peak, f_tile, program = _trace_encoder(cfg.spec, th, tw)
         tile_peak = max(tile_peak, peak)
+        program_peak = max(program_peak, program["peak_bytes"])
         flops += f_tile * sum(1 for a in sizes for b in sizes if (a, b) == (th, tw))
     tiles_latent = sum(channels * (th // f) * (tw // f) * 4 for th in sizes for tw in sizes)
     held = 3 * s * s * 4 + tiles_latent + channels * (s // f) ** 2 * 4
     return {**tiling, "tile_shapes": [list(t) for t in shapes],
             "tiles": len(sizes) ** 2, "encoder_tile_peak_bytes": tile_peak, "held_bytes": held,
-            "phase_bytes": tile_peak + held, "encoder_flops_per_sample": flops}
+            "phase_bytes": tile_peak + held, "encoder_tile_xnnpack_program_peak_bytes": program_peak,
+            "xnnpack_phase_bytes": program_peak + held, "encoder_flops_per_sample": flops}
 
 
-def encode_stages_phase(cfg: StepConfig, tile_px: int | None, anonymous_weights: bool) -> dict | None:
+def encode_stages_phase(cfg: StepConfig, tile_px: int | None, anonymous_weights: bool,
+                        xnnpack: bool = False) -> dict | None:
     """The encoder as one program per stage (compile --encode-stages; models/latents.py encoder_stages), run as
     runtime/forward.py encode_shape does: per pixel tile shape, each stage's program on every tile of that shape
     before the next stage loads. Stage k's phase = its weights (anonymous_weights: XNNPACK's packed copy or resident
-    weights; 0 for the portable encoder's mapped weights) + its traced forward peak on the largest tile + every tile
-    of that shape's features in and out + what the tiles hold beside (the crop, the latent tiles, x0:
-    encode_tiles_phase). None without an encoder."""
+    weights; 0 for the portable encoder's mapped weights) + its traced forward peak on the largest tile (xnnpack:
+    its XNNPACK program's peak, xnnpack_program.py) + every tile of that shape's features in and out (+ the
+    runner's copy of one tile's output) + what the tiles hold beside (the crop, the latent tiles, x0: encode_tiles_phase). None without an encoder."""
     from ..models.latents import encode_tiling, encoder_stages
     from ..runtime.tiling import tile_shapes, tile_sizes
     enc_cfg = _encoder_config(cfg.spec)
@@ -291,22 +309,29 @@ def encode_stages_phase(cfg: StepConfig, tile_px: int | None, anonymous_weights:
         stages = encoder_stages(cfg.spec.arch, vae)
         for k, stage in enumerate(stages):
             w = _frozen_bytes(stage)
-            rows.append({"stage": k, "weights_bytes": w, "forward_peak_bytes": 0, "features_held_bytes": 0})
+            rows.append({"stage": k, "weights_bytes": w, "forward_peak_bytes": 0, "xnnpack_program_peak_bytes": 0,
+                         "features_held_bytes": 0})
         for hw in shapes:
             x = torch.zeros(1, 3, *hw)
             for k, stage in enumerate(stages):
                 out = {}
-                peak, _, _ = _trace(lambda st=stage, xx=x: out.setdefault("y", st(xx)),
-                                 list(stage.parameters()) + list(stage.buffers()) + [x])
+                weights = list(stage.parameters()) + list(stage.buffers())
+                rec = ProgramOps(weights) if xnnpack else None
+                peak, _, _ = _trace(lambda st=stage, xx=x: out.setdefault("y", st(xx)), weights + [x], beside=rec)
                 y = out["y"]
-                # every tile of the shape: its input features and (as they are computed) its output features
-                feats = counts[hw] * (x.numel() + y.numel()) * 4
+                program = program_memory_of(rec, weights, [x], y) if xnnpack else None
+                # every tile of the shape: its input features and (as they are computed) its output features, and
+                # the runner's copy of the program's output (ProgramRunner::run; heaptrack, SANA-1600M stage 0)
+                feats = counts[hw] * (x.numel() + y.numel()) * 4 + y.numel() * 4
                 r = rows[k]
                 r["forward_peak_bytes"] = max(r["forward_peak_bytes"], peak)
+                if program is not None:
+                    r["xnnpack_program_peak_bytes"] = max(r["xnnpack_program_peak_bytes"], program["peak_bytes"])
                 r["features_held_bytes"] = max(r["features_held_bytes"], feats)
                 x = y
     for r in rows:
-        r["phase_bytes"] = ((r["weights_bytes"] if anonymous_weights else 0) + r["forward_peak_bytes"]
+        r["phase_bytes"] = ((r["weights_bytes"] if anonymous_weights else 0)
+                            + r["xnnpack_program_peak_bytes" if xnnpack else "forward_peak_bytes"]
                             + r["features_held_bytes"] + held)
     largest = max(rows, key=lambda r: r["phase_bytes"])
     return {**tiling, "stages": len(rows), "stage_rows": rows, "held_bytes": held,
@@ -327,7 +352,7 @@ def subject_stage_estimate(cfg: StepConfig, train_memory: dict, train_flops: int
     tr = trace_subject_stage(cfg, forward_precision, photo_sizes, photos)
     mapped = weights == "mapped"
     persistent = (0 if mapped else tr["embed_weights_bytes"]) + tr["photo_bytes"] + tr["text_conditioning_bytes"]
-    anon_weights = encode_backend == "xnnpack" or not mapped
+    xnn = encode_backend == "xnnpack"
     traced: dict[tuple, dict | None] = {}
 
     def once(phase_fn, *args) -> dict | None:
@@ -337,18 +362,24 @@ def subject_stage_estimate(cfg: StepConfig, train_memory: dict, train_flops: int
             traced[key] = phase_fn(cfg, *args)
         return traced[key]
 
-    def encode_phase(tile_px, staged, anon) -> tuple[int, int, dict | None, dict | None]:
-        """(phase bytes, anonymous encoder weight bytes in it, tiles detail, stages detail)"""
+    def encode_phase(tile_px, staged, xnnpack) -> tuple[int, int, dict | None, dict | None]:
+        """(phase bytes, anonymous encoder weight bytes in it, tiles detail, stages detail); xnnpack: the XNNPACK
+        encoder (its packed weights anonymous, its program's arena + workspace + indirection as the peak), else the
+        portable one (weights anonymous only when resident, the forward's traced peak)"""
+        anon = xnnpack or not mapped
         tiles = once(encode_tiles_phase, tile_px) if tile_px is not None else None
         if staged:
-            st = once(encode_stages_phase, tile_px, anon)
+            st = once(encode_stages_phase, tile_px, anon, xnnpack)
             if st is not None:
                 return st["phase_bytes"], st["largest_stage_weights_bytes"] if anon else 0, tiles, st
         w = tr["encoder_weights_bytes"] if anon else 0
-        return w + (tiles["phase_bytes"] if tiles else tr["phase_peaks_bytes"]["encode"]), w, tiles, None
+        if tiles:
+            return w + tiles["xnnpack_phase_bytes" if xnnpack else "phase_bytes"], w, tiles, None
+        peak = tr["encoder_xnnpack_program"]["peak_bytes"] if xnnpack else tr["phase_peaks_bytes"]["encode"]
+        return w + peak, w, tiles, None
 
     phases = dict(tr["phase_peaks_bytes"])
-    phases["encode"], encoder_anon, tiles, stages = encode_phase(encode_tile_px, encode_stages, anon_weights)
+    phases["encode"], encoder_anon, tiles, stages = encode_phase(encode_tile_px, encode_stages, xnn)
     if tiles is not None:
         tr = {**tr, "forward_flops_per_sample": tr["forward_flops_per_sample"] - tr["encoder_flops_per_sample"]
               + tiles["encoder_flops_per_sample"], "encoder_flops_per_sample": tiles["encoder_flops_per_sample"]}
@@ -362,18 +393,18 @@ def subject_stage_estimate(cfg: StepConfig, train_memory: dict, train_flops: int
         # encoder (mapped weights read in place, about 20x slower), the first that fits (else the leanest)
         tile = encode_tile_px or SUGGESTED_TILE_PX
         tiles_ok = once(encode_tiles_phase, tile) is not None
-        options = [(tile if tiles_ok else None, encode_stages, anon_weights),
-                   (tile if tiles_ok else None, True, anon_weights)]
-        if mapped and anon_weights:
+        options = [(tile if tiles_ok else None, encode_stages, xnn),
+                   (tile if tiles_ok else None, True, xnn)]
+        if mapped and xnn:
             options.append((tile if tiles_ok else None, encode_stages, False))
         tried = []
-        for tile_px, staged, anon in options:
+        for tile_px, staged, backend_xnn in options:
             flags = ([f"--encode-tile-px {tile_px}"] if tile_px is not None else []) + \
-                    (["--encode-stages"] if staged else []) + ([] if anon == anon_weights else
+                    (["--encode-stages"] if staged else []) + ([] if backend_xnn == xnn else
                                                                ["--encode-backend portable"])
-            if (tile_px, staged, anon) == (encode_tile_px, encode_stages, anon_weights) or not flags:
+            if (tile_px, staged, backend_xnn) == (encode_tile_px, encode_stages, xnn) or not flags:
                 continue
-            phase, anon_bytes, _, _ = encode_phase(tile_px, staged, anon)
+            phase, anon_bytes, _, _ = encode_phase(tile_px, staged, backend_xnn)
             fp = runtime_overhead_bytes + persistent + max(phase, others)
             tried.append((fp > train_fp, fp, flags, phase))
             if fp <= train_fp:
