@@ -92,6 +92,21 @@ def test_the_estimates_trace_of_flux_dev_blocks_at_1024_px_shrinks_with_the_mlp_
     assert (arenas[1024]["embed"], arenas[1024]["head"]) == (arenas[None]["embed"], arenas[None]["head"])
 
 
+def test_estimate_advises_the_chunk_flags_when_generation_does_not_fit_and_they_give_what_it_says():
+    """flux-tiny at 512 px: generation above training's footprint; the advice names --mlp-chunk among compile's
+    flags, and estimating with those flags gives the advice's footprint, lower than without them."""
+    from ditskip_edge.memory_estimate.request import EstimateRequest, estimate_memory
+    req = EstimateRequest(model="flux-tiny", skip_ratio=0.5, generation_px=(512,))
+    g = estimate_memory(req)["generation"]["512"]
+    assert not g["within_training_footprint"]
+    advice = g["advice"]
+    flags = dict(zip(advice["compile_flags"].split()[::2], map(int, advice["compile_flags"].split()[1::2])))
+    assert "--mlp-chunk" in flags and advice["footprint_bytes"] < g["footprint_bytes"]
+    again = estimate_memory(EstimateRequest(model="flux-tiny", skip_ratio=0.5, generation_px=(512,),
+                                            **{k.removeprefix("--").replace("-", "_"): v for k, v in flags.items()}))
+    assert again["generation"]["512"]["footprint_bytes"] == advice["footprint_bytes"]
+
+
 @pytest.fixture(scope="module")
 def chunked_bundle(tmp_path_factory):
     from export.generation_stage import GenerationPrograms

@@ -81,7 +81,7 @@ def register(sub, add_json_flag) -> None:
     p.add_argument("--mlp-chunk", type=int, default=None,
                    help="generation: FLUX blocks' MLPs (feed-forwards, the single block's proj_mlp -> proj_out) in "
                         "token chunks of this many tokens (the same result up to rounding; one chunk's hidden "
-                        "activations in memory: with --attention-chunk 256, --mlp-chunk 1024 fits FLUX.1-dev at "
+                        "activations in memory: with --attention-chunk 128, --mlp-chunk 1024 fits FLUX.1-dev at "
                         "1024 px within training's footprint, see `estimate`)")
     p.add_argument("--decode-tile-px", type=int, default=None,
                    help="generation: decode in tiles of this many pixels a side, blended as diffusers' tiled "

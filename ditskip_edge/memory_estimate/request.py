@@ -56,8 +56,9 @@ class EstimateRequest:
 
 # what the estimate suggests when generation does not fit training's footprint (compile's flags): the decoder on
 # tiles, FLUX's attention in query chunks and its MLPs in token chunks (FLUX.1-dev at 1024 px: benchmarks/results/
-# generation_estimate.md); a flag the request already sets at a smaller value keeps it
-GENERATION_ADVICE = {"decode_tile_px": 256, "attention_chunk": 256, "mlp_chunk": 1024}
+# generation_estimate.md; the exported block programs' planned arenas under these chunks: generation_chunks.md); a
+# flag the request already sets at a smaller value keeps it
+GENERATION_ADVICE = {"decode_tile_px": 256, "attention_chunk": 128, "mlp_chunk": 1024}
 FLUX_ONLY_ADVICE = ("attention_chunk", "mlp_chunk")
 
 
@@ -140,8 +141,8 @@ def estimate_memory(req: EstimateRequest) -> dict:
         g["within_training_footprint"] = g["footprint_bytes"] <= memory.footprint_bytes
         advice = {k: v for k, v in GENERATION_ADVICE.items() if (options[k] is None or options[k] > v)
                   and (spec.arch == FLUX_ARCH or k not in FLUX_ONLY_ADVICE)}     # smaller tiles / chunks: less
-        if not g["within_training_footprint"] and advice:
-            a = gen_estimate({**options, **advice})       # the same estimate with the suggested compile flags
+        a = gen_estimate({**options, **advice}) if advice and not g["within_training_footprint"] else None
+        if a is not None and a["footprint_bytes"] < g["footprint_bytes"]:   # the flags that lower it, and by what
             g["advice"] = {"compile_flags": " ".join(f"{_flag(k)} {v}" for k, v in advice.items()),
                            "footprint_bytes": a["footprint_bytes"], "footprint_gib": a["footprint_gib"],
                            "arenas_bytes": a["arenas_bytes"],
