@@ -12,8 +12,8 @@ arena  one FLUX.1-dev double and one single block (its real config: width 3072, 
 time   the 288M FLUX layout's blocks (benchmarks/memory_speed.py flux-layout-300m: width 1024, 8 heads of 128; 4
        double + 8 single blocks, 128 text tokens) at 1024 px, each block program exported the same way and run by
        ExecuTorch's Python bindings (XNNPACK's threadpool on this machine's cores): CPU seconds per call (process
-       time, the best of --repeats), and per sampler step = 2 guidance branches x (4 double + 8 single) (embed and
-       head are not chunked: left out)
+       time, the best of --repeats), and per sampler step = 2 guidance branches x the layout's blocks of that kind
+       (embed and head are not chunked: left out); --time-blocks picks the kinds
 The arena rows of an earlier run are kept unless --fresh (each real-width export takes minutes here).
 """
 
@@ -33,7 +33,7 @@ from benchmarks._meta import provenance, provenance_md  # noqa: E402
 RESULTS = ROOT / "benchmarks" / "results"
 # (attention chunk, MLP chunk): the old advice (512), each chunk alone and both (estimate's advice: 128 + 1024)
 SETTINGS = ((512, None), (256, None), (256, 1024), (128, None), (128, 1024))
-TIME_SETTINGS = ((512, None), (128, None), (128, 1024))
+TIME_SETTINGS = ((128, None), (128, 1024))
 LAYOUT = {"width": 1024, "heads": 8, "head_dim": 128, "double": 4, "single": 8, "text_tokens": 128}
 
 
@@ -90,7 +90,7 @@ def arena_rows(done: list[dict]) -> list[dict]:
     return rows
 
 
-def time_rows(repeats: int) -> list[dict]:
+def time_rows(repeats: int, kinds: tuple[str, ...]) -> list[dict]:
     import torch
     from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
     lay = LAYOUT
@@ -98,7 +98,7 @@ def time_rows(repeats: int) -> list[dict]:
     rows = []
     for ac, mc in TIME_SETTINGS:
         per = {}
-        for kind in ("double", "single"):
+        for kind in kinds:
             pte, memory, example = block_program(kind, lay["heads"], lay["head_dim"], image_tokens,
                                                  lay["text_tokens"], ac, mc)
             program = _load_for_executorch_from_buffer(pte)
@@ -111,9 +111,10 @@ def time_rows(repeats: int) -> list[dict]:
                 best = min(best, time.process_time() - t0)
             per[kind] = {"cpu_s": round(best, 3), "planned_arena_bytes": memory["planned_arena_bytes"]}
             del program
-        step = 2 * (lay["double"] * per["double"]["cpu_s"] + lay["single"] * per["single"]["cpu_s"])
+        step = 2 * sum(lay[k] * per[k]["cpu_s"] for k in kinds)
         rows.append({"layout": "flux-layout-300m", "px": 1024, "attention_chunk": ac, "mlp_chunk": mc,
-                     "blocks": per, "cpu_s_per_sampler_step": round(step, 2), "torch_threads": torch.get_num_threads()})
+                     "blocks": per, "cpu_s_per_sampler_step_of_these_blocks": round(step, 2), "kinds": list(kinds),
+                     "torch_threads": torch.get_num_threads()})
         print(rows[-1], file=sys.stderr, flush=True)
     return rows
 
@@ -128,11 +129,12 @@ def markdown(doc: dict) -> str:
         out.append(f"| {r['block']} | {r['attention_chunk']} | {r['mlp_chunk'] or '-'} | "
                    f"{r['planned_arena_bytes'] / 1e6:.1f} | {r['estimate_arena_bytes'] / 1e6:.1f} |")
     out += ["", "## Time, the 288M FLUX layout at 1024 px (CPU s, this machine)", "",
-            "| attention chunk | MLP chunk | double block CPU s | single block CPU s | CPU s per sampler step "
-            "(2 x (4 double + 8 single)) |", "|---|---|---|---|---|"]
+            "| attention chunk | MLP chunk | block | CPU s per call | planned arena MB | CPU s per sampler step "
+            "(2 branches x the layout's blocks of this kind) |", "|---|---|---|---|---|---|"]
     for r in doc["time"]:
-        out.append(f"| {r['attention_chunk']} | {r['mlp_chunk'] or '-'} | {r['blocks']['double']['cpu_s']} | "
-                   f"{r['blocks']['single']['cpu_s']} | {r['cpu_s_per_sampler_step']} |")
+        for kind, b in r["blocks"].items():
+            out.append(f"| {r['attention_chunk']} | {r['mlp_chunk'] or '-'} | {kind} | {b['cpu_s']} | "
+                       f"{b['planned_arena_bytes'] / 1e6:.1f} | {2 * LAYOUT[kind] * b['cpu_s']:.2f} |")
     return "\n".join(out) + "\n"
 
 
@@ -140,6 +142,8 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--parts", nargs="*", default=["arena", "time"], choices=["arena", "time"])
+    p.add_argument("--time-blocks", nargs="+", default=["double", "single"], choices=["double", "single"],
+                   help="the block kinds timed (a sampler step's share counts these alone)")
     p.add_argument("--fresh", action="store_true", help="export every arena row again (default: keep the rows the "
                    "results file has, export the missing settings)")
     args = p.parse_args()
@@ -149,7 +153,7 @@ def main() -> int:
     if "arena" in args.parts:
         doc["arena"] = arena_rows([] if args.fresh else doc.get("arena", []))
     if "time" in args.parts:
-        doc["time"] = time_rows(args.repeats)
+        doc["time"] = time_rows(args.repeats, tuple(args.time_blocks))
     doc.setdefault("arena", [])
     doc.setdefault("time", [])
     path.write_text(json.dumps(doc, indent=1))

@@ -4,11 +4,15 @@ Properties protected:
 - a FLUX block (double and single) with its MLPs in token chunks gives the unchunked block's outputs up to the
   matmuls' rounding (eager and as the exported XNNPACK generation program: within 1e-5 absolute, outputs of order 1),
   keeps every state's name (the block program's inputs are the same), and leaves the block as it was on exit;
-- the chunked block program plans a smaller arena than the unchunked one at the same token count (the memory plan
-  reuses one chunk's buffers for the next), and the estimate's trace of the same block shrinks with it;
-- a bundle compiled with --mlp-chunk (and --attention-chunk) records it and its pictures still equal diffusers' (the
-  runtime is unchanged: the programs' inputs and outputs are the same);
-- a bad chunk is refused with one line.
+- the chunked single-block program plans a smaller arena than the unchunked one at the same token count (the memory
+  plan reuses one chunk's buffers for the next), and the estimate's trace of FLUX.1-dev's blocks at 1024 px shrinks
+  with it;
+- when generation does not fit training's footprint the estimate advises compile flags with --mlp-chunk, and
+  estimating with them gives the footprint the advice states;
+- a bundle compiled with --mlp-chunk records it in the manifest and its picture still equals diffusers' (Python
+  runtime) and the native core draws the Python runtime's picture (neither runtime changed: the programs' inputs and
+  outputs are the same);
+- a bad chunk is refused with one line by estimate and compile.
 """
 
 from __future__ import annotations
@@ -135,3 +139,11 @@ def test_a_bad_mlp_chunk_is_refused_with_one_line(command, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--mlp-chunk 0: expected a positive number of tokens" in err[0], err
     assert not (tmp_path / "b").exists()
+
+
+def test_the_native_runtime_draws_the_python_runtimes_picture_of_a_bundle_with_mlp_chunks(runner, chunked_bundle,
+                                                                                          tmp_path):
+    """The native core runs the chunked programs unchanged (same inputs and outputs): test_native_generate.py's
+    comparison (float image within 1e-5, PNG pixels and summary equal)."""
+    from test_native_generate import _same_picture
+    _same_picture(runner, chunked_bundle, tmp_path, "fp32", 3, 2, 3.0)
