@@ -17,8 +17,8 @@ bundle's fp32 programs, one at a time, traced on the meta device from their publ
 dirty anonymous memory (what a phone counts); the mapped weights are file-backed and reported apart. The second
 table is each encoder program at fp32 (compile's default) and at int8 (`compile --text-precision int8`).
 FLUX.1-dev at 1024 px is also estimated with its attention in query chunks of 512 (`--attention-chunk 512`,
-models/attention.py: the same attention, one chunk's scores at a time), and with query chunks of 256 and its blocks'
-MLPs in token chunks of 1024 (`--attention-chunk 256 --mlp-chunk 1024`, models/token_chunks.py: the same MLPs, one
+models/attention.py: the same attention, one chunk's scores at a time), and with query chunks of 128 and its blocks'
+MLPs in token chunks of 1024 (`--attention-chunk 128 --mlp-chunk 1024`, models/token_chunks.py: the same MLPs, one
 chunk's hidden activations at a time; what `estimate` advises when generation does not fit).
 """
 
@@ -37,7 +37,7 @@ MODELS = ("flux-dev", "sana-1600m")
 EXTRA_PX = {"flux-dev": (1024,)}
 TILE_PX = 256
 # also estimated with attention in query chunks and MLPs in token chunks: (--attention-chunk, --mlp-chunk)
-CHUNKS = {"flux-dev": ((512, None), (256, 1024))}
+CHUNKS = {"flux-dev": ((512, None), (128, 1024))}
 
 
 def _chunk_key(c) -> str:
