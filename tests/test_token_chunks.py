@@ -132,9 +132,10 @@ def test_a_bundle_with_mlp_chunks_draws_diffusers_picture(chunked_bundle, tmp_pa
 @pytest.mark.parametrize("command", ["estimate", "compile"])
 def test_a_bad_mlp_chunk_is_refused_with_one_line(command, tmp_path, capsys):
     from compiler.cli import main
-    argv = (["estimate", "--model", "flux-tiny", "--skip-ratio", "0.5", "--generation-px", "128"] if command == "estimate"
-            else ["compile", "--model", "flux-tiny", "--skip-ratio", "0.5", "--out", str(tmp_path / "b"), "--prompt",
-                  PROMPT, "--generation"])
+    argv = (["estimate", "--model", "flux-tiny", "--skip-ratio", "0.5", "--generation-px", "128"]
+            if command == "estimate" else
+            ["compile", "--model", "flux-tiny", "--skip-ratio", "0.5", "--out", str(tmp_path / "b"), "--prompt",
+             PROMPT, "--generation"])
     assert main([*argv, "--mlp-chunk", "0", "--json"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--mlp-chunk 0: expected a positive number of tokens" in err[0], err

@@ -36,7 +36,8 @@ import torch.nn as nn
 
 
 def _call(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """The module's own (class) forward, whatever this context put on the instance."""
+    """The module's own (class) forward, whatever this context put on the instance (the module's hooks are not run:
+    generation registers none)."""
     return type(module).forward(module, x)
 
 
