@@ -14,7 +14,9 @@ time   the 288M FLUX layout's blocks (benchmarks/memory_speed.py flux-layout-300
        ExecuTorch's Python bindings (XNNPACK's threadpool on this machine's cores): CPU seconds per call (process
        time, the best of --repeats), and per sampler step = 2 guidance branches x the layout's blocks of that kind
        (embed and head are not chunked: left out); --time-blocks picks the kinds
-The arena rows of an earlier run are kept unless --fresh (each real-width export takes minutes here).
+The arena rows of an earlier run are kept unless --fresh (each real-width export takes minutes here), and a block
+kind timed earlier is kept when --time-blocks leaves it out (the results: `--parts time --time-blocks single`, then
+`double`, then `--parts arena` for the missing settings).
 """
 
 from __future__ import annotations
@@ -153,7 +155,14 @@ def main() -> int:
     if "arena" in args.parts:
         doc["arena"] = arena_rows([] if args.fresh else doc.get("arena", []))
     if "time" in args.parts:
+        old = {(r["attention_chunk"], r["mlp_chunk"]): r for r in doc.get("time", [])}
         doc["time"] = time_rows(args.repeats, tuple(args.time_blocks))
+        for r in doc["time"]:                     # a kind timed earlier and not now is kept (--time-blocks)
+            earlier = old.get((r["attention_chunk"], r["mlp_chunk"]), {}).get("blocks", {})
+            r["blocks"] = {**{k: v for k, v in earlier.items() if k not in r["blocks"]}, **r["blocks"]}
+            r["kinds"] = sorted(r["blocks"])
+            r["cpu_s_per_sampler_step_of_these_blocks"] = round(
+                2 * sum(LAYOUT[k] * b["cpu_s"] for k, b in r["blocks"].items()), 2)
     doc.setdefault("arena", [])
     doc.setdefault("time", [])
     path.write_text(json.dumps(doc, indent=1))
