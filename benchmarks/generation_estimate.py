@@ -17,7 +17,9 @@ bundle's fp32 programs, one at a time, traced on the meta device from their publ
 dirty anonymous memory (what a phone counts); the mapped weights are file-backed and reported apart. The second
 table is each encoder program at fp32 (compile's default) and at int8 (`compile --text-precision int8`).
 FLUX.1-dev at 1024 px is also estimated with its attention in query chunks of 512 (`--attention-chunk 512`,
-models/attention.py: the same attention, one chunk's scores at a time).
+models/attention.py: the same attention, one chunk's scores at a time), and with query chunks of 128 and its blocks'
+MLPs in token chunks of 1024 (`--attention-chunk 128 --mlp-chunk 1024`, models/token_chunks.py: the same MLPs, one
+chunk's hidden activations at a time; what `estimate` advises when generation does not fit).
 """
 
 from __future__ import annotations
@@ -34,7 +36,14 @@ RESULTS = ROOT / "benchmarks" / "results"
 MODELS = ("flux-dev", "sana-1600m")
 EXTRA_PX = {"flux-dev": (1024,)}
 TILE_PX = 256
-CHUNK = {"flux-dev": 512}          # also estimated with attention in query chunks (compile --attention-chunk)
+# also estimated with attention in query chunks and MLPs in token chunks: (--attention-chunk, --mlp-chunk)
+CHUNKS = {"flux-dev": ((512, None), (128, 1024))}
+
+
+def _chunk_key(c) -> str:
+    if c is None:
+        return ""
+    return f" chunk {c[0]}" + ("" if c[1] is None else f" mlp chunk {c[1]}")      # " chunk 512": the older key
 
 
 def main() -> int:
@@ -45,15 +54,15 @@ def main() -> int:
     for model in MODELS:
         spec = resolve_spec(model)
         px = sorted({spec.train_px, data_resolution(spec), *EXTRA_PX.get(model, ())})
-        for tile, chunk in ((None, None), (TILE_PX, None)) + (((TILE_PX, CHUNK[model]),) if model in CHUNK else ()):
+        for tile, chunk in ((None, None), (TILE_PX, None)) + tuple((TILE_PX, c) for c in CHUNKS.get(model, ())):
             docs[(model, tile, chunk)] = estimate_memory(EstimateRequest(
                 model=model, skip_ratio=0.5, precision="int8", weights="mapped", generation_px=tuple(px),
-                decode_tile_px=tile, attention_chunk=chunk))
+                decode_tile_px=tile, attention_chunk=chunk and chunk[0], mlp_chunk=chunk and chunk[1]))
         print(f"{model}: {docs[(model, None, None)]['summary']}", file=sys.stderr, flush=True)
     prov = provenance()
     (RESULTS / "generation_estimate.json").write_text(json.dumps(
         {"provenance": prov, "decode_tile_px": TILE_PX,
-         "estimates": {f"{m}{'' if t is None else f' tiles {t}px'}{'' if c is None else f' chunk {c}'}": d
+         "estimates": {f"{m}{'' if t is None else f' tiles {t}px'}{_chunk_key(c)}": d
                        for (m, t, c), d in docs.items()}}, indent=1))
     rows = ["| model | training (remat blocks, mapped) GiB | generation at | decoder on, attention | "
             "generation footprint GiB | "
@@ -62,7 +71,7 @@ def main() -> int:
             "| generation <= training |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for (model, tile, chunk, px) in sorted(((m, t, c, px) for (m, t, c), d in docs.items() for px in d["generation"]),
-                                           key=lambda k: (k[0], int(k[3]), k[1] or 0, k[2] or 0)):
+                                           key=lambda k: (k[0], int(k[3]), k[1] or 0, -(k[2] or (1e9,))[0])):
         doc = docs[(model, tile, chunk)]
         g = doc["generation"][px]
         p, s, tr = doc["plan"], doc["step"], doc["memory"]["footprint_gib"]
@@ -72,7 +81,8 @@ def main() -> int:
         if chunk is not None and int(px) < 1024:
             continue                                # chunks matter at FLUX.1-dev's native size
         on = (f"{til['tiles']} tiles of {til['tile_px']} px" if til["tiling"]["tiled"] else "the whole picture")
-        on += f", queries in chunks of {chunk}" if chunk else ", all queries at once"
+        on += f", queries in chunks of {chunk[0]}" if chunk else ", all queries at once"
+        on += f", MLPs in token chunks of {chunk[1]}" if chunk and chunk[1] else ""
         per = ", ".join(f"{k} {v / 2**30:.3f}" for k, v in g["arenas_bytes"].items())
         rows.append(f"| {model} | {p['n_front']}/{p['n_back']} {s['precision']}, {s['resolution_px']} px, "
                     f"L={s['text_tokens']}: {tr} | {px} px ({g['image_tokens']} image + {g['text_tokens']} text "

@@ -46,6 +46,7 @@ from ditskip_edge.models.latents import LatentEncoder, decode_tiling
 from ditskip_edge.models.loading import build_transformer, build_vae
 from ditskip_edge.models.specs import FLUX_ARCH, SANA_ARCH, ModelSpec
 from ditskip_edge.models.text import PipelineTextEncoder, encode_prompt
+from ditskip_edge.models.token_chunks import chunked_mlp
 from ditskip_edge.models.views import block_names_of, make_view
 from ditskip_edge.quantize import QuantSpec, quantize_frozen_layers
 from ditskip_edge.runtime.bundle import PROGRAMS_DIR, BundleWriter
@@ -83,6 +84,8 @@ class GenerationPrograms:
     decode_tile_px: int | None = None            # decode in tiles of this many pixels a side; None: one tile
     text_precision: str = "fp32"                 # a pipeline folder's text encoder programs: their linears' weights
     attention_chunk: int | None = None           # attention in query chunks of this many tokens (models/attention.py)
+    mlp_chunk: int | None = None                 # FLUX blocks' MLPs in token chunks of this many tokens
+                                                 # (models/token_chunks.py)
 
     def validate(self) -> None:
         check_precisions(self.precisions)
@@ -95,6 +98,8 @@ class GenerationPrograms:
         check_precisions((self.text_precision,))
         if self.attention_chunk is not None and self.attention_chunk < 1:
             raise UserError(f"--attention-chunk {self.attention_chunk}: expected a positive number of query tokens")
+        if self.mlp_chunk is not None and self.mlp_chunk < 1:
+            raise UserError(f"--mlp-chunk {self.mlp_chunk}: expected a positive number of tokens")
         if self.backend not in ("portable", "xnnpack"):
             raise UserError(f"generation programs: backend {self.backend!r}: expected portable or xnnpack")
 
@@ -257,7 +262,7 @@ def _example_cond(spec: ModelSpec) -> dict[str, torch.Tensor]:
 
 
 def _transformer_part(writer: BundleWriter, spec: ModelSpec, precision: str, group_size: int, latent_shape,
-                      cond: dict, backend: str) -> tuple[list[dict], str]:
+                      cond: dict, backend: str, mlp_chunk: int | None = None) -> tuple[list[dict], str]:
     transformer = build_transformer(spec).requires_grad_(False)
     view = make_view(spec.arch, transformer)
     quantize_frozen_layers(view, QuantSpec(precision, group_size=group_size))
@@ -287,9 +292,11 @@ def _transformer_part(writer: BundleWriter, spec: ModelSpec, precision: str, gro
         kinds_done[kind] = {k: (tuple(v.shape), v.dtype) for k, v in states.items()}
         lb = LiftedBlock(view, block, hw, lifted)
         ex = tuple(values[a] for a in acts["block"]) + tuple(states[k].detach() for k in lifted)
-        entries.append(_export(writer, f"{d}/block_{kind}.pte", lb, lb.input_names(), ex, acts["block_out"],
-                               f"{GEN_BLOCK}.{kind}", precision, data=[weights_rel], backend=backend,
-                               extra={"weight_input_bytes": sum(v.numel() * v.element_size() for v in states.values())}))
+        with chunked_mlp(block, mlp_chunk):       # the same states by the same names: the runtime sees no change
+            entries.append(_export(writer, f"{d}/block_{kind}.pte", lb, lb.input_names(), ex, acts["block_out"],
+                                   f"{GEN_BLOCK}.{kind}", precision, data=[weights_rel], backend=backend,
+                                   extra={"weight_input_bytes": sum(v.numel() * v.element_size()
+                                                                    for v in states.values())}))
     write_weights(writer.path(weights_rel), tensors, {"format": "ditskip-edge-generation-weights",
                                                        "precision": precision, "model": spec.name})
     head = GenHead(view, hw)
@@ -318,7 +325,7 @@ def add_generation_programs(writer: BundleWriter, config: GenerationPrograms) ->
     for precision in config.precisions:
         with chunked_attention(config.attention_chunk):
             es, weights[precision] = _transformer_part(writer, spec, precision, config.group_size, latent_shape,
-                                                       cond, config.backend)
+                                                       cond, config.backend, config.mlp_chunk)
         entries += es
     names = block_names_of(build_transformer(spec, "meta"))
     lora = writer.manifest["lora"]
@@ -334,6 +341,7 @@ def add_generation_programs(writer: BundleWriter, config: GenerationPrograms) ->
         "weights": weights, "precisions": list(config.precisions), "group_size": config.group_size,
         "backend": config.backend,
         "attention_chunk": config.attention_chunk,
+        "mlp_chunk": config.mlp_chunk,
         "lora_scale": float(lora["alpha"]) / float(lora["rank"]),
         "decode": decode_record,
         "output": "image = clip(decode(x) * 0.5 + 0.5, 0, 1); PNG = round(image * 255) (diffusers' postprocess)",

@@ -78,6 +78,11 @@ def register(sub, add_json_flag) -> None:
     p.add_argument("--attention-chunk", type=int, default=None,
                    help="generation: attention in query chunks of this many tokens (the same result; one chunk's "
                         "scores in memory: FLUX.1-dev at 1024 px needs it to fit a phone, see `estimate`)")
+    p.add_argument("--mlp-chunk", type=int, default=None,
+                   help="generation: FLUX blocks' MLPs (feed-forwards, the single block's proj_mlp -> proj_out) in "
+                        "token chunks of this many tokens (the same result up to rounding; one chunk's hidden "
+                        "activations in memory: with --attention-chunk 128, --mlp-chunk 1024 fits FLUX.1-dev at "
+                        "1024 px within training's footprint, see `estimate`)")
     p.add_argument("--decode-tile-px", type=int, default=None,
                    help="generation: decode in tiles of this many pixels a side, blended as diffusers' tiled "
                         "decode (the decoder's memory is one tile's; e.g. 256 for SANA's DC-AE on a phone)")
@@ -163,7 +168,8 @@ def program_stages(runtimes: list[str], precision: str, backend: str | None, gen
                                          backend=et.backend,              # the training program's, by default XNNPACK
                                          decode_tile_px=generation.decode_tile_px,
                                          text_precision=generation.text_precision,
-                                         attention_chunk=generation.attention_chunk))
+                                         attention_chunk=generation.attention_chunk,
+                                         mlp_chunk=generation.mlp_chunk))
     return stages
 
 
@@ -216,7 +222,8 @@ def run(args) -> dict:
                                                                     px=args.generation_px,
                                                                     decode_tile_px=args.decode_tile_px,
                                                                     text_precision=args.text_precision,
-                                                                    attention_chunk=args.attention_chunk)
+                                                                    attention_chunk=args.attention_chunk,
+                                                                    mlp_chunk=args.mlp_chunk)
                                                  if args.generation else None,
                                                  remat=args.remat, weights=args.weights, xnnpack=args.xnnpack,
                                                  transposed_codes=args.transposed_codes))

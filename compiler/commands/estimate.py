@@ -70,6 +70,8 @@ def register(sub, add_json_flag) -> None:
                         "--decode-tile-px; default: the whole picture at once)")
     p.add_argument("--attention-chunk", type=int, default=None,
                    help="generation: attention in query chunks of this many tokens (compile's --attention-chunk)")
+    p.add_argument("--mlp-chunk", type=int, default=None,
+                   help="generation: FLUX blocks' MLPs in token chunks of this many tokens (compile's --mlp-chunk)")
     add_json_flag(p)
     p.set_defaults(func=run)
 
@@ -85,6 +87,7 @@ def run(args) -> dict:
                                  encode_backend=args.encode_backend, encode_stages=args.encode_stages,
                                  generation_px=_generation_px(args),
                                  decode_tile_px=args.decode_tile_px, attention_chunk=args.attention_chunk,
+                                 mlp_chunk=args.mlp_chunk,
                                  generation_steps=args.generation_steps, phone_gflops=args.phone_gflops))
 
 

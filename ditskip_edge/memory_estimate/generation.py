@@ -49,6 +49,7 @@ import torch
 from ..models.attention import chunked_attention
 from ..models.loading import build_transformer
 from ..models.specs import FLUX_ARCH, ModelSpec
+from ..models.token_chunks import chunked_mlp
 from ..models.views import block_names_of, make_view
 from ..quantize import QuantSpec, quantize_frozen_layers
 from .memory import GIB, _sdpa_context
@@ -67,6 +68,7 @@ class GenerationConfig:
     precision: str = "int8"
     decode_tile_px: int | None = None      # the decoder runs on tiles of this side (compile --decode-tile-px)
     attention_chunk: int | None = None     # attention in query chunks (compile --attention-chunk)
+    mlp_chunk: int | None = None           # FLUX blocks' MLPs in token chunks (compile --mlp-chunk)
 
     @property
     def latent_shape(self) -> tuple[int, int, int, int]:
@@ -150,7 +152,7 @@ def trace_generation(cfg: GenerationConfig, attention: str = "math") -> dict:
                 block_bytes[kind] = _module_bytes(block)
                 tr = StepMemoryTracker(storage_keys(bw + keep), weight_transposes="xnnpack", codes_copies=False)
                 fc = FlopCounterMode(display=False)
-                with tr, fc:
+                with chunked_mlp(block, cfg.mlp_chunk), tr, fc:
                     out = view.run_block(block, streams, ctx)
                 arenas[f"block.{kind}"] = program_peak(tr)
                 flops[f"block.{kind}"] = int(fc.get_total_flops())

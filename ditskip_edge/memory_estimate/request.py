@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from ..backends import DEFAULT_TRAIN_BACKEND, TRAIN_BACKENDS
 from ..models.loading import resolve_spec
+from ..models.specs import FLUX_ARCH
 from ..runtime.cache_format import CacheCodec
 from ..runtime.contract import PRECISIONS
 from ..runtime.errors import UserError
@@ -47,9 +48,22 @@ class EstimateRequest:
     generation_px: tuple[int, ...] = ()  # also estimate generation (memory_estimate/generation.py) at these sides
     decode_tile_px: int | None = None    # generation's decoder on tiles of this side (compile --decode-tile-px)
     attention_chunk: int | None = None   # generation's attention in query chunks (compile --attention-chunk)
+    mlp_chunk: int | None = None         # generation's FLUX MLPs in token chunks (compile --mlp-chunk)
     backend: str = DEFAULT_TRAIN_BACKEND  # the ExecuTorch program's backend (compile's default): its weight copies
     generation_steps: int = 20           # the picture's sampler steps (compile --generation-steps' default)
     phone_gflops: float | None = None    # the phone's fp32 GEMM GFLOP/s for the time estimate (None: timing.PHONE_*)
+
+
+# what the estimate suggests when generation does not fit training's footprint (compile's flags): the decoder on
+# tiles, FLUX's attention in query chunks and its MLPs in token chunks (FLUX.1-dev at 1024 px: benchmarks/results/
+# generation_estimate.md; the exported block programs' planned arenas under these chunks: generation_chunks.md); a
+# flag the request already sets at a smaller value keeps it
+GENERATION_ADVICE = {"decode_tile_px": 256, "attention_chunk": 128, "mlp_chunk": 1024}
+FLUX_ONLY_ADVICE = ("attention_chunk", "mlp_chunk")
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
 
 
 _TRACED_STEPS: dict[tuple[str, str, str], StepTrace] = {}
@@ -109,15 +123,30 @@ def estimate_memory(req: EstimateRequest) -> dict:
     generation = {}
     if req.attention_chunk is not None and req.attention_chunk < 1:
         raise UserError(f"--attention-chunk {req.attention_chunk}: expected a positive number of query tokens")
+    if req.mlp_chunk is not None and req.mlp_chunk < 1:
+        raise UserError(f"--mlp-chunk {req.mlp_chunk}: expected a positive number of tokens")
     for px in req.generation_px:
         from .generation import GenerationConfig, generation_estimate
         if px < spec.pixel_multiple or px % spec.pixel_multiple:
             raise UserError(f"--generation-px {px}: expected a positive multiple of {spec.pixel_multiple}")
-        g = generation_estimate(GenerationConfig(spec, px, cfg.text_tokens, req.precision, req.decode_tile_px,
-                                                 req.attention_chunk),
-                                int(req.runtime_overhead_mib * MIB), req.attention, sampler_steps=req.generation_steps)
+        options = {"decode_tile_px": req.decode_tile_px, "attention_chunk": req.attention_chunk,
+                   "mlp_chunk": req.mlp_chunk}
+
+        def gen_estimate(o: dict) -> dict:
+            return generation_estimate(GenerationConfig(spec, px, cfg.text_tokens, req.precision, **o),
+                                       int(req.runtime_overhead_mib * MIB), req.attention,
+                                       sampler_steps=req.generation_steps)
+        g = gen_estimate(options)
         g["training_footprint_bytes"] = memory.footprint_bytes          # the same request's step, its --weights
         g["within_training_footprint"] = g["footprint_bytes"] <= memory.footprint_bytes
+        advice = {k: v for k, v in GENERATION_ADVICE.items() if (options[k] is None or options[k] > v)
+                  and (spec.arch == FLUX_ARCH or k not in FLUX_ONLY_ADVICE)}     # smaller tiles / chunks: less
+        a = gen_estimate({**options, **advice}) if advice and not g["within_training_footprint"] else None
+        if a is not None and a["footprint_bytes"] < g["footprint_bytes"]:   # the flags that lower it, and by what
+            g["advice"] = {"compile_flags": " ".join(f"{_flag(k)} {v}" for k, v in advice.items()),
+                           "footprint_bytes": a["footprint_bytes"], "footprint_gib": a["footprint_gib"],
+                           "arenas_bytes": a["arenas_bytes"],
+                           "within_training_footprint": a["footprint_bytes"] <= memory.footprint_bytes}
         generation[str(px)] = g
     doc = {
         "model": spec.name,
