@@ -41,6 +41,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 # variant -> ExportConfig changes from device_footprint's program (int8, xnnpack, remat blocks, external weights)
 VARIANTS = {
     "base": {},
+    "views_kept": {"constant_views_folded": False},
     "portable_casts": {"xnnpack_casts": False},
     "transposed_codes": {"transposed_codes": True},
     "pow_kept": {"pow_as_mul": False},
@@ -49,7 +50,6 @@ VARIANTS = {
     "issue57_before": {"xnnpack_casts": False, "pow_as_mul": False, "plain_softmax": False},
     "no_remat": {"remat": "none"},
     "fp32": {"precision": "fp32"},
-    "qd8": {"int8_matmul": "qd8"},
 }
 
 
