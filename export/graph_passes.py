@@ -41,6 +41,10 @@ can any other exporter that starts from a joint graph.
   stored beside them in the weights file: the step no longer transposes weights (the portable `permute_copy` of
   int8, slow strided loops), and no transposed copy is alive in the arena; the weights file (mapped, file-backed)
   holds those codes twice.
+- `constant_views_as_constants` (run on the edge program after lowering; ExportConfig.constant_views_folded): a frozen
+  constant read only through views of one shape (int8 codes unsqueezed for a weight-left bmm, a scale [out, 1]
+  squeezed) is stored in that shape, so with external weights the program no longer clones it before every view
+  (edge_passes.constant_views_as_copies). Exact: the same bytes in the same order.
 - `views_per_use`: a view of a program input (the transpose of a LoRA weight) is a copy in ExecuTorch; shared by a
   forward and a backward op it stays in the arena from one to the other. Each use gets its own view, made just
   before it, and a transpose of a transpose folds into one permute (or none).
