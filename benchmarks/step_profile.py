@@ -41,6 +41,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 # variant -> ExportConfig changes from device_footprint's program (int8, xnnpack, remat blocks, external weights)
 VARIANTS = {
     "base": {},
+    "views_kept": {"constant_views_folded": False},
     "portable_casts": {"xnnpack_casts": False},
     "transposed_codes": {"transposed_codes": True},
     "pow_kept": {"pow_as_mul": False},
@@ -49,7 +50,6 @@ VARIANTS = {
     "issue57_before": {"xnnpack_casts": False, "pow_as_mul": False, "plain_softmax": False},
     "no_remat": {"remat": "none"},
     "fp32": {"precision": "fp32"},
-    "qd8": {"int8_matmul": "qd8"},
 }
 
 
@@ -272,7 +272,8 @@ def write_report(res: dict, stem: Path) -> None:
              "(device_footprint.py's native_remat row: whole-process RssAnon peak, CPU s of all its threads, `--threads` as the Python rows). "
              "Variants (VARIANTS in the script): `issue57_before` = the program as exported before this work (casts "
              "and int8 transposes on the portable kernels, pow, safe softmax); `base` = today's default; "
-             "`transposed_codes` = base + `compile --transposed-codes`; `xnnpack_elementwise` = base + ExportConfig("
+             "`views_kept` = base without graph_passes.constant_views_as_constants (frozen constants cloned before each "
+             "view: the default before it); `transposed_codes` = base + `compile --transposed-codes`; `xnnpack_elementwise` = base + ExportConfig("
              "xnnpack_elementwise=65536) (cat / mul / add of >= 64Ki elements in XNNPACK). Loss / gradient differences are against "
              "`base` (same inputs, same LoRA).", ""]
     lora = res.get("eager_lora") or {}
@@ -297,6 +298,14 @@ def write_report(res: dict, stem: Path) -> None:
                      if n else f"| {r['config']} | {r['variant']} | {r['cpu_seconds_per_step']:.3f} | {py_ratio} | | | | ")
         lines[-1] += (f"{r['planned_arena_bytes'] / 2**20:.1f} | {r.get('ptd_bytes', 0) / 2**20:.1f} | "
                       f"{r['loss']:.6g} | {ld} | {'' if ge is None else f'{ge:.2e}'} |")
+    for r in res["records"]:
+        e, n = lora.get("cpu_seconds", {}).get(r["config"]), r.get("native")
+        if r["variant"] == "base" and e and n:
+            lines += ["", f"{r['config']}: eager standard LoRA {e:.2f} CPU s per step / the default exported step run by "
+                      f"the native core {n['cpu_seconds_per_step']:.3f} CPU s = {e / n['cpu_seconds_per_step']:.2f}x "
+                      f"(Python bindings {e / r['cpu_seconds_per_step']:.2f}x), one thread, whole-process RssAnon "
+                      f"{n['rss_anon_bytes'] / 2**20:.1f} MiB; commands: `{lora.get('command', '')}` and "
+                      f"`{res['provenance']['command']}` (native: `{n['command']}`)."]
     for r in res["records"]:
         if "profile" not in r:
             continue
@@ -391,6 +400,7 @@ def main() -> None:
     if args.lora_from:
         doc = json.loads(Path(args.lora_from).read_text())
         res["eager_lora"] = {"source": f"{args.lora_from} ({doc.get('command', '')}, {doc.get('date_utc', '')})",
+                             "command": doc.get("command", ""),
                              "cpu_seconds": {r["config"]: r["cpu_seconds_per_step"] for r in doc["records"]
                                              if r["variant"] == "lora" and "cpu_seconds_per_step" in r}}
     out.with_suffix(".json").write_text(json.dumps(res, indent=1))

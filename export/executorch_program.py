@@ -65,6 +65,9 @@ class ExportConfig:
                                                 # transposes in the step; the weights file holds them twice)
     xnnpack_casts: bool = True                  # XNNPACK: graph_passes.casts_as_dequantize (the int8 codes' cast to
                                                 # fp32 and their transposes run by XNNPACK; exact)
+    constant_views_folded: bool = True          # graph_passes.constant_views_as_constants: a frozen constant read
+                                                # only through views of one shape is stored in that shape (no
+                                                # view, no clone of it per use with external weights; exact)
     remat: str = "none"                         # "none" | "blocks" | "every:K" (remat.py)
     external_weights: bool = False              # frozen constants in a .ptd file beside the .pte
     memory_planner: str = "best"                # "greedy" (ExecuTorch's) | "best_fit" | "best" (memory_plan.py)
@@ -242,6 +245,8 @@ def lower(ep, backend: str | ExportConfig, passes: dict | None = None):
             edge = edge.transform(transforms)
     if transforms:
         passes["unsqueeze_as_view"] = transforms[0].replaced
+    if cfg.constant_views_folded:
+        passes["constant_views_as_constants"] = graph_passes.constant_views_as_constants(edge.exported_program())
     if cfg.external_weights:
         from .edge_passes import constant_views_as_copies
         passes["constant_views_as_copies"] = constant_views_as_copies(edge.exported_program())

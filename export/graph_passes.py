@@ -41,6 +41,10 @@ can any other exporter that starts from a joint graph.
   stored beside them in the weights file: the step no longer transposes weights (the portable `permute_copy` of
   int8, slow strided loops), and no transposed copy is alive in the arena; the weights file (mapped, file-backed)
   holds those codes twice.
+- `constant_views_as_constants` (run on the edge program after lowering; ExportConfig.constant_views_folded): a frozen
+  constant read only through views of one shape (int8 codes unsqueezed for a weight-left bmm, a scale [out, 1]
+  squeezed) is stored in that shape, so with external weights the program no longer clones it before every view
+  (edge_passes.constant_views_as_copies). Exact: the same bytes in the same order.
 - `views_per_use`: a view of a program input (the transpose of a LoRA weight) is a copy in ExecuTorch; shared by a
   forward and a backward op it stays in the arena from one to the other. Each use gets its own view, made just
   before it, and a transpose of a transpose folds into one permute (or none).
@@ -357,6 +361,55 @@ def remove_unused_constants(ep: ExportedProgram) -> int:
     ep._graph_signature = sig
     _finish(ep)
     return removed
+
+
+def constant_views_as_constants(ep: ExportedProgram) -> int:
+    """A frozen constant (buffer, lifted constant, or a parameter with no gradient output) every use of which is a
+    view to one shape (aten view / edge view_copy: the unsqueeze mm_to_bmm puts before a weight-left bmm, the
+    squeeze of an int8 scale [out, 1] to [out]) is stored in that shape instead: the same bytes in the same order
+    (a view of a contiguous tensor), the views removed. With external weights each such view read a clone of the
+    constant (edge_passes.constant_views_as_copies: 690 clones per step of the 288M FLUX step, int8 codes and scales
+    copied before every use); the values are the same bit for bit. Returns the number of constants reshaped."""
+    from torch.export.graph_signature import InputKind, OutputKind
+    sig = ep.graph_signature
+    trained = {s.target for s in sig.output_specs if s.kind == OutputKind.GRADIENT_TO_PARAMETER}
+    frozen = {s.arg.name: s.target for s in sig.input_specs
+              if s.kind in (InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
+              or (s.kind == InputKind.PARAMETER and s.target not in trained)}
+    view_targets = {aten.view.default, aten._unsafe_view.default}
+    try:
+        from executorch.exir.dialects._ops import ops as exir_ops
+        view_targets.add(exir_ops.edge.aten.view_copy.default)
+    except ImportError:         # pragma: no cover - the aten dialect alone
+        pass
+    g = ep.graph_module.graph
+    n_fixed = 0
+    for n in list(g.nodes):
+        if n.op != "placeholder" or n.name not in frozen or not n.users:
+            continue
+        users = list(n.users)
+        if any(u.op != "call_function" or u.target not in view_targets for u in users):
+            continue
+        shapes = {tuple(u.meta["val"].shape) for u in users}
+        if len(shapes) != 1:
+            continue
+        target = frozen[n.name]
+        table = ep.constants if target in ep.constants else ep.state_dict
+        t = table[target]
+        if not t.is_contiguous():
+            continue
+        new_t = t.reshape(next(iter(shapes)))
+        table[target] = torch.nn.Parameter(new_t, requires_grad=False) if isinstance(t, torch.nn.Parameter) \
+            else new_t
+        n.meta["val"] = users[0].meta["val"]
+        if "tensor_meta" in users[0].meta:
+            n.meta["tensor_meta"] = users[0].meta["tensor_meta"]
+        for u in users:
+            u.replace_all_uses_with(n)
+            g.erase_node(u)
+        n_fixed += 1
+    _finish(ep)
+    return n_fixed
 
 
 def _transposed_source(node) -> Node | None:

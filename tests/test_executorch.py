@@ -332,7 +332,8 @@ def xnnpack_int8_programs():
                         trace_need=False)
     before = {"xnnpack_casts": False, "pow_as_mul": False, "plain_softmax": False}
     variants = {"default": base, "before": ExportConfig(**{**base.__dict__, **before}),
-                "transposed_codes": ExportConfig(**{**base.__dict__, "transposed_codes": True})}
+                "transposed_codes": ExportConfig(**{**base.__dict__, "transposed_codes": True}),
+                "views_kept": ExportConfig(**{**base.__dict__, "constant_views_folded": False})}
     return step, {k: export_training_program(step, cfg) for k, cfg in variants.items()}
 
 
@@ -352,8 +353,9 @@ def test_speed_passes_keep_the_step_values(xnnpack_int8_programs):
         loss = m.forward_backward("forward", step.example)[0]
         out[name] = (float(loss), {k: v.clone() for k, v in m.named_gradients().items()})
     loss, grads = out["default"]
-    t_loss, t_grads = out["transposed_codes"]
-    assert t_loss == loss and all(torch.equal(t_grads[k], grads[k]) for k in grads)
+    for exact in ("transposed_codes", "views_kept"):
+        t_loss, t_grads = out[exact]
+        assert t_loss == loss and all(torch.equal(t_grads[k], grads[k]) for k in grads), exact
     b_loss, b_grads = out["before"]
     assert abs(b_loss - loss) <= 1e-6 * abs(b_loss)
     assert max(_rel(b_grads[k], grads[k]) for k in grads) <= 1e-6
@@ -384,6 +386,24 @@ def test_int8_casts_and_transposes_run_in_xnnpack_and_transposed_codes_leave_non
     ptd = lambda p: sum(len(b) for b in p.data.values())  # noqa: E731
     assert ptd(default) < ptd(transposed) < 2 * ptd(default)
     assert transposed.memory["planned_arena_bytes"] <= default.memory["planned_arena_bytes"]
+
+
+def test_constants_read_through_one_view_are_stored_in_its_shape_not_cloned_per_use(xnnpack_int8_programs):
+    """graph_passes.constant_views_as_constants (ExportConfig.constant_views_folded, default): a frozen constant read
+    only through views of one shape (int8 codes unsqueezed for a weight-left bmm, a scale [out, 1] squeezed) is
+    stored in that shape, so the program no longer clones it before each view (edge_passes.constant_views_as_copies
+    with external weights); the weights file keeps its size (the same bytes) and the step's values are the same bit
+    for bit (test_speed_passes_keep_the_step_values)."""
+    _, progs = xnnpack_int8_programs
+    default, kept = progs["default"], progs["views_kept"]
+    folded = default.passes["constant_views_as_constants"]
+    assert folded > 0 and "constant_views_as_constants" not in kept.passes
+    clones = lambda p: p.ops["portable_ops"].get("clone", 0)  # noqa: E731
+    assert clones(kept) - clones(default) >= folded
+    assert default.passes["constant_views_as_copies"] < kept.passes["constant_views_as_copies"]
+    ptd = lambda p: sum(len(b) for b in p.data.values())  # noqa: E731
+    assert abs(ptd(default) - ptd(kept)) <= 4096
+    assert default.memory["planned_arena_bytes"] <= kept.memory["planned_arena_bytes"]
 
 
 def test_compile_transposed_codes_flag_reaches_the_training_program_config():
