@@ -634,6 +634,14 @@ NOTES = [
     "CPU s, on a loaded machine). Moving the decoder's weights into a mapped data file, as the subject stage's "
     "encoder tiles do, would let XNNPACK take its convolutions. Generation's footprint at real width: 334.4 MiB "
     "whole-process RssAnon (the bundle of e24c578) against this branch's estimate 334.3 (1.00x; 343.3 at the time).",
+    "SANA-1600M generation's gap (RssAnon peak 208.0 MiB before the kill against the estimate's 152.8): heaptrack of "
+    "`ditskip-run generate /tmp/real_scale/sana-1600m/model.bundle --prompt 'a photo of sks toy' --seed 0 --steps 1 "
+    "--out X.png` (14:54-15:08 UTC, under heaptrack, stopped in the decode) puts the heap peak, 211.6 MB, in the decoder program's "
+    "planned memory (201.33 MB over 12 calls from Module::make_planned_memory, under decode_latents): the manifest "
+    "records decode_8x8.pte's planned arena as 201,326,592 bytes (192 MiB), where the estimate's trace of the decoder "
+    "counts 151,527,424 (decoder_arena_bytes). The same kind of gap the subject stage's encoder program had (ExecuTorch's "
+    "greedy planner places the portable ops' buffers in more room than the live bytes): the decoder estimate does not "
+    "yet re-plan its arena as memory_estimate/xnnpack_program.py does the encoder's.",
     "The machine was shared (load average 4-5 on 2 cores during these runs: this session's helpers' exports and "
     "tests): wall seconds are inflated; CPU seconds of the whole process are given beside them (they include "
     "loading and, for personalize and generate, every phase).",
