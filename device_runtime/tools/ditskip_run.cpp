@@ -409,33 +409,32 @@ int main(int argc, char** argv) {
   }
   // --threads N, for every verb that runs programs: taken out here, before the verb parses its own arguments (the
   // pool is the process's, and must be sized before any program is loaded)
-  std::vector<char*> args(argv + 2, argv + argc);
-  if (verb != "footprint") {
-    for (size_t i = 0; i < args.size(); ++i) {
-      if (std::strcmp(args[i], "--threads") != 0) continue;
-      long long n = 0;
-      if (i + 1 >= args.size()) return usage_error(verb, "argument --threads: expected one argument");
-      if (!parse_int(args[i + 1], n) || n < 1 || n > 1024) {    // one line, as the Python runtime words it
-        std::fprintf(stderr, "ditskip-run %s: error: argument --threads: expected a number of CPU threads from 1 to "
-                     "1024, got '%s'\n", verb.c_str(), args[i + 1]);
-        return 2;
-      }
-      if (ditskip_set_threads(int32_t(n)) != DITSKIP_OK) {
-        std::fprintf(stderr, "ditskip-run %s: error: %s\n", verb.c_str(), ditskip_last_error());
-        return 5;
-      }
-      args.erase(args.begin() + long(i), args.begin() + long(i) + 2);
-      --i;
+  std::vector<char*> args{argv[0], argv[1]};     // argv without --threads N; the verbs read args[2 ..]
+  for (int i = 2; i < argc; ++i) {
+    if (verb == "footprint" || std::strcmp(argv[i], "--threads") != 0) {
+      args.push_back(argv[i]);
+      continue;
+    }
+    long long n = 0;
+    if (i + 1 >= argc) return usage_error(verb, "argument --threads: expected one argument");
+    const char* value = argv[++i];
+    if (!parse_int(value, n) || n < 1 || n > 1024) {    // one line, as the Python runtime words it
+      std::fprintf(stderr, "ditskip-run %s: error: argument --threads: expected a number of CPU threads from 1 to "
+                   "1024, got '%s'\n", verb.c_str(), value);
+      return 2;
+    }
+    if (ditskip_set_threads(int32_t(n)) != DITSKIP_OK) {
+      std::fprintf(stderr, "ditskip-run %s: error: %s\n", verb.c_str(), ditskip_last_error());
+      return 5;
     }
   }
-  argc = int(args.size()) + 2;
+  const int rest = int(args.size()) - 2;
   args.push_back(nullptr);
-  argv = args.data() - 2;     // the verbs read argv + 2 .. argv + argc
-  if (verb == "train") return train(argc - 2, argv + 2);
-  if (verb == "step") return step(argc - 2, argv + 2);
-  if (verb == "footprint") return footprint(argc - 2, argv + 2);
-  if (verb == "personalize") return personalize_verb(argc - 2, argv + 2);
-  if (verb == "generate") return generate_verb(argc - 2, argv + 2);
+  if (verb == "train") return train(rest, args.data() + 2);
+  if (verb == "step") return step(rest, args.data() + 2);
+  if (verb == "footprint") return footprint(rest, args.data() + 2);
+  if (verb == "personalize") return personalize_verb(rest, args.data() + 2);
+  if (verb == "generate") return generate_verb(rest, args.data() + 2);
   return usage_error("", "argument command: invalid choice: '" + verb + "' (choose from 'train', 'step', "
                          "'footprint', 'personalize', 'generate')");
 }

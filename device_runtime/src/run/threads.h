@@ -1,7 +1,7 @@
 // The CPU threads ExecuTorch's kernels and the XNNPACK delegate run on: one process-wide pool (ExecuTorch's
 // extension/threadpool singleton, which XNNPACK takes when a program is loaded). Default: ExecuTorch's own choice
 // (one thread per core cpuinfo reports). Mirrors `python -m ditskip_edge.runtime ... --threads N`
-// (ditskip_edge/runtime/threads.py), which resets the same pool through the Python bindings.
+// (ditskip_edge/runtime/bindings.py set_executorch_threads), which resets the same pool through the Python bindings.
 #pragma once
 
 #include <cstdint>
