@@ -190,10 +190,13 @@ def last_json(text: str):
         return None
 
 
-def measured(runner, *a, timeout=6000) -> dict:
+MEASURE_TIMEOUT_S = [6000]                   # --timeout-s
+
+
+def measured(runner, *a, timeout=None) -> dict:
     from device_tests.native_runtime import measure
     t0 = os.times()
-    m = measure(runner, *a, env=ENV, timeout=timeout, sample_s=0.01)
+    m = measure(runner, *a, env=ENV, timeout=timeout or MEASURE_TIMEOUT_S[0], sample_s=0.01)
     t1 = os.times()
     rec = {"command": " ".join(map(str, runner.argv + list(a))).replace(str(ROOT) + "/", ""),
            "returncode": m.returncode, "wall_s": round(m.wall_s if hasattr(m, "wall_s") else m.wall, 1),
@@ -663,6 +666,7 @@ def parse(argv=None):
     ap.add_argument("--train-steps", type=int, default=2, help="native train --steps")
     ap.add_argument("--gen-steps", type=int, default=2, help="generation sampler steps")
     ap.add_argument("--force", action="store_true")
+    ap.add_argument("--timeout-s", type=int, default=6000, help="each device-stage run is killed after this long")
     ap.add_argument("--host-mem-gib", type=float, default=14.5, help="compile: killed above this summed RSS")
     ap.add_argument("--why-not", default="", help="--stages estimate: why a stage without a record was not measured")
     a = ap.parse_args(argv)
@@ -680,6 +684,7 @@ def default_flux_split(a) -> tuple[int, int]:
 def main() -> None:
     from _meta import provenance
     args = parse()
+    MEASURE_TIMEOUT_S[0] = args.timeout_s
     work = Path(args.work or f"/tmp/real_scale/{tag(args)}")
     work.mkdir(parents=True, exist_ok=True)
     doc = load()
