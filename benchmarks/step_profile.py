@@ -42,6 +42,9 @@ RESULTS = ROOT / "benchmarks" / "results"
 VARIANTS = {
     "base": {},
     "views_kept": {"constant_views_folded": False},
+    "remat_last_group": {"remat_last_group": True},
+    "rotary_stack": {"rotary_matmul": False},
+    "remat_last_group_rotary_stack": {"remat_last_group": True, "rotary_matmul": False},
     "portable_casts": {"xnnpack_casts": False},
     "transposed_codes": {"transposed_codes": True},
     "pow_kept": {"pow_as_mul": False},

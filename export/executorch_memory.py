@@ -116,7 +116,7 @@ def _constant_bytes_in_pte(et_program) -> int:
 def _eager_like_program(module: torch.nn.Module, remat_every: int):
     """The eager twin of the exported program: dequantized weights recomputed in backward (as
     graph_passes.recompute_frozen_in_backward does) and, with remat_every = K >= 1, torch.utils.checkpoint around
-    each run of K kept blocks (as remat.rematerialize_blocks does)."""
+    each run of K kept blocks but the last (as remat.rematerialize_blocks does)."""
     from torch.utils.checkpoint import checkpoint
 
     from ditskip_edge.models.views import DiTView
@@ -137,10 +137,12 @@ def _eager_like_program(module: torch.nn.Module, remat_every: int):
                 streams = inner(b, streams, ctx)
             return streams
 
-        def run_block(block, streams, ctx, index=index, run_group=run_group):
+        def run_block(block, streams, ctx, index=index, run_group=run_group, last=(len(blocks) - 1) // remat_every):
             i = index[id(block)]
             if i % remat_every:
                 return streams              # ran inside its group's checkpoint
+            if i // remat_every == last:    # the last group is kept, not recomputed (remat.py)
+                return run_group(streams, ctx, i)
             return checkpoint(run_group, streams, ctx, i, use_reentrant=False)
 
         view.run_block = run_block

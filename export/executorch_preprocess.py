@@ -16,6 +16,7 @@ import torch.nn as nn
 
 from ditskip_edge.models.latents import LatentEncoder
 from ditskip_edge.models.layout import contiguous_pixel_shuffles
+from ditskip_edge.models.rotary import rotary_as_matmul
 from ditskip_edge.patch_sampling import PatchSampler
 
 from .program_cache import PTE_FILE, ProgramCache
@@ -70,7 +71,7 @@ def program_memory(et) -> dict:
 
 
 def _trace(module: nn.Module, example: tuple):
-    with torch.no_grad(), contiguous_pixel_shuffles():
+    with torch.no_grad(), contiguous_pixel_shuffles(), rotary_as_matmul():
         return torch.export.export(module.eval(), example, strict=False)
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from ditskip_edge.models.rotary import rotary_as_matmul
 from ditskip_edge.quantize import QuantSpec
 
 from . import graph_passes
@@ -69,6 +70,9 @@ class ExportConfig:
                                                 # only through views of one shape is stored in that shape (no
                                                 # view, no clone of it per use with external weights; exact)
     remat: str = "none"                         # "none" | "blocks" | "every:K" (remat.py)
+    rotary_matmul: bool = True                  # models/rotary.py: FLUX's rotary pair rotation as a matmul (exact)
+    remat_last_group: bool = False              # remat: also recompute the last group run forward (whose gradients
+                                                # come first; kept by default: same memory, less work)
     external_weights: bool = False              # frozen constants in a .ptd file beside the .pte
     memory_planner: str = "best"                # "greedy" (ExecuTorch's) | "best_fit" | "best" (memory_plan.py)
     restore_order: bool = True                  # schedule.restore_order after lowering
@@ -164,7 +168,8 @@ def trace_step(step: StepModule, cfg: ExportConfig):
     from . import remat
     spec = RematSpec.parse(cfg.remat)
     marks = remat.block_marks(step.module) if spec.enabled else contextlib.nullcontext()
-    with sdpa_kernel([SDPBackend.MATH]), torch.no_grad(), marks:
+    rotary = rotary_as_matmul() if cfg.rotary_matmul else contextlib.nullcontext()
+    with sdpa_kernel([SDPBackend.MATH]), torch.no_grad(), marks, rotary:
         return torch.export.export(step.module, tuple(step.example), strict=False)
 
 
@@ -195,7 +200,7 @@ def joint_with_passes(ep, cfg: ExportConfig):
         passes["input_grad_conv"] = graph_passes.conv_input_grad_as_convolution(ep)
         passes["silu_backward"] = graph_passes.silu_backward_in_order(ep)
     if spec.enabled:
-        passes["remat"] = remat.rematerialize_blocks(ep, spec)
+        passes["remat"] = remat.rematerialize_blocks(ep, spec, last_group=cfg.remat_last_group)
         passes["remat"]["marks_removed"] = remat.remove_marks(ep)
     if cfg.recompute_frozen:
         passes["recompute_frozen"] = graph_passes.recompute_frozen_in_backward(ep)

@@ -38,6 +38,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ditskip_edge.models.latents import LatentEncoder, encode_tiling, encoder_stages
 from ditskip_edge.models.layout import contiguous_pixel_shuffles
+from ditskip_edge.models.rotary import rotary_as_matmul
 from ditskip_edge.models.specs import ModelSpec
 from ditskip_edge.models.views import DiTView, make_view
 from ditskip_edge.plan import SkipPlan
@@ -167,7 +168,7 @@ def export_forward(module: nn.Module, example: tuple, backend: str, external_wei
     # that read its contiguous input as channels_last - XNNPACK ~1.2 relative off, portable refusing its first
     # permute ("different dim orders"). Examples are made contiguous here, for every caller.
     example = contiguous_inputs(example)
-    with sdpa_kernel([SDPBackend.MATH]), torch.no_grad(), contiguous_pixel_shuffles():
+    with sdpa_kernel([SDPBackend.MATH]), torch.no_grad(), contiguous_pixel_shuffles(), rotary_as_matmul():
         ep = torch.export.export(module.eval(), example, strict=False)
     tag_delegate = delegate_weights and external_weights and backend == "xnnpack" and not matmuls
     if tag_delegate:

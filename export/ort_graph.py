@@ -237,8 +237,8 @@ def recompute_frozen_in_gradient(model: onnx.ModelProto, frozen: set[str], loss:
 def rematerialize_blocks_onnx(model: onnx.ModelProto, frozen: set[str], every: int = 1, loss: str = "loss") -> dict:
     """Block remat for ORT's training model. Blocks come from the exporter's scoped node names
     ('/step/skip_model/blocks.3/attn/...'); a forward node outside every block (embedding, context, head) is kept.
-    The gradient side reads copies of each group's forward values (groups of `every` blocks), recomputed with
-    their in-group ancestors and the frozen-only chains they need. Run the session with RECOMPUTE_SESSION_CONFIG."""
+    The gradient side reads copies of each group's forward values (groups of `every` blocks; the last group is
+    kept), recomputed with their in-group ancestors and the frozen-only chains they need. Run the session with RECOMPUTE_SESSION_CONFIG."""
     import re
     fwd = _forward_nodes(model, loss)
     const = _const_nodes(model, frozen, fwd)
@@ -248,6 +248,7 @@ def rematerialize_blocks_onnx(model: onnx.ModelProto, frozen: set[str], every: i
             m = re.search(r"/blocks\.(\d+)/", n.name)
             if m:
                 groups.setdefault(int(m.group(1)) // every, set()).add(i)
-    stats = _copy_for_gradient(model, [groups[k] for k in sorted(groups)], const, fwd, "_remat")
+    # the last group's gradients come first: kept, not recomputed (as remat.rematerialize_blocks does)
+    stats = _copy_for_gradient(model, [groups[k] for k in sorted(groups)[:-1]], const, fwd, "_remat")
     stats["blocks_found"] = len(groups)
     return stats

@@ -92,8 +92,9 @@ def _is_mark(n: Node) -> bool:
     return n.op == "call_function" and n.target == MARK
 
 
-def rematerialize_blocks(ep: ExportedProgram, spec: RematSpec) -> dict:
-    """See the module docstring. Returns counts: groups recomputed, nodes copied, backward reads redirected."""
+def rematerialize_blocks(ep: ExportedProgram, spec: RematSpec, last_group: bool = False) -> dict:
+    """See the module docstring. Returns counts: groups recomputed, nodes copied, backward reads redirected, and
+    `kept_group`: the group not recomputed (the last run forward), unless `last_group` asks for it too."""
     stats = {"groups": 0, "recomputed_nodes": 0, "backward_reads_redirected": 0, "marks": 0}
     if not spec.enabled:
         return stats
@@ -135,13 +136,22 @@ def rematerialize_blocks(ep: ExportedProgram, spec: RematSpec) -> dict:
     for n in forward:
         if n.op == "call_function" and not _is_mark(n) and group[n] >= 0 and n not in const:
             members.setdefault(group[n], []).append(n)
+    reads: dict[int, dict[Node, list[Node]]] = {}
     for gid, ns in sorted(members.items()):
-        in_group = set(ns)
         bwd_read = {n: sorted((u for u in n.users if u.op != "output" and pos.get(u, -1) > fwd_end), key=pos.get)
                     for n in ns}
         bwd_read = {n: us for n, us in bwd_read.items() if us}
-        if not bwd_read:
-            continue
+        if bwd_read:
+            reads[gid] = bwd_read
+    # the group whose gradients come first (the last one run forward) is not recomputed: its activations would die
+    # at the loss and be made again at once, so keeping them costs no more memory than the copies would
+    first_read = {gid: pos[min((us[0] for us in r.values()), key=pos.get)] for gid, r in reads.items()}
+    if first_read and not last_group:
+        stats["kept_group"] = min(first_read, key=first_read.get)
+        del reads[stats["kept_group"]]
+    for gid, bwd_read in reads.items():
+        in_group = set(members[gid])
+        ns = members[gid]
         first = min((us[0] for us in bwd_read.values()), key=pos.get)
         copies: dict[Node, Node] = {}
         # read as they are: inputs, checkpoints (marks) and what the forward keeps (context, other groups)

@@ -2,7 +2,8 @@
 
 Properties protected:
 - block remat gives the loss and LoRA gradients of the program without remat (<= 1e-5 relative; portable backend
-  and XNNPACK), and a smaller planned arena
+  and XNNPACK), and a smaller planned arena; the last block run forward is kept, not recomputed (less work, the same
+  gradients bit for bit, no larger arena)
 - with external weights the .pte holds no frozen weight bytes, the .ptd does, and loss and gradients are unchanged
 - after XNNPACK lowering the node order is the joint graph's again: the planned arena stays within 1.25x of the
   traced need of the same step (the unstable re-sort put every dequantized weight in the arena at once)
@@ -73,8 +74,28 @@ def test_remat_gives_the_same_loss_and_lora_gradients(step, portable_programs, t
     worst = max(_rel(g0[k], g1[k]) for k in g0)
     assert worst <= REL, f"LoRA gradient rel. difference {worst:.2e}"
     assert all(g0[k].abs().sum() > 0 for k in g0 if "lora_A" in k)          # the check is not vacuous
-    assert portable_programs["blocks"].passes["remat"]["groups"] == 2
+    assert portable_programs["blocks"].passes["remat"]["groups"] == 1      # block 0; block 1's gradients come first
+    assert portable_programs["blocks"].passes["remat"]["kept_group"] == 1
     assert portable_programs["blocks"].passes["remat"]["recomputed_nodes"] > 0
+
+
+def test_the_last_group_kept_is_less_work_for_the_same_gradients_and_no_larger_arena(step, portable_programs,
+                                                                                     tmp_path):
+    """Recomputing the last block run forward would repeat it right after the loss: keeping it must copy fewer
+    nodes, give the same loss and gradients bit for bit, and plan no larger an arena."""
+    from ditskip_edge.quantize import QuantSpec
+    from export.executorch_program import ExportConfig, export_training_program
+    every = export_training_program(step, ExportConfig(quant=QuantSpec("int8"), remat="blocks", external_weights=True,
+                                                       remat_last_group=True))
+    kept = portable_programs["blocks"]
+    assert every.passes["remat"]["groups"] == 2 and "kept_group" not in every.passes["remat"]
+    assert kept.passes["remat"]["recomputed_nodes"] < every.passes["remat"]["recomputed_nodes"]
+    assert kept.memory["planned_arena_bytes"] <= every.memory["planned_arena_bytes"]
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    loss0, g0 = _run(every, step.example, tmp_path / "a")
+    loss1, g1 = _run(kept, step.example, tmp_path / "b")
+    assert loss0 == loss1 and all(torch.equal(g0[k], g1[k]) for k in g0)
 
 
 def test_remat_shrinks_the_planned_arena(portable_programs):

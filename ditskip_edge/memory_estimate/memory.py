@@ -227,7 +227,8 @@ class MemoryEstimate:
 
 def weight_reads(tr: StepTrace, remat_every: int, flash_bytes_per_s: float = 1.5e9) -> dict:
     """What one step reads of the frozen weights: forward, backward (the dequantized weights are recomputed for the
-    input gradients) and, with remat, the recomputed forward. From a mapped file these reads come from the page
+    input gradients) and, with remat, the recomputed forward (all of it: an upper bound, the program keeps the last
+    group's activations instead). From a mapped file these reads come from the page
     cache while the weights stay resident, from flash when the system has dropped them (the worst case priced at
     a phone's sustained flash read, default 1.5 GB/s)."""
     passes = 2 + (1 if remat_every else 0)

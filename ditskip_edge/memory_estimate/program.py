@@ -177,15 +177,17 @@ def remat_every(remat: str) -> int:
 
 def _remat_segments(view, every: int) -> None:
     """Recompute the kept blocks' activations in backward, K blocks a segment (non-reentrant torch.utils.checkpoint):
-    what the device program's block rematerialization keeps alive is the segment boundaries' streams."""
+    what the device program's block rematerialization keeps alive is the segment boundaries' streams. The last
+    segment runs plain: the device program keeps its activations (export/remat.py: its gradients come first)."""
     from torch.utils.checkpoint import checkpoint
     run_blocks = view.run_blocks
 
     def segmented(blocks, streams, ctx):
         blocks = list(blocks)
-        for i in range(0, len(blocks), every):
+        starts = list(range(0, len(blocks), every))
+        for i in starts[:-1]:
             streams = checkpoint(run_blocks, blocks[i:i + every], streams, ctx, use_reentrant=False)
-        return streams
+        return run_blocks(blocks[starts[-1]:], streams, ctx) if starts else streams
     view.run_blocks = segmented
 
 
