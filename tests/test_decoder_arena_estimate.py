@@ -24,8 +24,8 @@ DC_AE = dict(in_channels=3, latent_channels=8, attention_head_dim=8,
              scaling_factor=0.41407)
 # wide attention stages: the attention's linears (on a permuted activation) are matmul's broadcast bmm in the program,
 # each weight copied once per row of the tile (expand_copy), larger than the 128 px feature maps
-DC_AE_WIDE = dict(DC_AE, decoder_block_out_channels=[8, 16, 32, 32, 128, 128], decoder_layers_per_block=[1, 1, 1, 1, 2, 2],
-                  encoder_block_out_channels=[8, 16, 32, 32, 128, 128])
+DC_AE_WIDE = dict(DC_AE, decoder_block_out_channels=[8, 16, 32, 32, 128, 128],
+                  encoder_block_out_channels=[8, 16, 32, 32, 128, 128], decoder_layers_per_block=[1, 1, 1, 1, 2, 2])
 # FLUX's AutoencoderKL structure with its mid-block attention (SDPA, dropout, group norm, nearest upsampling)
 KL = dict(BUILTIN_SPECS["flux-tiny"].vae_config, mid_block_add_attention=True)
 

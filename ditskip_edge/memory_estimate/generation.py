@@ -27,12 +27,13 @@ alone: the full transformer one block at a time, every program at batch 1 with t
                     published autoencoder configs (subject.py AUTOENCODER_CONFIGS, meta device). The arena is
                     ExecuTorch's greedy plan of the portable program's buffers (xnnpack_program.ProgramOps portable:
                     the decoder's ops as export/generation_stage.py _decode_part exports them, every view but a
-                    reshape a copy; greedy_arena_bytes), not the trace's live peak: the planner puts the live
-                    buffers in more room (SANA-1600M's DC-AE at a 256 px tile: 192 MiB planned, 160 MiB live at
-                    once, 144.5 MiB in an eager trace). The weights are the program's inputs, read in place from the
-                    mapped decoder file (file-backed), as plain tensors: F.linear on a permuted activation is then
-                    matmul's broadcast bmm with the weight expanded per row (an expand_copy as large as the weight
-                    times the rows: DC-AE's attention projections), as in the program
+                    reshape a copy; greedy_arena_bytes), not a trace's live peak: the planner puts the live buffers
+                    in more room (SANA-1600M's DC-AE at a 256 px tile: 192 MiB planned, as its bundle's program;
+                    139 MiB of the program's buffers live at once; 144.5 MiB in the eager trace counted before).
+                    The weights are the program's inputs, read in place from the mapped decoder file (file-backed),
+                    as plain tensors: F.linear on a permuted activation is then matmul's broadcast bmm with the
+                    weight expanded per row (an expand_copy as large as the weight times the rows: DC-AE's attention
+                    projections), as in the program
 
     text phase    = for a model whose prompt goes through real encoders (text kind "pipeline": FLUX.1-dev's CLIP +
                     T5-XXL, SANA's Gemma-2), the largest encoder program's traced peak plus both prompts'
