@@ -7,7 +7,9 @@ Each model is `ditskip-edge estimate --model M --skip-ratio 0.5 --precision int8
 train resolution and the model's data resolution, the generation footprint (memory_estimate/generation.py: the full
 model one block at a time, each classifier-free-guidance branch through each program at batch 1, every frozen weight
 mapped) and the autoencoder's decoder (its published config, traced on the meta device; it runs after the
-transformer programs are dropped, so the footprint is the larger phase plus the 100 MiB runtime overhead). Each
+transformer programs are dropped, so the footprint is the larger phase plus the 100 MiB runtime overhead; its arena
+is the portable decode program's planned arena, ExecuTorch's greedy plan of the program's buffers, with the live
+peak of those buffers beside it: memory_estimate/generation.py decoder_program_memory). Each
 resolution is estimated twice: the decoder on the whole picture, and on tiles of 256 px (`--decode-tile-px 256`,
 what compile exports with that flag: runtime/tiling.py, diffusers' tiled_decode; the decode phase then adds the
 picture and two rows of decoded tiles); FLUX.1-dev also at its native 1024 px. The text phase comes first: the
@@ -67,7 +69,8 @@ def main() -> int:
     rows = ["| model | training (remat blocks, mapped) GiB | generation at | decoder on, attention | "
             "generation footprint GiB | "
             "program arena GiB (per program) | streams GiB | mapped weights GiB (whole model) | mapped working set GiB "
-            "| text phase GiB (mapped text weights GiB) | transformer phase GiB | decode phase GiB (arena) "
+            "| text phase GiB (mapped text weights GiB) | transformer phase GiB "
+            "| decode phase GiB (planned arena; live) "
             "| generation <= training |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for (model, tile, chunk, px) in sorted(((m, t, c, px) for (m, t, c), d in docs.items() for px in d["generation"]),
@@ -89,7 +92,7 @@ def main() -> int:
                     f"tokens) | {on} | {g['footprint_gib']} | {g['program_arena_gib']} ({per}) | {g['streams_gib']} | "
                     f"{g['file_backed_gib']} | {g['file_backed_working_set_gib']} | {g['text_phase_gib']} "
                     f"({g['text_file_backed_gib']}) | {g['transformer_phase_gib']} | "
-                    f"{g['decoder_gib']} ({g['decoder_arena_gib']}) | "
+                    f"{g['decoder_gib']} ({g['decoder_arena_gib']}; {g['decoder_arena_live_gib']}) | "
                     f"{'yes' if g['within_training_footprint'] else 'NO'} |")
     from ditskip_edge.memory_estimate.text import encoder_roles, trace_text_encoder
     enc_rows = ["| model | encoder | tokens | precision | program arena MiB (RssAnon) | mapped weights GiB |",

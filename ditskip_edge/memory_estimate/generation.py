@@ -20,11 +20,20 @@ alone: the full transformer one block at a time, every program at batch 1 with t
     file_backed_bytes = every block's frozen weights + embedders + head at the precision (the whole model: a picture
                         needs the skipped blocks too); working set: one block's + embedders and head
 
-    decode phase  = the autoencoder decoder's traced peak on one tile (the whole latent unless decode_tile_px asks
-                    for tiles: runtime/tiling.py), plus with tiles the picture and two rows of decoded tiles (the
-                    decode programs run after the transformer programs are dropped: footprint = the larger phase +
-                    the runtime overhead); real-size models use their published autoencoder configs (subject.py
-                    AUTOENCODER_CONFIGS, meta device)
+    decode phase  = the decode program's planned arena on its largest tile (the whole latent unless decode_tile_px
+                    asks for tiles: runtime/tiling.py; every other tile shape is a part of it), plus with tiles the
+                    picture and two rows of decoded tiles (the decode programs run after the transformer programs
+                    are dropped: footprint = the larger phase + the runtime overhead); real-size models use their
+                    published autoencoder configs (subject.py AUTOENCODER_CONFIGS, meta device). The arena is
+                    ExecuTorch's greedy plan of the portable program's buffers (xnnpack_program.ProgramOps portable:
+                    the decoder's ops as export/generation_stage.py _decode_part exports them, every view but a
+                    reshape a copy; greedy_arena_bytes), not a trace's live peak: the planner puts the live buffers
+                    in more room (SANA-1600M's DC-AE at a 256 px tile: 192 MiB planned, as its bundle's program;
+                    139 MiB of the program's buffers live at once; 144.5 MiB in the eager trace counted before).
+                    The weights are the program's inputs, read in place from the mapped decoder file (file-backed),
+                    as plain tensors: F.linear on a permuted activation is then matmul's broadcast bmm with the
+                    weight expanded per row (an expand_copy as large as the weight times the rows: DC-AE's attention
+                    projections), as in the program
 
     text phase    = for a model whose prompt goes through real encoders (text kind "pipeline": FLUX.1-dev's CLIP +
                     T5-XXL, SANA's Gemma-2), the largest encoder program's traced peak plus both prompts'
@@ -181,14 +190,39 @@ def decoder_config(spec: ModelSpec) -> dict | None:
     return AUTOENCODER_CONFIGS.get(spec.name, AUTOENCODER_CONFIGS["sana"] if spec.arch != FLUX_ARCH else None)
 
 
-def trace_decoder(cfg: GenerationConfig) -> dict | None:
-    """The decode phase: the decode program's traced peak on its largest tile (activations; weights excluded: read
-    in place from the mapped decoder file), plus, when tiled, what runtime/tiling.py holds beside it (the picture
-    and two rows of decoded tiles)."""
+def decoder_program_memory(arch: str, vae_config: dict, tile_hw: tuple[int, int]) -> dict:
+    """The portable decode program of one latent tile [1, C, h, w] (export/generation_stage.py _decode_part; weights
+    its inputs, not planned; the image planned) as xnnpack_program.program_memory_of counts it: arena_bytes
+    (ExecuTorch's greedy plan), arena_live_bytes (its buffers' live peak), and the decode's FLOPs. Meta weights,
+    fake tensors."""
     from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils.flop_counter import FlopCounterMode
 
-    from ..models.latents import LatentEncoder, decode_tiling
+    from ..models.latents import LatentEncoder
+    from ..models.layout import contiguous_pixel_shuffles
     from ..models.loading import vae_class
+    from .xnnpack_program import ExportedDropouts, ProgramOps, program_memory_of
+    with torch.device("meta"):
+        vae = vae_class(arch).from_config(vae_config).eval()
+    fc = FlopCounterMode(display=False)
+    with FakeTensorMode(allow_non_fake_inputs=True), torch.no_grad():
+        vae = vae.to_empty(device="cpu").requires_grad_(False)     # plain inputs, as export's Decode passes them
+        x = torch.zeros(1, int(vae_config["latent_channels"]), *tile_hw)
+        outside = list(vae.parameters()) + list(vae.buffers()) + [x]
+        rec = ProgramOps(outside, portable=True)
+        # as export traces it (export_module_program: row-major pixel shuffles; attention decomposed to math)
+        with contiguous_pixel_shuffles(), ExportedDropouts(), _sdpa_context("math"), fc, rec:
+            image = LatentEncoder(arch, vae).decode(x).contiguous()
+        program = program_memory_of(rec, outside, [], image)
+    return {"arena_bytes": program["arena_bytes"], "arena_live_bytes": program["arena_live_bytes"],
+            "flops": int(fc.get_total_flops())}
+
+
+def trace_decoder(cfg: GenerationConfig) -> dict | None:
+    """The decode phase: the decode program's planned arena on its largest tile (decoder_program_memory; weights
+    excluded: read in place from the mapped decoder file), plus, when tiled, what runtime/tiling.py holds beside it
+    (the picture and two rows of decoded tiles)."""
+    from ..models.latents import decode_tiling
     from ..runtime.tiling import tile_starts
     vc = decoder_config(cfg.spec)
     if vc is None:
@@ -201,19 +235,10 @@ def trace_decoder(cfg: GenerationConfig) -> dict | None:
     held = (3 * cfg.resolution_px ** 2 + 2 * tiles_per_row * 3 * px_tile ** 2) * 4 if tiling["tiled"] else 0
     out = {"tiling": tiling, "tile_px": px_tile, "tiles": tiles_per_row ** 2, "held_pixels_bytes": held}
     if vc.get("kind") == "pixel":
-        return {**out, "arena_bytes": 0, "phase_bytes": held}
-    with torch.device("meta"):
-        vae = vae_class(cfg.spec.arch).from_config(vc)
-    from torch.utils.flop_counter import FlopCounterMode
-    fc = FlopCounterMode(display=False)
-    with FakeTensorMode(allow_non_fake_inputs=True), torch.no_grad():
-        vae = vae.to_empty(device="cpu")
-        x = torch.zeros(1, int(vc["latent_channels"]), tile, tile)
-        tr = StepMemoryTracker(storage_keys(list(vae.parameters()) + [x]))
-        with tr, fc:
-            LatentEncoder(cfg.spec.arch, vae).decode(x)
-    return {**out, "arena_bytes": tr.peak_bytes, "phase_bytes": tr.peak_bytes + held,
-            "flops": int(fc.get_total_flops()) * out["tiles"]}
+        return {**out, "arena_bytes": 0, "arena_live_bytes": 0, "phase_bytes": held}
+    program = decoder_program_memory(cfg.spec.arch, vc, (tile, tile))
+    return {**out, "arena_bytes": program["arena_bytes"], "arena_live_bytes": program["arena_live_bytes"],
+            "phase_bytes": program["arena_bytes"] + held, "flops": program["flops"] * out["tiles"]}
 
 
 def generation_estimate(cfg: GenerationConfig, runtime_overhead_bytes: int, attention: str = "math",
@@ -238,6 +263,7 @@ def generation_estimate(cfg: GenerationConfig, runtime_overhead_bytes: int, atte
            "latents_and_cond_bytes": tr["latents_and_cond_bytes"], "runtime_overhead_bytes": runtime_overhead_bytes,
            "transformer_phase_bytes": transformer_phase, "decoder_bytes": decode_phase,
            "decoder_arena_bytes": decoder["arena_bytes"] if decoder else None,
+           "decoder_arena_live_bytes": decoder["arena_live_bytes"] if decoder else None,
            "decode_tiling": {k: v for k, v in decoder.items() if not k.endswith("_bytes")} if decoder else None,
            "footprint_bytes": footprint, "file_backed_bytes": tr["frozen_weights_bytes"],
            "sampler_steps": sampler_steps, "flops_per_sampler_step": tr["flops_per_sampler_step"],

@@ -35,6 +35,11 @@ and of the Python runtime on the same encoder at 64 px, benchmarks/results/real_
 
     program peak = the arena + max over the program's steps of (workspace (with its growth transient) + the
                    indirection buffers so far); the packed weights beside it.
+
+An all-portable program (generation's decode programs: export/generation_stage.py _decode_part) is the same recording
+with ProgramOps(portable=True): no delegate, no workspace, every op's buffer in the arena, planned by the same
+greedy_arena_bytes (memory_estimate/generation.py decoder_program_memory; SANA-1600M's decode_8x8.pte: 201,326,592
+bytes planned, reproduced to the byte, tests/test_decoder_arena_estimate.py).
 """
 
 from __future__ import annotations
@@ -42,10 +47,13 @@ from __future__ import annotations
 import weakref
 
 import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 POINTER_BYTES = 8              # an indirection buffer's entries (64-bit phones and hosts)
+PLAN_ALIGNMENT = 16            # ExecuTorch's MemoryPlanningPass rounds every buffer up to this (TensorSpec.realign)
 
 _aten = torch.ops.aten
 # rounding_only_partitioner's op set (export/xnnpack_partition.ROUNDING_ONLY_CONFIGS) as eager aten ops
@@ -57,6 +65,31 @@ XNNPACK_OPS = {_aten.convolution.default, _aten.addmm.default, _aten.mm.default,
                _aten.abs.default, _aten.neg.default, _aten.permute.default}
 ELEMENTWISE = {_aten.add.Tensor, _aten.sub.Tensor, _aten.mul.Tensor, _aten.maximum.default, _aten.minimum.default}
 _PERMUTES = {_aten.permute.default, _aten.transpose.int}
+# views that stay views in a portable program (ExecuTorch's replace_view_copy_with_view_pass: view_copy -> memory.view)
+_RESHAPES = {_aten.view.default, _aten._reshape_alias.default, _aten.alias.default, _aten.detach.default,
+             _aten._unsafe_view.default}
+
+
+def _safe_softmax_steps(args, out):
+    """torch's decomposition of _safe_softmax as the program holds it: softmax, then the rows that are all -inf
+    (eq, logical_not, any, logical_not: `all` decomposed) replaced by zeros (full_like, where)."""
+    x, dim = args[0], args[1]
+    n, rows = x.numel(), x.numel() // x.shape[dim]
+    return [("sm", _aten._softmax.default, ["in"], _nbytes(out)), ("eq", _aten.eq.Scalar, ["in"], n),
+            ("ne", _aten.logical_not.default, ["eq"], n), ("any", _aten.any.dim, ["ne"], rows),
+            ("all", _aten.logical_not.default, ["any"], rows), ("zeros", _aten.full_like.default, ["sm"], _nbytes(out)),
+            ("out", _aten.where.self, ["all", "zeros", "sm"], None)]
+
+
+# ops a portable program holds as several (name, op, the steps it reads, buffer bytes); "out" writes the result:
+# SiLU as sigmoid * x (to_edge), addmm as mm + add (export/graph_passes.addmm_to_mm_add: the programs' mm_rewrite)
+_PORTABLE_DECOMPOSED = {
+    _aten.silu.default: lambda a, out: [("sig", _aten.sigmoid.default, ["in"], _nbytes(out)),
+                                        ("out", _aten.mul.Tensor, ["in", "sig"], None)],
+    _aten.addmm.default: lambda a, out: [("mm", _aten.mm.default, ["in"], _nbytes(out)),
+                                         ("out", _aten.add.Tensor, ["in", "mm"], None)],
+    _aten._safe_softmax.default: _safe_softmax_steps,
+}
 _METADATA = {_aten.sym_size.int, _aten.sym_numel.default, _aten.sym_stride.int, _aten.sym_storage_offset.default}
 
 
@@ -68,10 +101,21 @@ class ProgramOps(TorchDispatchMode):
     """The ops of fn() as the program runs them: (xnnpack?, op, input keys, [(output key, bytes)], conv info).
     SiLU is recorded as the program has it: a portable sigmoid, then a delegated mul. A permute or transpose of an
     activation is a view in eager torch and a copy in the program (permute_copy, delegated: DC-AE's RMSNorm2d
-    permutes its input to channels-last and back)."""
+    permutes its input to channels-last and back).
 
-    def __init__(self, preexisting: list[torch.Tensor] = ()):
+    portable=True: the ops as an all-portable program holds them (the decode programs: export/generation_stage.py
+    _decode_part): nothing delegated, and every view but a reshape is a copy in the program (to_edge makes permute,
+    transpose, expand, slice, select, split, (un)squeeze their _copy ops, each with its own planned buffer; a
+    weight's too: the decode programs' weights are inputs; view_copy becomes a view of its base), a view whose
+    shape is its input's excepted (ExecuTorch's RemoveNoopPass drops a slice_copy that keeps the shape). A reshape
+    that eager torch makes a clone of a non-contiguous view stays a clone in the program (export traces the strides
+    eager torch has: a permute_copy or expand_copy is followed by that clone). The ops to_edge or the export's
+    passes split are recorded as their parts (_PORTABLE_DECOMPOSED: SiLU, addmm, _safe_softmax); a dropout's clone
+    needs ExportedDropouts beside, the attention's math decomposition the MATH SDPA backend."""
+
+    def __init__(self, preexisting: list[torch.Tensor] = (), portable: bool = False):
         super().__init__()
+        self.portable = portable
         self.ops: list[dict] = []
         self._uid: dict[int, int] = {}        # a live storage -> its key (a storage freed and reused gets a new one)
         self._next = 0
@@ -101,11 +145,49 @@ class ProgramOps(TorchDispatchMode):
         self._next += 1
         return self._next
 
+    def _portable_op(self, func, args, kwargs, out):
+        """__torch_dispatch__ for portable=True (class docstring)."""
+        if func in _METADATA or func.namespace != "aten":
+            return out
+        src = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        views = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+        kept = func is _aten.slice.Tensor and views[0].shape == src.shape
+        if (func.is_view or func in _RESHAPES) and (func in _RESHAPES or kept):
+            if src is not None and id(src) in self._copies:
+                for v in views:
+                    self._alias(v, self._copies[id(src)])        # a view of the program's copy reads the copy
+            return out
+        if func.is_view:
+            copies = []
+            for v in views:
+                k = self._virtual_key()
+                self._alias(v, k)
+                copies.append((k, v.numel() * v.element_size()))
+            self._record(False, func, [self._in_key(src)], copies, conv=None)
+            return out
+        ins = [self._in_key(t) for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        outs = [(self.key(t), _nbytes(t)) for t in views]
+        steps = _PORTABLE_DECOMPOSED.get(func)
+        if steps is None:
+            self._record(False, func, ins, outs, conv=None)
+            return out
+        keys = {"in": ins, "out": outs}                     # a step's name -> its (reads, or its buffer's) keys
+        for name, op, reads, size in steps(args, out):
+            if name == "out":
+                self._record(False, op, [k for r in reads for k in keys[r]], outs, conv=None)
+                break
+            k = self._virtual_key()
+            self._record(False, op, [k2 for r in reads for k2 in keys[r]], [(k, size)], conv=None)
+            keys[name] = [k]
+        return out
+
     def _record(self, xnn, func, inputs, outputs, **extra):
         self.ops.append({"xnnpack": xnn, "op": func, "inputs": inputs, "outputs": outputs, **extra})
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
+        if self.portable:
+            return self._portable_op(func, args, kwargs, out)
         if func in _PERMUTES and isinstance(out, torch.Tensor) and self.key(args[0]) not in self._pre \
                 and out.dim() > 1 and out.shape != args[0].shape:
             copy = self._virtual_key()
@@ -122,22 +204,39 @@ class ProgramOps(TorchDispatchMode):
         if func is _aten.silu.default:
             sig = self._virtual_key()
             self._record(False, _aten.sigmoid.default, ins, [(sig, outs[0][1])])
-            self._record(True, _aten.mul.Tensor, ins + [sig], outs, conv=None)
+            self._record(not self.portable, _aten.mul.Tensor, ins + [sig], outs, conv=None)
             return out
         conv = None
         if func is _aten.convolution.default:
             kh, kw = args[1].shape[2:] if args[1].dim() == 4 else (1, 1)
             oh, ow = (out.shape[2:] if out.dim() == 4 else (1, 1))
             conv = {"kernel": (int(kh), int(kw)), "out_pixels": int(oh) * int(ow), "input": self._in_key(args[0])}
-        self._record(func in XNNPACK_OPS, func, ins, outs, conv=conv,
+        self._record(func in XNNPACK_OPS and not self.portable, func, ins, outs, conv=conv,
                      four_d=[self._in_key(t) for t in tree_flatten(args)[0]
                              if isinstance(t, torch.Tensor) and t.dim() == 4])
         return out
 
 
+class ExportedDropouts(TorchFunctionMode):
+    """F.dropout outside training as torch.export traces it: a clone (torch._decomp's dropout), a buffer of its own
+    in the program where eager torch returns its input (AutoencoderKL's ResnetBlock2D before conv2, its attention's
+    output projection). Entered beside ProgramOps(portable=True)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is F.dropout:
+            p = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
+            train = args[2] if len(args) > 2 else kwargs.get("training", True)
+            if not (train and p != 0):
+                return args[0].clone()
+        return func(*args, **kwargs)
+
+
 def greedy_arena_bytes(specs: list[tuple[int, int, int]]) -> int:
     """ExecuTorch's greedy memory plan of (first step, last step, bytes) tensors, in definition order: the sum of its
-    buckets (exir/memory_planning.py greedy with allow_overlapping_allocations, ExecuTorch 1.5.1)."""
+    buckets (exir/memory_planning.py greedy with allow_overlapping_allocations, ExecuTorch 1.5.1), each buffer
+    rounded up to PLAN_ALIGNMENT bytes."""
+    specs = [(first, last, -(-n // PLAN_ALIGNMENT) * PLAN_ALIGNMENT) for first, last, n in specs]
     order = sorted(range(len(specs)), key=lambda i: (-specs[i][2], -i))
     buckets: list[dict] = []                           # {"size", "allocs": [(offset, first, last, bytes)]}
 
