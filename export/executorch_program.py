@@ -13,7 +13,7 @@ XNNPACK lowering does (all dequantized weights were hoisted to the start), `memo
 offset instead of ExecuTorch's greedy slots, `UnsqueezeAsView` stops copying operands around each bmm,
 `xnnpack_ops="matmul"` gives XNNPACK one small delegate per matmul / transpose / activation, never merged
 (xnnpack_partition.py: nothing held across a delegate call, no activations in XNNPACK's workspace),
-`remat` recomputes each kept block's forward in backward, `external_weights` puts frozen weights in a .ptd file the
+`remat` recomputes each kept block's forward in backward (but the last one run), `external_weights` puts frozen weights in a .ptd file the
 runtime memory-maps.
 
 Attention is exported under `sdpa_kernel([SDPBackend.MATH])`: the fused CPU SDPA backward has no ExecuTorch kernel,

@@ -14,12 +14,14 @@ rotary embeddings, the caption) belongs to no block and is kept, unless all its 
 (e.g. SANA's cross-attention keys and values of the caption, or a block's AdaLN modulation of temb), then it is
 that block's. With `every` = K, blocks i with the same i // K form one group.
 
-For each group, the forward nodes of the group that the backward reads are recomputed, with their ancestors in the
+For each group but the last run forward, the forward nodes of the group that the backward reads are recomputed, with their ancestors in the
 group and the constant-only chains they need (dequantized weights), just before the group's first backward node;
 the backward then reads the copies, so the forward originals die in the forward pass. What stays alive from forward
 to backward: the streams entering each group (the marks' inputs, i.e. the checkpoints), the context, the inputs and
 parameters. In backward one group's internals are alive at a time. Recomputation repeats the same deterministic ops
-on the same inputs, so loss and gradients are unchanged.
+on the same inputs, so loss and gradients are unchanged. The last group's gradients come first: recomputing it would
+make again, right after the loss, what forward just dropped, so its activations are kept instead (the same peak,
+one group's forward less work; `last_group=True` recomputes it too, for comparison).
 
 Run before `graph_passes.recompute_frozen_in_backward`: the copies are new backward readers of dequantized weights,
 and that pass then gives them their own just-in-time dequantization.

@@ -124,7 +124,10 @@ def test_train_step_defaults_to_block_remat_and_a_mapped_data_file(et_bundle):
     assert step["data"] == ["programs/executorch/train_step_fp32.ptd"]
     info = m["files"][step["data"][0]]
     assert info["bytes"] == (et_bundle / step["data"][0]).stat().st_size and len(info["sha256"]) == 64
-    assert step["memory"]["constant_bytes_in_pte"] <= 1024 < step["memory"]["external_data_bytes"]
+    # inline: 0-d scalars and FLUX's rotary pair rotation [head_dim, head_dim] fp32 (models/rotary.py): ExecuTorch
+    # keeps lifted constants in the .pte
+    lifted = 1024 + 4 * int(m["model"]["transformer_config"].get("attention_head_dim", 0)) ** 2
+    assert step["memory"]["constant_bytes_in_pte"] <= lifted < step["memory"]["external_data_bytes"]
 
 
 def test_runtime_maps_the_data_file_without_locking_it(et_bundle):

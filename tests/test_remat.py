@@ -114,7 +114,8 @@ def test_external_weights_leave_the_pte_and_give_eager_loss_and_gradients(step, 
     assert codes
     assert not any(c in prog.buffer for c in codes), "frozen int8 codes found inside the .pte"
     assert all(c in ptd for c in codes), "frozen int8 codes missing from the .ptd"
-    assert prog.memory["constant_bytes_in_pte"] <= 256      # only 0-d lifted scalars stay inline in the .pte
+    # only 0-d lifted scalars and the rotary pair rotation (16 x 16 fp32, models/rotary.py) stay inline in the .pte
+    assert prog.memory["constant_bytes_in_pte"] <= 256 + 4 * 16 ** 2
     assert prog.memory["external_data_bytes"] >= sum(len(c) for c in codes)
     loss, grads = _run(prog, step.example, tmp_path)
     params = {n: p for n, p in step.module.named_parameters() if p.requires_grad}
