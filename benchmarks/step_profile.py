@@ -51,6 +51,7 @@ VARIANTS = {
     "no_remat": {"remat": "none"},
     "fp32": {"precision": "fp32"},
     "qd8": {"integer_matmuls": "qd8"},
+    "qd8_linears": {"integer_matmuls": "qd8_linears"},
 }
 
 

@@ -40,7 +40,7 @@ from .step_module import StepModule, build_step, input_specs  # noqa: F401  (bui
 log = logging.getLogger(__name__)
 BACKENDS = ("portable", "xnnpack")
 XNNPACK_OPS = ("matmul", "bmm", "all")
-INTEGER_MATMULS = ("off", "qd8")
+INTEGER_MATMULS = ("off", "qd8", "qd8_linears")
 EXTERNAL_DATA = "_default_external_constant.ptd"     # the .ptd file name ExecuTorch gives external constants
 
 
@@ -85,7 +85,9 @@ class ExportConfig:
                                                 # weights run as XNNPACK's dynamically quantized linear (int8
                                                 # activations rounded per row at run time; not exact; weights packed
                                                 # into XNNPACK's memory at load; graph_passes.
-                                                # dynamically_quantized_linears) | "off": fp32 matmuls of the cast codes
+                                                # dynamically_quantized_linears) | "qd8_linears": the same for the
+                                                # linears only (1x1 convolutions stay fp32) | "off": fp32 matmuls of
+                                                # the cast codes
 
     def __post_init__(self):
         if self.backend not in BACKENDS:
@@ -211,9 +213,10 @@ def joint_with_passes(ep, cfg: ExportConfig):
         passes["recompute_frozen"] = graph_passes.recompute_frozen_in_backward(ep)
     passes["identity_views"] = graph_passes.drop_identity_views(ep)
     passes["unused_constants"] = graph_passes.remove_unused_constants(ep)
-    if cfg.integer_matmuls == "qd8":
+    if cfg.integer_matmuls != "off":
         tag = EXTERNAL_DATA.removesuffix(".ptd") if cfg.external_weights else None
-        passes["qd8_linears"] = graph_passes.dynamically_quantized_linears(ep, tag)
+        shapes = ("x_wt", "bx_wt") if cfg.integer_matmuls == "qd8_linears" else ("x_wt", "w_x", "bx_wt")
+        passes["qd8_linears"] = graph_passes.dynamically_quantized_linears(ep, tag, shapes)
         passes["qd8_linears"]["unused_constants"] = graph_passes.remove_unused_constants(ep)
     if cfg.backend == "xnnpack" and cfg.mm_as_bmm:
         passes["mm_to_bmm"] = graph_passes.mm_to_bmm(ep)
@@ -247,7 +250,7 @@ def lower(ep, backend: str | ExportConfig, passes: dict | None = None):
             casts = ("dequantize_per_tensor.default",) if cfg.xnnpack_casts else ()
             part = (MatmulChainPartitioner(single_ops=MatmulChainPartitioner.ACTIVATIONS + casts,
                                            elementwise_min_numel=cfg.xnnpack_elementwise,
-                                           dynamic_linears=cfg.integer_matmuls == "qd8")
+                                           dynamic_linears=cfg.integer_matmuls != "off")
                     if cfg.xnnpack_ops == "matmul" else MatmulChainPartitioner(single_ops=casts))
         else:
             part = XnnpackPartitioner()

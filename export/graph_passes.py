@@ -848,7 +848,8 @@ def _forward_weight_matmul(n: Node, frozen: set[str]):
     return None
 
 
-def dynamically_quantized_linears(ep: ExportedProgram, external_tag: str | None = None) -> dict:
+def dynamically_quantized_linears(ep: ExportedProgram, external_tag: str | None = None,
+                                  orientations: tuple[str, ...] = ("x_wt", "w_x", "bx_wt")) -> dict:
     """ExportConfig(integer_matmuls="qd8"): every forward matmul with a frozen int8 weight (_forward_weight_matmul:
     mm(x, t(cast(codes))), a 1x1 convolution's mm(cast(codes), x) and a 3-D linear's bmm(x, expand(t(cast(codes))));
     the forward's and, with remat, its recomputed copy in backward) becomes XNNPACK's dynamically quantized
@@ -867,7 +868,8 @@ def dynamically_quantized_linears(ep: ExportedProgram, external_tag: str | None 
     partition cannot share a placeholder, so each linear gets its own constant placeholder of the codes (the same
     tensor; the delegate data is keyed by the bytes' SHA-256, so the file holds them once beside the top-level
     codes the backward casts), tagged `external_tag` (ExecuTorch's delegate constant tag: into the weights file, not
-    the .pte), and its own unit-scale / zero-point constants. Returns {"linears": n, "constants": m}."""
+    the .pte), and its own unit-scale / zero-point constants. `orientations`: which of _forward_weight_matmul's
+    shapes are rewritten (all by default). Returns {"linears": n, "constants": m}."""
     import copy
 
     import torch.ao.quantization.fx._decomposed  # noqa: F401  (registers quantized_decomposed)
@@ -903,7 +905,7 @@ def dynamically_quantized_linears(ep: ExportedProgram, external_tag: str | None 
         if n.op != "call_function" or n.target not in (aten.mm.default, aten.bmm.default):
             continue
         found = _forward_weight_matmul(n, frozen)
-        if found is None or _fake(found[0]).dtype != torch.float32:
+        if found is None or _fake(found[0]).dtype != torch.float32 or found[2] not in orientations:
             continue
         x, codes, orientation = found
         o = _fake(codes).shape[0]

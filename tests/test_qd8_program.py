@@ -9,6 +9,7 @@ Properties protected:
 - the program runs and its loss and LoRA gradients stay within stated tolerances of the fp32-dequant arithmetic (the
   eager step, which the current program equals to 1e-4: test_executorch.py) - and differ from it by more than fp32
   rounding, so the integer kernels did run
+- "qd8_linears" rewrites the linears only (a 1x1 convolution stays an fp32 matmul)
 - qd8 is refused outside XNNPACK's matmul partitioning, and is not the default
 """
 
@@ -133,6 +134,15 @@ def test_the_qd8_program_runs_within_the_stated_tolerance_of_the_fp32_dequant_st
     assert abs(loss_et - loss) <= LOSS_RTOL * abs(loss), (loss_et, loss)
     assert cos >= GRAD_COSINE_MIN, cos
     assert rel > FP32_ROUNDING, f"gradients equal the fp32 arithmetic to {rel:.1e}: the integer kernels did not run"
+
+
+def test_qd8_linears_leaves_the_1x1_convolution_an_fp32_matmul_and_rewrites_the_linears():
+    from ditskip_edge.quantize import QuantSpec, quantize_frozen_layers
+    net = _FrozenInt8Net()
+    quantize_frozen_layers(net, QuantSpec("int8"))
+    _, _, ops, passes, _ = _export(_config(integer_matmuls="qd8_linears"), net, torch.randn(1, 6, 32))
+    assert passes["qd8_linears"]["linears"] == 2
+    assert ops["xnnpack_ops"].get("linear") == 2 and ops["xnnpack_ops"].get("bmm", 0) >= 1, ops["xnnpack_ops"]
 
 
 def test_qd8_is_refused_outside_xnnpack_matmul_partitioning_and_is_not_the_default():
