@@ -2,7 +2,8 @@
 the loss and the LoRA gradients of the qd8 training program against the current one (`base`: fp32 matmuls of the
 cast int8 codes), on the same step inputs over several batches (x0 and noise drawn per seed) and timesteps.
 
-    python benchmarks/qd8_fidelity.py --programs /tmp/qd8/headline --configs flux-layout-300m,sana-layout-250m
+    python benchmarks/qd8_fidelity.py --programs /tmp/qd8/headline --configs flux-layout-300m,sana-layout-250m \
+        --variants qd8,qd8_linears
     -> benchmarks/results/step_profile_qd8_fidelity.{json,md}
 
 The programs are step_profile.py's (`--variants base,qd8 --keep-programs DIR`: DIR/<config>_<variant>/train_step.pte,
@@ -122,6 +123,7 @@ def main() -> None:
     ap.add_argument("--programs", default="/tmp/qd8/headline")
     ap.add_argument("--configs", default="flux-layout-300m,sana-layout-250m")
     ap.add_argument("--batches", type=int, default=10)
+    ap.add_argument("--variants", default="qd8", help="step_profile variants compared with base, e.g. qd8,qd8_linears")
     ap.add_argument("--out", default=str(RESULTS / "step_profile_qd8_fidelity"))
     args = ap.parse_args()
     import torch
@@ -129,9 +131,13 @@ def main() -> None:
     from _meta import provenance
     res = {"provenance": provenance(), "configs": {}}
     for name in [c for c in args.configs.split(",") if c]:
-        d = Path(args.programs)
-        res["configs"][name] = compare(d / f"{name}_base", d / f"{name}_qd8", args.batches)
-        print(name, json.dumps(res["configs"][name]["rows"][-1]), file=sys.stderr, flush=True)
+        for variant in [v for v in args.variants.split(",") if v]:
+            d = Path(args.programs)
+            if not (d / f"{name}_{variant}").is_dir():
+                continue
+            key = name if variant == "qd8" else f"{name} {variant}"
+            res["configs"][key] = compare(d / f"{name}_base", d / f"{name}_{variant}", args.batches)
+            print(key, json.dumps(res["configs"][key]["rows"][-1]), file=sys.stderr, flush=True)
     out = Path(args.out)
     out.with_suffix(".json").write_text(json.dumps(res, indent=1))
     write_md(res, out)
