@@ -45,6 +45,9 @@ can any other exporter that starts from a joint graph.
   constant read only through views of one shape (int8 codes unsqueezed for a weight-left bmm, a scale [out, 1]
   squeezed) is stored in that shape, so with external weights the program no longer clones it before every view
   (edge_passes.constant_views_as_copies). Exact: the same bytes in the same order.
+- `dynamically_quantized_linears` (an option: ExportConfig.integer_matmuls, off by default): the forward matmuls with
+  frozen int8 weights as XNNPACK's dynamically quantized linear (int8 activations rounded at run time; not exact;
+  XNNPACK packs the weights into anonymous memory at load: benchmarks/results/step_profile_qd8.md).
 - `views_per_use`: a view of a program input (the transpose of a LoRA weight) is a copy in ExecuTorch; shared by a
   forward and a backward op it stays in the arena from one to the other. Each use gets its own view, made just
   before it, and a transpose of a transpose folds into one permute (or none).

@@ -19,6 +19,10 @@ many output elements get a delegate each too: exact, faster than the portable lo
 runtime state (about 2-3 KiB, benchmarks/results/delegate_state.md). At the 288M FLUX layout (65536 elements) the
 native core's step went 1.107 -> 1.090 CPU s for +1.4 MiB RssAnon (benchmarks/results/step_profile.md): off.
 
+With `dynamic_linears` (ExportConfig.integer_matmuls) each dynamically quantized linear of
+graph_passes.dynamically_quantized_linears is one delegate: XNNPACK's LinearConfig match (the linear, its
+activation's choose_qparams / quantize / dequantize, its weight's dequantize_per_channel and constants).
+
 `rounding_only_partitioner` is for the inference programs (the subject stage's encode / embed / block programs, the
 preprocess programs): XNNPACK takes only the ops whose fp32 kernels differ from the portable ones by the order of a
 sum (matmuls, convolutions, elementwise add / sub / mul, copies and layout); softmax, GELU / tanh, sigmoid, rsqrt,
