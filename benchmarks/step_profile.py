@@ -53,6 +53,8 @@ VARIANTS = {
     "issue57_before": {"xnnpack_casts": False, "pow_as_mul": False, "plain_softmax": False},
     "no_remat": {"remat": "none"},
     "fp32": {"precision": "fp32"},
+    "qd8": {"integer_matmuls": "qd8"},
+    "qd8_linears": {"integer_matmuls": "qd8_linears"},
 }
 
 

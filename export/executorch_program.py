@@ -41,6 +41,7 @@ from .step_module import StepModule, build_step, input_specs  # noqa: F401  (bui
 log = logging.getLogger(__name__)
 BACKENDS = ("portable", "xnnpack")
 XNNPACK_OPS = ("matmul", "bmm", "all")
+INTEGER_MATMULS = ("off", "qd8", "qd8_linears")
 EXTERNAL_DATA = "_default_external_constant.ptd"     # the .ptd file name ExecuTorch gives external constants
 
 
@@ -84,6 +85,13 @@ class ExportConfig:
                                                 # (rounding only: the inference programs) | "all": XNNPACK's
                                                 # partitioner, large
                                                 # fused partitions
+    integer_matmuls: str = "off"                # XNNPACK, "matmul": "qd8": the forward matmuls with frozen int8
+                                                # weights run as XNNPACK's dynamically quantized linear (int8
+                                                # activations rounded per row at run time; not exact; weights packed
+                                                # into XNNPACK's memory at load; graph_passes.
+                                                # dynamically_quantized_linears) | "qd8_linears": the same for the
+                                                # linears only (1x1 convolutions stay fp32) | "off": fp32 matmuls of
+                                                # the cast codes
 
     def __post_init__(self):
         if self.backend not in BACKENDS:
@@ -93,6 +101,10 @@ class ExportConfig:
         if self.xnnpack_ops not in XNNPACK_OPS:
             raise ValueError(f"xnnpack_ops must be one of {XNNPACK_OPS}, got {self.xnnpack_ops!r}")
         RematSpec.parse(self.remat)             # raises on a malformed value
+        if self.integer_matmuls not in INTEGER_MATMULS:
+            raise ValueError(f"integer_matmuls must be one of {INTEGER_MATMULS}, got {self.integer_matmuls!r}")
+        if self.integer_matmuls != "off" and (self.backend != "xnnpack" or self.xnnpack_ops != "matmul"):
+            raise ValueError("integer_matmuls='qd8' needs backend='xnnpack' and xnnpack_ops='matmul'")
 
 
 @dataclass
@@ -206,6 +218,11 @@ def joint_with_passes(ep, cfg: ExportConfig):
         passes["recompute_frozen"] = graph_passes.recompute_frozen_in_backward(ep)
     passes["identity_views"] = graph_passes.drop_identity_views(ep)
     passes["unused_constants"] = graph_passes.remove_unused_constants(ep)
+    if cfg.integer_matmuls != "off":
+        tag = EXTERNAL_DATA.removesuffix(".ptd") if cfg.external_weights else None
+        shapes = ("x_wt", "bx_wt") if cfg.integer_matmuls == "qd8_linears" else ("x_wt", "w_x", "bx_wt")
+        passes["qd8_linears"] = graph_passes.dynamically_quantized_linears(ep, tag, shapes)
+        passes["qd8_linears"]["unused_constants"] = graph_passes.remove_unused_constants(ep)
     if cfg.backend == "xnnpack" and cfg.mm_as_bmm:
         passes["mm_to_bmm"] = graph_passes.mm_to_bmm(ep)
     if cfg.transpose_before_cast:
@@ -237,7 +254,8 @@ def lower(ep, backend: str | ExportConfig, passes: dict | None = None):
             from .xnnpack_partition import MatmulChainPartitioner
             casts = ("dequantize_per_tensor.default",) if cfg.xnnpack_casts else ()
             part = (MatmulChainPartitioner(single_ops=MatmulChainPartitioner.ACTIVATIONS + casts,
-                                           elementwise_min_numel=cfg.xnnpack_elementwise)
+                                           elementwise_min_numel=cfg.xnnpack_elementwise,
+                                           dynamic_linears=cfg.integer_matmuls != "off")
                     if cfg.xnnpack_ops == "matmul" else MatmulChainPartitioner(single_ops=casts))
         else:
             part = XnnpackPartitioner()

@@ -45,6 +45,9 @@ can any other exporter that starts from a joint graph.
   constant read only through views of one shape (int8 codes unsqueezed for a weight-left bmm, a scale [out, 1]
   squeezed) is stored in that shape, so with external weights the program no longer clones it before every view
   (edge_passes.constant_views_as_copies). Exact: the same bytes in the same order.
+- `dynamically_quantized_linears` (an option: ExportConfig.integer_matmuls, off by default): the forward matmuls with
+  frozen int8 weights as XNNPACK's dynamically quantized linear (int8 activations rounded at run time; not exact;
+  XNNPACK packs the weights into anonymous memory at load: benchmarks/results/step_profile_qd8.md).
 - `views_per_use`: a view of a program input (the transpose of a LoRA weight) is a copy in ExecuTorch; shared by a
   forward and a backward op it stays in the arena from one to the other. Each use gets its own view, made just
   before it, and a transpose of a transpose folds into one permute (or none).
@@ -793,3 +796,151 @@ def silu_backward_in_order(ep: ExportedProgram) -> int:
     ep.graph_module.graph.eliminate_dead_code()
     _finish(ep)
     return n_fixed
+
+
+# ------------------------------------------------------------------------------------------------ qd8 (an option)
+_VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+QD8_RANGE = (-128, 127)                 # the codes' range (quantize.py: symmetric, qmin -128) and the activations'
+
+
+def _frozen_codes(w, frozen: set[str], shape: tuple) -> Node | None:
+    """The frozen int8 codes placeholder when w is cast(codes) seen through views as an fp32 weight of `shape`
+    [O, I] (a 1x1 convolution's codes [O, I, 1, 1] viewed as [O, I]: pointwise_conv_to_mm), else None."""
+    while isinstance(w, Node) and w.op == "call_function" and w.target in _VIEWS:
+        w = w.args[0]
+    src = _integer_to_float_cast(w)
+    if not isinstance(src, Node) or src.op != "placeholder" or src.name not in frozen:
+        return None
+    if _fake(src).dtype != torch.int8 or _fake(w).dtype != torch.float32:
+        return None
+    o, i = shape
+    return src if _fake(src).numel() == o * i and _fake(src).shape[0] == o else None
+
+
+def _forward_weight_matmul(n: Node, frozen: set[str]):
+    """(x, codes, orientation) when the matmul n multiplies an activation x by a frozen int8 weight W [O, I] as a
+    forward linear does, else None. Orientations: "x_wt": mm(x [N, I], t(W)) (a linear); "w_x": mm(W, x [I, P]) (a
+    1x1 convolution over channels x positions, pointwise_conv_to_mm); "bx_wt": bmm(x [B, N, I], expand(t(W), [B, I,
+    O])) (a linear of a 3-D non-contiguous input, as matmul decomposes it)."""
+    a, b = n.args[:2]
+    if not isinstance(a, Node) or not isinstance(b, Node):
+        return None
+    if n.target == aten.mm.default:
+        w = _transposed_source(b)
+        if w is not None:
+            codes = _frozen_codes(w, frozen, tuple(_fake(w).shape))
+            if codes is not None and a.name not in frozen:
+                return a, codes, "x_wt"
+        if _fake(a).dim() == 2:
+            codes = _frozen_codes(a, frozen, tuple(_fake(a).shape))
+            if codes is not None and b.name not in frozen:
+                return b, codes, "w_x"
+        return None
+    if n.target == aten.bmm.default:
+        e = b
+        while isinstance(e, Node) and e.op == "call_function" and e.target in _VIEWS:
+            e = e.args[0]
+        if not (isinstance(e, Node) and e.op == "call_function" and e.target == aten.expand.default):
+            return None
+        w = _transposed_source(e.args[0])
+        if w is None or tuple(_fake(b).shape[1:]) != tuple(reversed(_fake(w).shape)):
+            return None
+        codes = _frozen_codes(w, frozen, tuple(_fake(w).shape))
+        if codes is not None and a.name not in frozen:
+            return a, codes, "bx_wt"
+    return None
+
+
+def dynamically_quantized_linears(ep: ExportedProgram, external_tag: str | None = None,
+                                  orientations: tuple[str, ...] = ("x_wt", "w_x", "bx_wt")) -> dict:
+    """ExportConfig(integer_matmuls="qd8"): every forward matmul with a frozen int8 weight (_forward_weight_matmul:
+    mm(x, t(cast(codes))), a 1x1 convolution's mm(cast(codes), x) and a 3-D linear's bmm(x, expand(t(cast(codes))));
+    the forward's and, with remat, its recomputed copy in backward) becomes XNNPACK's dynamically quantized
+    linear: linear(dequantize(quantize(x, choose_qparams(x))), dequantize_per_channel(codes, 1, 0)), the pattern
+    ExecuTorch's XNNPACK partitioner (LinearConfig, DYNAMIC_QUANT) lowers to one qd8-f32-qc8w fully connected
+    operator (activations quantized to int8 at run time, int8 weights used as integers; the per-channel scale stays
+    on the output: quantize.py's `(x @ codes.T) * s` multiply is left as it is, the kernel's channel scales are 1).
+
+    Not exact: the activations are rounded to 8 bits (XNNPACK picks their range per row at run time). The input
+    gradient (grad_y * s) @ float(codes) in backward stays an fp32 matmul of the cast codes: the kernel has no
+    transposed-weight form, and its weights would be packed a second time. A 1x1 convolution's product (weight on the
+    left, channels x positions) becomes the linear of the transposed activation, transposed back: two activation
+    transposes (XNNPACK permutes) per convolution that the fp32 program does not have.
+
+    XNNPACK takes its weights as constants it owns and packs them into its own (anonymous) memory at load; a
+    partition cannot share a placeholder, so each linear gets its own constant placeholder of the codes (the same
+    tensor; the delegate data is keyed by the bytes' SHA-256, so the file holds them once beside the top-level
+    codes the backward casts), tagged `external_tag` (ExecuTorch's delegate constant tag: into the weights file, not
+    the .pte), and its own unit-scale / zero-point constants. `orientations`: which of _forward_weight_matmul's
+    shapes are rewritten (all by default). Returns {"linears": n, "constants": m}."""
+    import copy
+
+    import torch.ao.quantization.fx._decomposed  # noqa: F401  (registers quantized_decomposed)
+    from torch.export.graph_signature import InputKind, InputSpec, TensorArgument
+    qd = torch.ops.quantized_decomposed
+    lo, hi = QD8_RANGE
+    g = ep.graph_module.graph
+    frozen = frozen_input_names(ep)
+    sig = copy.deepcopy(ep.graph_signature)
+    spec_of = {s.arg.name: s for s in sig.input_specs if isinstance(s.arg, TensorArgument)}
+    last = {}                                   # codes placeholder -> the last placeholder inserted after it
+    made = {"linears": 0, "constants": 0}
+
+    def constant(codes: Node, name: str, value: torch.Tensor, tag: str | None) -> Node:
+        anchor = last.get(codes, codes)
+        target = f"{spec_of[codes.name].target}_{name}"
+        ep.constants[target] = value
+        with g.inserting_after(anchor):
+            ph = g.placeholder(f"{codes.name}_{name}")
+        with _fake(codes).fake_mode:
+            ph.meta["val"] = torch.empty(value.shape, dtype=value.dtype)
+        if tag is not None:
+            ph.meta.setdefault("custom", {})["delegate_constant_tag"] = tag
+        anchor_spec = spec_of[anchor.name]
+        spec = InputSpec(kind=InputKind.CONSTANT_TENSOR, arg=TensorArgument(name=ph.name), target=target)
+        sig.input_specs.insert(sig.input_specs.index(anchor_spec) + 1, spec)
+        spec_of[ph.name] = spec
+        last[codes] = ph
+        made["constants"] += 1
+        return ph
+
+    for n in list(g.nodes):
+        if n.op != "call_function" or n.target not in (aten.mm.default, aten.bmm.default):
+            continue
+        found = _forward_weight_matmul(n, frozen)
+        if found is None or _fake(found[0]).dtype != torch.float32 or found[2] not in orientations:
+            continue
+        x, codes, orientation = found
+        o = _fake(codes).shape[0]
+        i = _fake(codes).numel() // o
+        spec = spec_of[codes.name]
+        value = ep.state_dict[spec.target] if spec.target in ep.state_dict else ep.constants[spec.target]
+        k = made["linears"]
+        w = constant(codes, f"qd8_{k}", value.detach().reshape(o, i), external_tag)
+        s = constant(codes, f"qd8_{k}_scale", torch.ones(o), None)
+        z = constant(codes, f"qd8_{k}_zero_point", torch.zeros(o, dtype=torch.int64), None)
+        with g.inserting_before(n):
+            if orientation == "w_x":                # y = W @ x = linear(x.T, W).T
+                x = _insert(g, aten.permute.default, (x, [1, 0]), like=n)
+            elif orientation == "bx_wt":            # y = x @ W.T per batch = linear(x [B*N, I], W) as [B, N, O]
+                x = _insert(g, aten.reshape.default, (x, [-1, i]), like=n)
+            qp = _insert(g, qd.choose_qparams.tensor, (x, lo, hi, torch.finfo(torch.float32).eps, torch.int8), like=n)
+            scale = _insert(g, operator.getitem, (qp, 0), like=n)
+            zero = _insert(g, operator.getitem, (qp, 1), like=n)
+            xq = _insert(g, qd.quantize_per_tensor.tensor, (x, scale, zero, lo, hi, torch.int8), like=n)
+            xdq = _insert(g, qd.dequantize_per_tensor.tensor, (xq, scale, zero, lo, hi, torch.int8), like=n)
+            wdq = _insert(g, qd.dequantize_per_channel.default, (w, s, z, 0, lo, hi, torch.int8), like=n)
+            if external_tag is not None:        # XNNPACK serializes the weight under its dequantize node
+                wdq.meta.setdefault("custom", {})["delegate_constant_tag"] = external_tag
+            y = _insert(g, aten.linear.default, (xdq, wdq), like=n)
+            if orientation == "w_x":
+                y = _insert(g, aten.permute.default, (y, [1, 0]), like=n)
+            elif orientation == "bx_wt":
+                y = _insert(g, aten.view.default, (y, list(_fake(n).shape)), like=n)
+        n.replace_all_uses_with(y)
+        g.erase_node(n)
+        made["linears"] += 1
+    ep._graph_signature = sig
+    g.eliminate_dead_code()
+    _finish(ep)
+    return made

@@ -19,6 +19,10 @@ many output elements get a delegate each too: exact, faster than the portable lo
 runtime state (about 2-3 KiB, benchmarks/results/delegate_state.md). At the 288M FLUX layout (65536 elements) the
 native core's step went 1.107 -> 1.090 CPU s for +1.4 MiB RssAnon (benchmarks/results/step_profile.md): off.
 
+With `dynamic_linears` (ExportConfig.integer_matmuls) each dynamically quantized linear of
+graph_passes.dynamically_quantized_linears is one delegate: XNNPACK's LinearConfig match (the linear, its
+activation's choose_qparams / quantize / dequantize, its weight's dequantize_per_channel and constants).
+
 `rounding_only_partitioner` is for the inference programs (the subject stage's encode / embed / block programs, the
 preprocess programs): XNNPACK takes only the ops whose fp32 kernels differ from the portable ones by the order of a
 sum (matmuls, convolutions, elementwise add / sub / mul, copies and layout); softmax, GELU / tanh, sigmoid, rsqrt,
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import itertools
 
+from executorch.backends.xnnpack.partition.config.gemm_configs import LinearConfig
 from executorch.backends.xnnpack.partition.config.generic_node_configs import (AddConfig, BMMConfig, CatConfig,
                                                                                 MulConfig,
                                                                                 DeQuantizedPerTensorConfig,
@@ -64,13 +69,19 @@ def _name(node) -> str:
 class MatmulChainPartitioner(XnnpackPartitioner):
     ACTIVATIONS = ("gelu.default", "tanh.default", "_softmax.default")
 
-    def __init__(self, single_ops: tuple[str, ...] = ACTIVATIONS, elementwise_min_numel: int = 0):
+    def __init__(self, single_ops: tuple[str, ...] = ACTIVATIONS, elementwise_min_numel: int = 0,
+                 dynamic_linears: bool = False):
         """elementwise_min_numel > 0: also one delegate per cat / mul / add whose output has at least that many
-        elements (each delegate costs runtime state: benchmarks/results/delegate_state.md)."""
+        elements (each delegate costs runtime state: benchmarks/results/delegate_state.md). dynamic_linears: one
+        delegate per dynamically quantized linear (graph_passes.dynamically_quantized_linears: the linear with its
+        activation's choose_qparams / quantize / dequantize and its weight's dequantize_per_channel and constants,
+        XNNPACK's LinearConfig match)."""
         if elementwise_min_numel > 0:
             single_ops = tuple(single_ops) + ELEMENTWISE
         self.elementwise_min_numel = elementwise_min_numel
         configs = [BMMConfig, PermuteConfig, ViewCopyConfig] + [SINGLE_CONFIGS[o] for o in single_ops]
+        if dynamic_linears:
+            configs.append(LinearConfig)
         if "dequantize_per_tensor.default" in single_ops:
             configs.append(QuantizedPerTensorConfig)
         super().__init__(configs=configs, per_op_mode=True)
@@ -85,6 +96,10 @@ class MatmulChainPartitioner(XnnpackPartitioner):
         ids = itertools.count()
         taken: set = set()
         partitions = []
+        for match in matches:               # a dynamically quantized linear and its q / dq / constants: one delegate
+            if any(m.op == "call_function" and _name(m) == "linear.default" for m in match):
+                taken.update(match)
+                partitions.append(Partition(id=next(ids), nodes=dict.fromkeys(match)))
         nodes = [n for n in ep.graph_module.graph.nodes if n.op == "call_function"]
         for n in nodes:
             if n not in supported or _name(n) != "bmm.default":
