@@ -41,6 +41,7 @@ class ExecutorchPrograms:
     remat: str = "blocks"                       # none | blocks | every:K (ditskip_edge/remat.py)
     weights: str = "mapped"                     # mapped: frozen weights in a .ptd data file | resident: in the .pte
     transposed_codes: bool = False              # ExportConfig.transposed_codes (compile --transposed-codes)
+    integer_matmuls: str = "off"                # ExportConfig.integer_matmuls (compile --integer-matmuls)
 
     def validate(self) -> None:
         check_precisions(self.precisions)
@@ -60,7 +61,8 @@ def train_step_entry(b: OpenBundle, precision: str, config: ExecutorchPrograms, 
     step = build_step(b, quant)
     prog = export_training_program(step, ExportConfig(quant=quant, backend=config.backend, remat=remat,
                                                       external_weights=config.weights == "mapped",
-                                                      transposed_codes=config.transposed_codes))
+                                                      transposed_codes=config.transposed_codes,
+                                                      integer_matmuls=config.integer_matmuls))
     data = [f"{PROGRAM_DIR}/{name}" for name in prog.data_file_names(rel).values()]
     prog.write(writer.path(rel))
     shapes = {n: list(p.shape) for n, p in step.module.named_parameters() if p.requires_grad}

@@ -154,3 +154,16 @@ def test_qd8_is_refused_outside_xnnpack_matmul_partitioning_and_is_not_the_defau
         _config(integer_matmuls="qd8", xnnpack_ops="all")
     with pytest.raises(ValueError, match="integer_matmuls"):
         _config(integer_matmuls="int4")
+
+
+def test_compile_integer_matmuls_flag_reaches_the_training_program_config():
+    """`compile --integer-matmuls qd8` sets ExecutorchPrograms.integer_matmuls (then ExportConfig's); refused for the
+    portable program, for other precisions than int8 and without --runtime executorch; off by default."""
+    from compiler.commands.compile import program_stages
+    from ditskip_edge.runtime.errors import UserError
+    assert program_stages(["executorch"], "int8", None, integer_matmuls="qd8")[0].integer_matmuls == "qd8"
+    assert program_stages(["executorch"], "int8", None)[0].integer_matmuls == "off"
+    for runtimes, precision, backend in ((["executorch"], "int8", "portable"), (["executorch"], "int4", None),
+                                         (["ort"], "int8", None)):
+        with pytest.raises(UserError, match="integer-matmuls"):
+            program_stages(runtimes, precision, backend, integer_matmuls="qd8")

@@ -100,6 +100,12 @@ def register(sub, add_json_flag) -> None:
                    help="executorch, xnnpack: the int8 codes the training step's backward reads transposed are also "
                         "stored transposed in the weights file (exact: no weight transposes in the step; the .ptd "
                         "holds those codes twice; speed and sizes in benchmarks/results/step_profile.md)")
+    p.add_argument("--integer-matmuls", default=None, choices=["off", "qd8", "qd8_linears"],
+                   help="executorch, xnnpack: the training step's forward matmuls with frozen int8 weights as "
+                        "XNNPACK's dynamically quantized int8 kernels (qd8; qd8_linears: SANA's 1x1 convolutions "
+                        "stay fp32). Not exact; faster (FLUX layout 1.9x per step) but XNNPACK packs those weights "
+                        "into anonymous memory (3-4x the step's RssAnon), which `estimate` does not model; default "
+                        "off (benchmarks/results/step_profile_qd8.md)")
     p.add_argument("--cache-codec", default=None,
                    help=f"residual-cache codec: fp32 | fp16 | int8-token | int8-channel | int8-gG | int8-tG | "
                         f"int4-gG | int4-tG | lowrank-rR, or 'DEFAULT,name=CODEC,...' (default {DEFAULT_CODEC} for a "
@@ -136,9 +142,9 @@ def register(sub, add_json_flag) -> None:
 
 def program_stages(runtimes: list[str], precision: str, backend: str | None, generation: GenerationPrograms | None = None,
                    remat: str | None = None, weights: str | None = None, xnnpack: bool = False,
-                   transposed_codes: bool = False) -> list:
+                   transposed_codes: bool = False, integer_matmuls: str | None = None) -> list:
     """backend: the ExecuTorch training program's (None: DEFAULT_TRAIN_BACKEND); xnnpack: --xnnpack was given;
-    transposed_codes: --transposed-codes."""
+    transposed_codes: --transposed-codes; integer_matmuls: --integer-matmuls."""
     names = [r.strip() for arg in runtimes for r in arg.split(",") if r.strip()]
     bad = [r for r in names if r not in RUNTIMES]
     if bad:
@@ -152,14 +158,18 @@ def program_stages(runtimes: list[str], precision: str, backend: str | None, gen
     if xnnpack and "executorch" not in names:
         raise UserError("--xnnpack lowers the ExecuTorch programs: add --runtime executorch")
     for flag, value in (("--backend", backend), ("--remat", remat), ("--weights", weights),
-                        ("--transposed-codes", transposed_codes or None)):
+                        ("--transposed-codes", transposed_codes or None), ("--integer-matmuls", integer_matmuls)):
         if value is not None and "executorch" not in names:
             raise UserError(f"{flag} sets the ExecuTorch training program: add --runtime executorch")
     et = ExecutorchPrograms(precisions, "xnnpack" if xnnpack else (backend or DEFAULT_TRAIN_BACKEND),
                             remat=str(RematSpec.parse(remat or "blocks")), weights=weights or "mapped",
-                            transposed_codes=transposed_codes)
+                            transposed_codes=transposed_codes, integer_matmuls=integer_matmuls or "off")
     if transposed_codes and et.backend != "xnnpack":
         raise UserError("--transposed-codes is for the XNNPACK training program: drop --backend portable")
+    if et.integer_matmuls != "off" and et.backend != "xnnpack":
+        raise UserError("--integer-matmuls is for the XNNPACK training program: drop --backend portable")
+    if et.integer_matmuls != "off" and set(precisions) != {"int8"}:
+        raise UserError("--integer-matmuls needs int8 frozen weights: --precision int8")
     stages = []
     for r in dict.fromkeys(names):
         stages.append(et if r == "executorch" else OrtPrograms(precisions))
@@ -226,5 +236,6 @@ def run(args) -> dict:
                                                                     mlp_chunk=args.mlp_chunk)
                                                  if args.generation else None,
                                                  remat=args.remat, weights=args.weights, xnnpack=args.xnnpack,
-                                                 transposed_codes=args.transposed_codes))
+                                                 transposed_codes=args.transposed_codes,
+                                                 integer_matmuls=args.integer_matmuls))
     return compile_bundle(req)
