@@ -2,8 +2,8 @@
 
 diffusers' apply_rotary_emb (use_real, unbind_dim -1: FLUX) builds the rotated pairs (-x[2k+1], x[2k]) with two
 selects, a negation and a stack along a last dimension of size 2: in an ExecuTorch program that is a cat and slices
-of one element per row on the portable kernels, forward, recompute and backward (~7% of the FLUX layout's training
-step, benchmarks/step_profile.py). Here the same rotation is x @ R with R [D, D] holding one +1 or -1 per column:
+of one element per row on the portable kernels, forward, recompute and backward (about 6% of the FLUX layout's
+training step in paired runs: benchmarks/results/step_alternate_flux_layout.txt, `rotary_stack` against `base`). Here the same rotation is x @ R with R [D, D] holding one +1 or -1 per column:
 
     x_rot[..., 2k] = x[..., 2k + 1] * R[2k + 1, 2k] = -x[..., 2k + 1]
     x_rot[..., 2k + 1] = x[..., 2k] * R[2k, 2k + 1] = x[..., 2k]
