@@ -36,20 +36,25 @@ def program_cache_of_this_run(tmp_path_factory) -> Iterator[Path]:
         os.environ["DITSKIP_EDGE_PROGRAM_CACHE"] = before
 
 
+# SANA's published DC-AE structure (ResBlock x 3, EfficientViT x 3 with multiscale linear attention, pixel-shuffle
+# blocks with shortcuts) at tiny channels: tiny_dc_ae's config
+TINY_DC_AE_CONFIG = dict(in_channels=3, latent_channels=8, attention_head_dim=8,
+                         encoder_block_types=["ResBlock"] * 3 + ["EfficientViTBlock"] * 3,
+                         decoder_block_types=["ResBlock"] * 3 + ["EfficientViTBlock"] * 3,
+                         encoder_block_out_channels=[8, 16, 16, 16, 32, 32],
+                         decoder_block_out_channels=[8, 16, 16, 16, 32, 32],
+                         encoder_layers_per_block=[1] * 6, decoder_layers_per_block=[1] * 6,
+                         encoder_qkv_multiscales=[[], [], [], [5], [5], [5]],
+                         decoder_qkv_multiscales=[[], [], [], [5], [5], [5]], scaling_factor=0.41407)
+
+
 def tiny_dc_ae():
     """An AutoencoderDC built like SANA's published f32c32 (ResBlock x 3, EfficientViT x 3 with multiscale attention,
     pixel-unshuffle down blocks with shortcuts) with tiny channels, random weights (seed 0), in eval mode."""
     import torch
     from diffusers import AutoencoderDC
-    cfg = dict(in_channels=3, latent_channels=8, attention_head_dim=8,
-               encoder_block_types=["ResBlock"] * 3 + ["EfficientViTBlock"] * 3,
-               decoder_block_types=["ResBlock"] * 3 + ["EfficientViTBlock"] * 3,
-               encoder_block_out_channels=[8, 16, 16, 16, 32, 32], decoder_block_out_channels=[8, 16, 16, 16, 32, 32],
-               encoder_layers_per_block=[1] * 6, decoder_layers_per_block=[1] * 6,
-               encoder_qkv_multiscales=[[], [], [], [5], [5], [5]], decoder_qkv_multiscales=[[], [], [], [5], [5], [5]],
-               scaling_factor=0.41407)
     torch.manual_seed(0)
-    return AutoencoderDC.from_config(cfg).eval()
+    return AutoencoderDC.from_config(TINY_DC_AE_CONFIG).eval()
 
 
 def flux_step_module(precision: str, heads: int, head_dim: int, single_layers: int = 0, rope=(8, 28, 28)):

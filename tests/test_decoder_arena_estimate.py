@@ -9,19 +9,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import TINY_DC_AE_CONFIG
 
 from ditskip_edge.memory_estimate.generation import decoder_program_memory
 from ditskip_edge.models.specs import BUILTIN_SPECS, FLUX_ARCH, SANA_ARCH
 
-# SANA's published DC-AE structure (ResBlock x 3, EfficientViT x 3 with multiscale linear attention, pixel-shuffle
-# up blocks with shortcuts), tiny channels (tests/conftest.py tiny_dc_ae)
-DC_AE = dict(in_channels=3, latent_channels=8, attention_head_dim=8,
-             encoder_block_types=["ResBlock"] * 3 + ["EfficientViTBlock"] * 3,
-             decoder_block_types=["ResBlock"] * 3 + ["EfficientViTBlock"] * 3,
-             encoder_block_out_channels=[8, 16, 16, 16, 32, 32], decoder_block_out_channels=[8, 16, 16, 16, 32, 32],
-             encoder_layers_per_block=[1] * 6, decoder_layers_per_block=[1] * 6,
-             encoder_qkv_multiscales=[[], [], [], [5], [5], [5]], decoder_qkv_multiscales=[[], [], [], [5], [5], [5]],
-             scaling_factor=0.41407)
+DC_AE = TINY_DC_AE_CONFIG          # SANA's DC-AE structure at tiny channels (conftest.tiny_dc_ae's)
 # wide attention stages: the attention's linears (on a permuted activation) are matmul's broadcast bmm in the program,
 # each weight copied once per row of the tile (expand_copy), larger than the 128 px feature maps
 DC_AE_WIDE = dict(DC_AE, decoder_block_out_channels=[8, 16, 32, 32, 128, 128],
