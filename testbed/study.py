@@ -19,9 +19,11 @@ Methods (PAPER.md) name a plan, resolved per unit:
 Cache codec and trainer per method:
 - `Method.codec`: a key of `CODECS` (name -> the `compile --cache-codec` spec): "fp32" (uncompressed) or "default"
   (the compiler's default compressed codec).
-- `Method.runtime`: a key of `TRAINERS`: "eager" (the reference trainer), "executorch" (the bundle also gets the
-  fp32 ExecuTorch training program and the runtime package trains it (ditskip_edge.runtime.run.train_bundle)) or
+- `Method.runtime`: a key of `TRAINERS`: "eager" (the reference trainer), "executorch" (the bundle also gets an
+  ExecuTorch training program and the runtime package trains it (ditskip_edge.runtime.run.train_bundle)) or
   "ort" (fp32 ONNX Runtime Training artifacts, the same runtime loop).
+- `Method.program`: a device row's program, a key of `DEVICE_PROGRAMS`: "fp32" (portable kernels), "int8" (compile's
+  int8 XNNPACK program) or "int8_qd8" (the same with `--integer-matmuls qd8`).
   A runtime row's LoRA is compared tensor by tensor with the eager row of the same plan and codec.
 """
 
@@ -66,6 +68,7 @@ class Method:
     zero_residuals: bool = False     # ablation: skip the spans but add nothing in their place
     codec: str = "fp32"              # residual-cache codec: a key of CODECS
     runtime: str = "eager"           # trainer: a key of TRAINERS
+    program: str = "fp32"            # a device row's program: a key of DEVICE_PROGRAMS
     note: str = ""
 
 
@@ -80,6 +83,10 @@ METHODS: dict[str, Method] = {m.name: m for m in [
     Method("blockskip_50_default_codec", "sel50", codec="default", note="compressed residual cache"),
     Method("blockskip_50_executorch", "sel50", runtime="executorch", note="ExecuTorch runtime trainer (fp32)"),
     Method("blockskip_50_ort", "sel50", runtime="ort", note="ONNX Runtime Training trainer (fp32, ORT's AdamW)"),
+    Method("blockskip_50_executorch_int8", "sel50", runtime="executorch", program="int8",
+           note="ExecuTorch trainer, compile's int8 XNNPACK program (int8 codes, fp32 matmuls)"),
+    Method("blockskip_50_executorch_qd8", "sel50", runtime="executorch", program="int8_qd8",
+           note="ExecuTorch trainer, int8 XNNPACK program with compile --integer-matmuls qd8"),
     Method("paper_split_30", "paper30", note="the paper's FLUX 30% split (7/10 of 57) scaled, not selected"),
     Method("paper_split_50", "paper50", note="the paper's FLUX 50% split (19/10 of 57) scaled, not selected"),
     Method("no_residual_50", "sel50", zero_residuals=True, note="ablation: residuals zeroed"),
@@ -128,8 +135,13 @@ def selected_plans(subject_dir: Path, prompt: str, seed: int, probe: str,
 
 # ------------------------------------------------------------------------------------------ codecs, trainers
 CODECS: dict[str, str] = {"fp32": "fp32", "default": DEFAULT_CODEC}        # Method.codec -> compile --cache-codec
-TRAINERS: dict[str, Callable[[Path, Path], Path]] = {}                     # Method.runtime -> (bundle, run) -> LoRA
-DEVICE_PRECISION = "fp32"                                                   # the device rows' programs
+TRAINERS: dict[str, Callable[[Path, Path, str], Path]] = {}      # Method.runtime -> (bundle, run, precision) -> LoRA
+# Method.program -> (precision of the frozen weights, ExecutorchPrograms options); ORT rows take fp32 only
+DEVICE_PROGRAMS: dict[str, tuple[str, dict]] = {
+    "fp32": ("fp32", {}),                                                   # portable kernels, remat blocks
+    "int8": ("int8", {"backend": "xnnpack"}),
+    "int8_qd8": ("int8", {"backend": "xnnpack", "integer_matmuls": "qd8"}),
+}
 
 
 def train_eager_lora(bundle_dir: Path, run_dir: Path, zero_residuals: bool = False) -> Path:
@@ -146,17 +158,17 @@ def train_eager_lora(bundle_dir: Path, run_dir: Path, zero_residuals: bool = Fal
     return Path(train(bundle, EagerStep(bundle, decoder), cfg)["lora"])
 
 
-def train_device_lora(runtime: str, bundle_dir: Path, run_dir: Path) -> Path:
-    """A device runtime's trainer (the runtime package alone), on the bundle's fp32 program."""
+def train_device_lora(runtime: str, bundle_dir: Path, run_dir: Path, precision: str) -> Path:
+    """A device runtime's trainer (the runtime package alone), on the bundle's program of `precision`."""
     from ditskip_edge.runtime.loop import RunConfig
     from ditskip_edge.runtime.run import train_bundle
     cfg = RunConfig(run_dir=run_dir, resume=False, progress=False)
-    return Path(train_bundle(bundle_dir, runtime, cfg, precision=DEVICE_PRECISION)["lora"])
+    return Path(train_bundle(bundle_dir, runtime, cfg, precision=precision)["lora"])
 
 
-TRAINERS["eager"] = lambda bundle, run: train_eager_lora(bundle, run)
-TRAINERS["executorch"] = lambda bundle, run: train_device_lora("executorch", bundle, run)
-TRAINERS["ort"] = lambda bundle, run: train_device_lora("ort", bundle, run)
+TRAINERS["eager"] = lambda bundle, run, precision: train_eager_lora(bundle, run)
+TRAINERS["executorch"] = lambda bundle, run, precision: train_device_lora("executorch", bundle, run, precision)
+TRAINERS["ort"] = lambda bundle, run, precision: train_device_lora("ort", bundle, run, precision)
 
 
 def lora_difference(a: Path, b: Path) -> dict:
@@ -211,12 +223,16 @@ def personalize(subject_dir: Path, prompt: str, work: Path, method: Method, plan
         raise ValueError(f"cache codec {method.codec!r}: expected one of {list(CODECS)}")
     if method.runtime not in TRAINERS:
         raise ValueError(f"runtime {method.runtime!r}: expected one of {list(TRAINERS)}")
+    if method.program not in DEVICE_PROGRAMS or (method.runtime == "ort" and method.program != "fp32"):
+        raise ValueError(f"program {method.program!r} for runtime {method.runtime!r}: expected one of "
+                         f"{list(DEVICE_PROGRAMS) if method.runtime == 'executorch' else ['fp32']}")
+    precision, executorch_options = DEVICE_PROGRAMS[method.program]
     sched = ScheduleConfig(steps=cfg.steps, grad_accum=cfg.grad_accum, s_min_px=spec.train_px,
                            s_max_px=spec.data_px, multiple_px=spec.pixel_multiple, seed=seed,
                            dynamic_patches=method.dynamic_patches)
     bundle = work / "bundle"
-    programs = {"eager": [], "executorch": [ExecutorchPrograms((DEVICE_PRECISION,), preprocess=False)],
-                "ort": [OrtPrograms((DEVICE_PRECISION,))]}[method.runtime]
+    programs = {"eager": [], "executorch": [ExecutorchPrograms((precision,), preprocess=False, **executorch_options)],
+                "ort": [OrtPrograms((precision,))]}[method.runtime]
     t0 = time.perf_counter()
     summary = compile_bundle(CompileRequest(model=cfg.model, images=str(subject_dir), prompt=prompt,
                                             out=str(bundle), n_front=plan[0], n_back=plan[1],
@@ -228,10 +244,10 @@ def personalize(subject_dir: Path, prompt: str, work: Path, method: Method, plan
     if method.zero_residuals:
         lora = train_eager_lora(bundle, work / "run", zero_residuals=True)
     else:
-        lora = TRAINERS[method.runtime](bundle, work / "run")
+        lora = TRAINERS[method.runtime](bundle, work / "run", precision)
     t2 = time.perf_counter()
     return lora, {"compile_s": round(t1 - t0, 2), "train_s": round(t2 - t1, 2), "cache_codec": CODECS[method.codec],
-                  "cache_bytes": _cache_bytes(bundle), "runtime": method.runtime,
+                  "cache_bytes": _cache_bytes(bundle), "runtime": method.runtime, "program": method.program,
                   "kept_blocks": summary["kept_blocks"], "kept_weight_bytes": summary["kept_weight_bytes"]}
 
 
@@ -310,7 +326,7 @@ def study_unit(sname: str, train_seed: int, cfg: StudyConfig) -> dict:
     for name in names:
         m = METHODS[name]
         plan = _resolve_plan(m.plan, default_probe, selections, num_blocks)
-        ident = (plan, m.dynamic_patches, m.zero_residuals, m.codec, m.runtime)
+        ident = (plan, m.dynamic_patches, m.zero_residuals, m.codec, m.runtime, m.program)
         if ident in done:
             rows[name] = {**rows[done[ident]], "plan": list(plan), "same_training_as": done[ident]}
             images[name] = images[done[ident]]
@@ -319,7 +335,7 @@ def study_unit(sname: str, train_seed: int, cfg: StudyConfig) -> dict:
         model = load_model(spec, lora)
         scores, x = ins.closures(spec, model, held, anchors, cfg.sample_steps, cfg.guidance)
         rows[name] = {**scores, **_image_scores(x, held, refs, emb), "plan": list(plan), **info}
-        twin = (plan, m.dynamic_patches, m.zero_residuals, m.codec, "eager")
+        twin = (plan, m.dynamic_patches, m.zero_residuals, m.codec, "eager", "fp32")
         if m.runtime != "eager" and twin in loras:
             rows[name]["lora_vs_eager"] = {"eager_method": done[twin], **lora_difference(loras[twin], lora)}
         images[name] = x
@@ -534,6 +550,7 @@ SAME = [
     ("compressed cache = fp32 cache", "blockskip_50_default_codec", "blockskip_50"),
     ("ExecuTorch-trained LoRA = eager", "blockskip_50_executorch", "blockskip_50"),
     ("ORT-trained LoRA = eager", "blockskip_50_ort", "blockskip_50"),
+    ("qd8 integer matmuls = int8 program (ExecuTorch)", "blockskip_50_executorch_qd8", "blockskip_50_executorch_int8"),
 ]
 EQUIVALENCE = 0.02
 

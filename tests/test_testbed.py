@@ -469,6 +469,30 @@ def test_rows_with_the_same_plan_share_one_training(tmp_path, monkeypatch):
     assert rows["blockskip_50"]["velocity_closure"] == rows["paper_split_50"]["velocity_closure"]
 
 
+def test_a_device_row_compiles_and_trains_the_program_it_names(tmp_path, monkeypatch):
+    """The int8 / qd8 rows: compile gets the int8 XNNPACK program (with --integer-matmuls qd8 for the qd8 row) and the
+    trainer trains that precision; an ORT row of int8 is refused."""
+    from testbed import study
+    seen = []
+    monkeypatch.setattr(study, "compile_bundle", lambda req: seen.append(req.programs) or
+                        {"kept_blocks": [], "kept_weight_bytes": 0})
+    monkeypatch.setattr(study, "_cache_bytes", lambda bundle: 0)
+    trained = []
+    monkeypatch.setitem(study.TRAINERS, "executorch", lambda bundle, run, precision: trained.append(precision) or run)
+    cfg = study.StudyConfig(out=tmp_path)
+    for name in ("blockskip_50_executorch_int8", "blockskip_50_executorch_qd8"):
+        _, info = study.personalize(tmp_path, "p", tmp_path / name, study.METHODS[name], (1, 5), 0, cfg)
+        assert info["program"] == study.METHODS[name].program
+    (int8,), (qd8,) = seen
+    assert (int8.precisions, int8.backend, int8.integer_matmuls) == (("int8",), "xnnpack", "off")
+    assert (qd8.precisions, qd8.backend, qd8.integer_matmuls) == (("int8",), "xnnpack", "qd8")
+    assert trained == ["int8", "int8"]
+    with pytest.raises(ValueError, match="program 'int8' for runtime 'ort'"):
+        study.personalize(tmp_path, "p", tmp_path / "x", study.Method("x", "sel50", runtime="ort", program="int8"),
+                          (1, 5), 0, cfg)
+    assert "qd8 integer matmuls = int8 program (ExecuTorch)" in [label for label, *_ in study.SAME]
+
+
 def test_a_rerun_reuses_a_finished_unit_and_a_changed_config_recomputes_it(tmp_path, monkeypatch):
     from testbed import study
     from testbed.instrument import TeacherConfig
