@@ -17,10 +17,11 @@ tensors like the training step (tracker.py), forward only (no autograd), math at
                     program's planned arena (the tensors between its delegates) + XNNPACK's shared workspace (the
                     largest delegate's NHWC values, the old and the grown one at once) + the convolutions'
                     indirection buffers (xnnpack_program.py; FLUX real width at 256 px: 128 + 160 + 13.5 MiB beside
-                    126 MiB of packed weights, benchmarks/results/real_scale.md); the portable encoder: the encoder
-                    forward's transient peak (on
-                    tiles, compile --encode-tile-px: the largest tile's, plus the crop and the latent tiles held for
-                    blending; encode_tiles_phase); the encode program is dropped after x0 (runtime/forward.py);
+                    126 MiB of packed weights, benchmarks/results/real_scale.md); the portable encoder: its program's
+                    planned arena (every op's buffer placed by ExecuTorch's greedy planner, portable_program_arena;
+                    not the eager forward's live peak, which the planner's buckets exceed); on tiles, compile
+                    --encode-tile-px: the largest tile's, plus the crop and the latent tiles held for blending
+                    (encode_tiles_phase); the encode program is dropped after x0 (runtime/forward.py);
                     staged (compile --encode-stages): the largest over the encoder's stages of that stage's weights +
                     its forward peak + its tiles' features (encode_stages_phase)
             embed   the embed program: its forward peak + its planned copy of its inputs + XNNPACK's workspace
@@ -205,6 +206,37 @@ def trace_subject_stage(cfg: StepConfig, forward_precision: str | None = None,
     return out
 
 
+def portable_program_arena(fn, weights: list[torch.Tensor], inputs: list[torch.Tensor]) -> int:
+    """The planned arena of fn()'s all-portable inference program (export/executorch_subject.py export_forward,
+    backend portable: the weights external constants, read in place; the inputs planned): ExecuTorch's greedy plan
+    of every op's buffer, as xnnpack_program.ProgramOps(portable=True) records them under the export's tracing
+    (row-major pixel shuffles, math attention, dropouts as clones). Call inside FakeTensorMode."""
+    from ..models.layout import contiguous_pixel_shuffles
+    from .xnnpack_program import ExportedDropouts
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    rec, out = ProgramOps(weights, portable=True), {}
+    with torch.no_grad(), sdpa_kernel([SDPBackend.MATH]), contiguous_pixel_shuffles(), ExportedDropouts(), rec:
+        out["y"] = fn()
+    return int(program_memory_of(rec, weights, inputs, out["y"])["arena_bytes"])
+
+
+def _portable_encoder_arena(spec, height_px: int, width_px: int) -> int:
+    """portable_program_arena of the encode program (LatentEncoder: the encoder, the posterior's mode, shift and
+    scaling) on one crop of height_px x width_px (meta weights, fake tensors)."""
+    from ..models.latents import LatentEncoder
+    cfg = _encoder_config(spec)
+    if cfg is None:
+        return 3 * height_px * width_px * 4
+    with torch.device("meta"):
+        vae = vae_class(spec.arch).from_config(cfg).eval()
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        vae.to_empty(device="cpu")
+        enc = LatentEncoder(spec.arch, vae)
+        patch = torch.zeros(1, 3, height_px, width_px)
+        weights = list(vae.encoder.parameters()) + list(vae.encoder.buffers())
+        return portable_program_arena(lambda: enc(patch), weights, [patch])
+
+
 def _trace_encoder(spec, height_px: int, width_px: int | None = None) -> tuple[int, int, int, dict]:
     """(frozen weights bytes, forward transient peak, FLOPs, its XNNPACK program's memory: xnnpack_program.py) of
     the autoencoder's encoder on one crop of height_px x width_px (square without width_px)."""
@@ -253,10 +285,10 @@ SUGGESTED_TILE_PX = 256          # the tile the estimate suggests when the encod
 
 def encode_tiles_phase(cfg: StepConfig, tile_px: int) -> dict | None:
     """The encoder on pixel tiles (compile --encode-tile-px; runtime/tiling.py encode_tiled as the device runs it):
-    the encode phase = the largest tile's traced encoder peak + what is held beside it: the s_min crop, every tile's
-    latent (the device runs all tiles of one shape in a row, then blends, as diffusers does) and x0 (`phase_bytes`;
-    the XNNPACK encoder: the largest tile's program peak in its place, `xnnpack_phase_bytes`). None when the crop is
-    one tile or there is no encoder."""
+    the encode phase = the largest tile's encode program + what is held beside it: the s_min crop, every tile's
+    latent (the device runs all tiles of one shape in a row, then blends, as diffusers does) and x0 (`phase_bytes`:
+    the portable program's planned arena, portable_program_arena; the XNNPACK encoder: the largest tile's program
+    peak in its place, `xnnpack_phase_bytes`). None when the crop is one tile or there is no encoder."""
     from ..models.latents import encode_tiling
     tiling = encode_tiling(cfg.spec, cfg.resolution_px, tile_px)
     if not tiling["tiled"] or _encoder_config(cfg.spec) is None:
@@ -266,17 +298,17 @@ def encode_tiles_phase(cfg: StepConfig, tile_px: int) -> dict | None:
     channels = int(_encoder_config(cfg.spec).get("latent_channels", 0))
     sizes = tile_sizes(s, tiling["tile_px"], tiling["stride_px"])
     shapes = tile_shapes((s, s), tiling["tile_px"], tiling["stride_px"])
-    tile_peak, program_peak, flops = 0, 0, 0
+    portable_arena, program_peak, flops = 0, 0, 0
     for th, tw in shapes:
-        _, peak, f_tile, program = _trace_encoder(cfg.spec, th, tw)
-        tile_peak = max(tile_peak, peak)
+        _, _, f_tile, program = _trace_encoder(cfg.spec, th, tw)
+        portable_arena = max(portable_arena, _portable_encoder_arena(cfg.spec, th, tw))
         program_peak = max(program_peak, program["peak_bytes"])
         flops += f_tile * sum(1 for a in sizes for b in sizes if (a, b) == (th, tw))
     tiles_latent = sum(channels * (th // f) * (tw // f) * 4 for th in sizes for tw in sizes)
     held = 3 * s * s * 4 + tiles_latent + channels * (s // f) ** 2 * 4
     return {**tiling, "tile_shapes": [list(t) for t in shapes],
-            "tiles": len(sizes) ** 2, "encoder_tile_peak_bytes": tile_peak, "held_bytes": held,
-            "phase_bytes": tile_peak + held, "encoder_tile_xnnpack_program_peak_bytes": program_peak,
+            "tiles": len(sizes) ** 2, "encoder_tile_portable_arena_bytes": portable_arena, "held_bytes": held,
+            "phase_bytes": portable_arena + held, "encoder_tile_xnnpack_program_peak_bytes": program_peak,
             "xnnpack_phase_bytes": program_peak + held, "encoder_flops_per_sample": flops}
 
 
@@ -285,8 +317,8 @@ def encode_stages_phase(cfg: StepConfig, tile_px: int | None, anonymous_weights:
     """The encoder as one program per stage (compile --encode-stages; models/latents.py encoder_stages), run as
     runtime/forward.py encode_shape does: per pixel tile shape, each stage's program on every tile of that shape
     before the next stage loads. Stage k's phase = its weights (anonymous_weights: XNNPACK's packed copy or resident
-    weights; 0 for the portable encoder's mapped weights) + its traced forward peak on the largest tile (xnnpack:
-    its XNNPACK program's peak, xnnpack_program.py) + every tile of that shape's features in and out (+ the
+    weights; 0 for the portable encoder's mapped weights) + its program on the largest tile (the portable program's
+    planned arena, portable_program_arena; xnnpack: its XNNPACK program's peak, xnnpack_program.py) + every tile of that shape's features in and out (+ the
     runner's copy of one tile's output) + what the tiles hold beside (the crop, the latent tiles, x0: encode_tiles_phase). None without an encoder."""
     from ..models.latents import encode_tiling, encoder_stages
     from ..runtime.tiling import tile_shapes, tile_sizes
@@ -309,29 +341,33 @@ def encode_stages_phase(cfg: StepConfig, tile_px: int | None, anonymous_weights:
         stages = encoder_stages(cfg.spec.arch, vae)
         for k, stage in enumerate(stages):
             w = _frozen_bytes(stage)
-            rows.append({"stage": k, "weights_bytes": w, "forward_peak_bytes": 0, "xnnpack_program_peak_bytes": 0,
+            rows.append({"stage": k, "weights_bytes": w, "portable_arena_bytes": 0, "xnnpack_program_peak_bytes": 0,
                          "features_held_bytes": 0})
         for hw in shapes:
             x = torch.zeros(1, 3, *hw)
             for k, stage in enumerate(stages):
                 out = {}
                 weights = list(stage.parameters()) + list(stage.buffers())
-                rec = ProgramOps(weights) if xnnpack else None
-                peak, _, _ = _trace(lambda st=stage, xx=x: out.setdefault("y", st(xx)), weights + [x], beside=rec)
+                if xnnpack:
+                    rec = ProgramOps(weights)
+                    _trace(lambda st=stage, xx=x: out.setdefault("y", st(xx)), weights + [x], beside=rec)
+                    program = program_memory_of(rec, weights, [x], out["y"])
+                else:
+                    arena = portable_program_arena(lambda st=stage, xx=x: out.setdefault("y", st(xx)), weights, [x])
                 y = out["y"]
-                program = program_memory_of(rec, weights, [x], y) if xnnpack else None
                 # every tile of the shape: its input features and (as they are computed) its output features, and
                 # the runner's copy of the program's output (ProgramRunner::run; heaptrack, SANA-1600M stage 0)
                 feats = counts[hw] * (x.numel() + y.numel()) * 4 + y.numel() * 4
                 r = rows[k]
-                r["forward_peak_bytes"] = max(r["forward_peak_bytes"], peak)
-                if program is not None:
+                if xnnpack:
                     r["xnnpack_program_peak_bytes"] = max(r["xnnpack_program_peak_bytes"], program["peak_bytes"])
+                else:
+                    r["portable_arena_bytes"] = max(r["portable_arena_bytes"], arena)
                 r["features_held_bytes"] = max(r["features_held_bytes"], feats)
                 x = y
     for r in rows:
         r["phase_bytes"] = ((r["weights_bytes"] if anonymous_weights else 0)
-                            + r["xnnpack_program_peak_bytes" if xnnpack else "forward_peak_bytes"]
+                            + r["xnnpack_program_peak_bytes" if xnnpack else "portable_arena_bytes"]
                             + r["features_held_bytes"] + held)
     largest = max(rows, key=lambda r: r["phase_bytes"])
     return {**tiling, "stages": len(rows), "stage_rows": rows, "held_bytes": held,
@@ -365,7 +401,7 @@ def subject_stage_estimate(cfg: StepConfig, train_memory: dict, train_flops: int
     def encode_phase(tile_px, staged, xnnpack) -> tuple[int, int, dict | None, dict | None]:
         """(phase bytes, anonymous encoder weight bytes in it, tiles detail, stages detail); xnnpack: the XNNPACK
         encoder (its packed weights anonymous, its program's arena + workspace + indirection as the peak), else the
-        portable one (weights anonymous only when resident, the forward's traced peak)"""
+        portable one (weights anonymous only when resident, its program's planned arena)"""
         anon = xnnpack or not mapped
         tiles = once(encode_tiles_phase, tile_px) if tile_px is not None else None
         if staged:
@@ -375,7 +411,8 @@ def subject_stage_estimate(cfg: StepConfig, train_memory: dict, train_flops: int
         w = tr["encoder_weights_bytes"] if anon else 0
         if tiles:
             return w + tiles["xnnpack_phase_bytes" if xnnpack else "phase_bytes"], w, tiles, None
-        peak = tr["encoder_xnnpack_program"]["peak_bytes"] if xnnpack else tr["phase_peaks_bytes"]["encode"]
+        peak = tr["encoder_xnnpack_program"]["peak_bytes"] if xnnpack else \
+            _portable_encoder_arena(cfg.spec, cfg.resolution_px, cfg.resolution_px)
         return w + peak, w, tiles, None
 
     phases = dict(tr["phase_peaks_bytes"])
