@@ -135,34 +135,33 @@ def main() -> int:
     args = ap.parse_args()
     from _meta import provenance, write_result
     out = Path(args.out)
-    doc = json.loads(out.with_suffix(".json").read_text()) if out.with_suffix(".json").exists() else {"rows": []}
     band = int(args.band_mib * MIB)
     KEPT.mkdir(exist_ok=True)
-    runs = doc.setdefault("runs", [])
-    runs.append(provenance())
+    prov = provenance()
+    new = []
     for model in args.models.split(","):
         with tempfile.TemporaryDirectory(prefix="decode_tiles_") as tmp:
             work = Path(tmp)
-            new = measure(model, args.ways.split(","), band, work)
-            images = {r["way"]: np.load(work / f"{model}_{r['way']}.npy") for r in new}
-            for r in new:
-                r["run"] = len(runs) - 1
+            rows = measure(model, args.ways.split(","), band, work)
+            for r in rows:
                 np.save(KEPT / f"{model}_{r['way']}_band{r['band_bytes']}.npy",
-                        images[r["way"]])
-            doc["rows"] = [r for r in doc["rows"] if (r["model"], r["way"], r["band_bytes"]) not in
-                           {(n["model"], n["way"], n["band_bytes"]) for n in new}] + new
-        # max abs difference between the two programs' images (a kept image when one side was measured before)
-        kept = {}
-        for r in doc["rows"]:
-            if r["model"] == model:
-                p = KEPT / f"{model}_{r['way']}_band{r['band_bytes']}.npy"
-                if p.exists():
-                    kept[(r["way"], r["band_bytes"])] = np.load(p)
-        portable = kept.get(("portable", None))
-        for r in doc["rows"]:
-            if r["model"] == model and r["way"] == "xnnpack" and portable is not None:
-                r["max_abs_diff_vs_portable"] = float(np.abs(kept[("xnnpack", r["band_bytes"])] - portable).max())
-        print(write_result(doc, out, to_markdown))
+                        np.load(work / f"{model}_{r['way']}.npy"))
+            new += rows
+    # merged into the result as it is now (another run may have written it meanwhile), by (model, way, band)
+    doc = json.loads(out.with_suffix(".json").read_text()) if out.with_suffix(".json").exists() else {"rows": []}
+    runs = doc.setdefault("runs", [])
+    runs.append(prov)
+    for r in new:
+        r["run"] = len(runs) - 1
+    done = {(n["model"], n["way"], n["band_bytes"]) for n in new}
+    doc["rows"] = [r for r in doc["rows"] if (r["model"], r["way"], r["band_bytes"]) not in done] + new
+    # max abs difference between the two programs' images (a kept image when one side was measured before)
+    for r in doc["rows"]:
+        mine = KEPT / f"{r['model']}_{r['way']}_band{r['band_bytes']}.npy"
+        portable = KEPT / f"{r['model']}_portable_bandNone.npy"
+        if r["way"] == "xnnpack" and mine.exists() and portable.exists():
+            r["max_abs_diff_vs_portable"] = float(np.abs(np.load(mine) - np.load(portable)).max())
+    print(write_result(doc, out, to_markdown))
     return 0
 
 
