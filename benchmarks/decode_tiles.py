@@ -98,6 +98,8 @@ def measure(model: str, ways: list[str], band_bytes: int, work: Path) -> list[di
     with open(work / "weights.bin", "wb") as f:
         for w in weights:
             f.write(w.numpy().tobytes())
+    with torch.no_grad():
+        np.save(KEPT / f"{model}_eager.npy", decode(x, *weights).numpy())      # the host's torch decode
     rows = []
     for way in ways:
         t0 = time.perf_counter()
@@ -132,7 +134,11 @@ def main() -> int:
     ap.add_argument("--ways", default="portable,xnnpack")
     ap.add_argument("--band-mib", type=float, default=8.0, help="im2col band bound (export/conv_matmul.py)")
     ap.add_argument("--out", default=str(RESULTS / "decode_tiles"))
+    ap.add_argument("--merge-only", action="store_true", help="only recompute the differences from the kept images")
     args = ap.parse_args()
+    if args.merge_only:
+        merge(Path(args.out), [], None)
+        return 0
     from _meta import provenance, write_result
     out = Path(args.out)
     band = int(args.band_mib * MIB)
@@ -147,20 +153,31 @@ def main() -> int:
                 np.save(KEPT / f"{model}_{r['way']}_band{r['band_bytes']}.npy",
                         np.load(work / f"{model}_{r['way']}.npy"))
             new += rows
-    # merged into the result as it is now (another run may have written it meanwhile), by (model, way, band)
+    merge(out, new, prov)
+    return 0
+
+
+def merge(out: Path, new: list[dict], prov: dict | None) -> None:
+    """New rows into the result as it is now (another run may have written it meanwhile), by (model, way, band);
+    each XNNPACK row's max abs difference against the portable program's image and every row's against the host's
+    torch decode, from the images kept in KEPT."""
+    from _meta import write_result
     doc = json.loads(out.with_suffix(".json").read_text()) if out.with_suffix(".json").exists() else {"rows": []}
     runs = doc.setdefault("runs", [])
-    runs.append(prov)
+    if prov is not None:
+        runs.append(prov)
     for r in new:
         r["run"] = len(runs) - 1
     done = {(n["model"], n["way"], n["band_bytes"]) for n in new}
     doc["rows"] = [r for r in doc["rows"] if (r["model"], r["way"], r["band_bytes"]) not in done] + new
-    # max abs difference between the two programs' images (a kept image when one side was measured before)
     for r in doc["rows"]:
         mine = KEPT / f"{r['model']}_{r['way']}_band{r['band_bytes']}.npy"
         portable = KEPT / f"{r['model']}_portable_bandNone.npy"
+        eager = KEPT / f"{r['model']}_eager.npy"
         if r["way"] == "xnnpack" and mine.exists() and portable.exists():
             r["max_abs_diff_vs_portable"] = float(np.abs(np.load(mine) - np.load(portable)).max())
+        if mine.exists() and eager.exists():
+            r["max_abs_diff_vs_eager"] = float(np.abs(np.load(mine) - np.load(eager)).max())
     print(write_result(doc, out, to_markdown))
     return 0
 
@@ -177,16 +194,17 @@ def to_markdown(d: dict) -> str:
               "the estimate's largest band XNNPACK packs. Max diff: the XNNPACK image against the portable one "
               "(images in [-1, 1] before postprocessing).", "",
               "| model | latent tile | way | band MiB | CPU s | peak RssAnon MiB | arena bytes | estimate arena | "
-              "estimate workspace | max abs diff vs portable | export s | run |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "estimate workspace | max abs diff vs portable | vs host torch | export s | run |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(d["rows"], key=lambda r: (r["model"], r["way"] != "portable", r["band_bytes"] or 0)):
-        diff = r.get("max_abs_diff_vs_portable")
+        diff, eager = r.get("max_abs_diff_vs_portable"), r.get("max_abs_diff_vs_eager")
         lines.append(f"| {r['title']} | {r['latent_tile'][0]}x{r['latent_tile'][1]} -> {r['image_px'][0]} px | "
                      f"{r['way']} | {'' if r['band_bytes'] is None else round(r['band_bytes'] / MIB, 1)} | "
                      f"{r['cpu_s']} | {r['peak_rss_anon_mib']} | {r['planned_arena_bytes']:,} | "
                      f"{r['estimate_arena_bytes']:,} | {r['estimate_workspace_bytes']:,} | "
-                     f"{'' if diff is None else f'{diff:.2e}'} | {r['export_s']} | {r['run']} |")
-    return "\n".join(lines) + "\n"
+                     f"{'' if diff is None else f'{diff:.2e}'} | {'' if eager is None else f'{eager:.2e}'} | "
+                     f"{r['export_s']} | {r['run']} |")
+    return "\n".join(lines + [""] + d.get("notes", [])) + "\n"
 
 
 if __name__ == "__main__":
