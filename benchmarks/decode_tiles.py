@@ -204,7 +204,7 @@ def to_markdown(d: dict) -> str:
                      f"{r['estimate_arena_bytes']:,} | {r['estimate_workspace_bytes']:,} | "
                      f"{'' if diff is None else f'{diff:.2e}'} | {'' if eager is None else f'{eager:.2e}'} | "
                      f"{r['export_s']} | {r['run']} |")
-    return "\n".join(lines + [""] + d.get("notes", [])) + "\n"
+    return "\n".join(lines) + "\n" + "".join(f"\n{n}\n" for n in d.get("notes", []))
 
 
 if __name__ == "__main__":
