@@ -42,16 +42,24 @@ def export_module(module: nn.Module, example: tuple, backend: str = "portable", 
 
 def export_module_program(module: nn.Module, example: tuple, backend: str = "portable", planned_inputs: bool = True,
                           mm_rewrite: bool = False, fold_constants: bool = False,
-                          matmuls: bool = False) -> tuple[bytes, dict]:
+                          matmuls: bool = False, conv_band_bytes: int | None = None) -> tuple[bytes, dict]:
     """export_module's program as (.pte bytes, memory: pte_bytes, planned_arena_bytes, non_const_buffer_sizes,
     constant_bytes), read from the program cache (program_cache.py) when it holds it. matmuls: lowered by
-    lower_matmul_program (the generation transformer's programs) instead of _lower_module."""
+    lower_matmul_program (the generation transformer's programs) instead of _lower_module. conv_band_bytes (backend
+    xnnpack): lowered by conv_matmul.lower_decode_program (generation's decode programs: every convolution an
+    XNNPACK bmm with its weight an input, im2col bands of at most this many bytes)."""
     ep = _trace(module, example)
     options = {"backend": backend, "planned_inputs": planned_inputs, "mm_rewrite": mm_rewrite,
-               "fold_constants": fold_constants, **({"matmuls": True} if matmuls else {})}
+               "fold_constants": fold_constants, **({"matmuls": True} if matmuls else {}),
+               **({"conv_band_bytes": int(conv_band_bytes)} if conv_band_bytes is not None else {})}
+    if conv_band_bytes is not None and (backend != "xnnpack" or matmuls):
+        raise ValueError("conv_band_bytes: the decode programs' XNNPACK lowering (backend xnnpack, not matmuls)")
 
     def build():
-        if matmuls:
+        if conv_band_bytes is not None:
+            from .conv_matmul import lower_decode_program
+            et = lower_decode_program(ep, conv_band_bytes, planned_inputs=planned_inputs)
+        elif matmuls:
             et = lower_matmul_program(ep, backend, planned_inputs=planned_inputs)
         else:
             et = _lower_module(ep, backend, planned_inputs, mm_rewrite, fold_constants)

@@ -58,6 +58,7 @@ from ditskip_edge.runtime.errors import UserError
 from ditskip_edge.runtime.tiling import tile_key, tile_shapes
 from ditskip_edge.runtime.weights import write_weights
 
+from .conv_matmul import DEFAULT_BAND_BYTES
 from .executorch_preprocess import export_module_program
 from .generation_modules import (ACTIVATIONS, Decode, GenEmbed, GenHead, LiftedBlock, MiniLMEncoder, PipelineEncoder,
                                  PlainDecode, block_kind, block_states, decoder_states)
@@ -79,8 +80,10 @@ class GenerationPrograms:
     guidance: float = 3.0                        # default classifier-free guidance scale
     px: int | None = None                        # image side; None: the model's train resolution
     group_size: int = 32                         # int4: input features per scale
-    backend: str = "xnnpack"                     # the transformer's programs: "xnnpack" (bmm delegates, rounding
-                                                 # only) | "portable"; text encoders and decoder: portable kernels
+    backend: str = "xnnpack"                     # the transformer's and the decoder's programs: "xnnpack" (bmm
+                                                 # delegates, rounding only; the decoder's convolutions as im2col
+                                                 # bands + bmm: export/conv_matmul.py) | "portable"; text encoders:
+                                                 # portable kernels
     decode_tile_px: int | None = None            # decode in tiles of this many pixels a side; None: one tile
     text_precision: str = "fp32"                 # a pipeline folder's text encoder programs: their linears' weights
     attention_chunk: int | None = None           # attention in query chunks of this many tokens (models/attention.py)
@@ -147,15 +150,21 @@ def _specs(names: list[str], tensors) -> list[dict]:
 
 def _export(writer: BundleWriter, rel: str, module, names: list[str], example: tuple, out_names: list[str],
             name: str, precision: str = "fp32", data: list[str] | None = None, extra: dict | None = None,
-            fold_constants: bool = False, backend: str | None = None) -> dict:
+            fold_constants: bool = False, backend: str | None = None, conv_band_bytes: int | None = None) -> dict:
     log.info("exporting %s", rel)
     example = tuple(t.contiguous() for t in example)      # the runtime passes row-major arrays (dim order 0, 1, ..)
     with torch.no_grad():
         outs = module(*example)
     outs = outs if isinstance(outs, tuple) else (outs,)
-    # backend given: a transformer program (embed, block, head), lowered as the training program's matmuls are
-    pte, sizes = export_module_program(module, example, backend or "portable", planned_inputs=False,
-                                       mm_rewrite=True, fold_constants=fold_constants, matmuls=backend is not None)
+    # backend given: a transformer program (embed, block, head), lowered as the training program's matmuls are;
+    # conv_band_bytes given: a decode program on XNNPACK (export/conv_matmul.py)
+    if conv_band_bytes is not None:
+        pte, sizes = export_module_program(module, example, "xnnpack", planned_inputs=False, mm_rewrite=True,
+                                           conv_band_bytes=conv_band_bytes)
+    else:
+        pte, sizes = export_module_program(module, example, backend or "portable", planned_inputs=False,
+                                           mm_rewrite=True, fold_constants=fold_constants,
+                                           matmuls=backend is not None)
     writer.path(rel).write_bytes(pte)
     memory = {"pte_bytes": sizes["pte_bytes"], "planned_arena_bytes": sizes["planned_arena_bytes"],
               "constant_bytes": sizes["constant_bytes"], "inputs_planned": False, **(extra or {})}
@@ -319,7 +328,7 @@ def add_generation_programs(writer: BundleWriter, config: GenerationPrograms) ->
     text, entries = _text_part(writer, spec, config)
     cond = _example_cond(spec)
     tiling = decode_tiling(spec, latent_shape[2], config.decode_tile_px)
-    es, decode_record = _decode_part(writer, spec, latent_shape, tiling)
+    es, decode_record = _decode_part(writer, spec, latent_shape, tiling, config.backend)
     entries += es
     weights = {}
     for precision in config.precisions:
@@ -355,9 +364,11 @@ def add_generation_programs(writer: BundleWriter, config: GenerationPrograms) ->
 _GEN_NAMES = (TEXT_ENCODER, TEXT_ENCODER_2, GEN_EMBED, GEN_HEAD)
 
 
-def _decode_part(writer: BundleWriter, spec: ModelSpec, latent_shape: list[int], tiling: dict
-                 ) -> tuple[list[dict], dict]:
-    """One decode program per latent tile shape, every weight an input from decoder.safetensors (fp32)."""
+def _decode_part(writer: BundleWriter, spec: ModelSpec, latent_shape: list[int], tiling: dict,
+                 backend: str = "portable", conv_band_bytes: int = DEFAULT_BAND_BYTES) -> tuple[list[dict], dict]:
+    """One decode program per latent tile shape, every weight an input from decoder.safetensors (fp32). backend
+    "xnnpack": the convolutions as im2col bands of at most conv_band_bytes + XNNPACK bmm (export/conv_matmul.py;
+    the program's inputs and outputs unchanged), "portable": the portable kernels throughout."""
     plain = PlainDecode(LatentEncoder(spec.arch, build_vae(spec)))
     c, h, w = latent_shape[1:]
     shapes = tile_shapes((h, w), tiling["tile_latent"], tiling["stride_latent"])
@@ -368,12 +379,15 @@ def _decode_part(writer: BundleWriter, spec: ModelSpec, latent_shape: list[int],
                       {"format": "ditskip-edge-decoder-weights", "model": spec.name})
     decode = Decode(plain, list(states))
     entries = []
+    band = conv_band_bytes if backend == "xnnpack" else None
     for th, tw in shapes:
         x = torch.randn(1, c, th, tw, generator=torch.Generator().manual_seed(1))
         entries.append(_export(writer, f"{GEN_DIR}/decode_{tile_key(th, tw)}.pte", decode, decode.input_names(),
                                (x,) + tuple(v.detach() for v in states.values()), ["image"], decode_name(th, tw),
-                               data=[weights_rel] if weights_rel else None))
-    record = {**tiling, "weights": weights_rel, "weight_prefix": DECODER_WEIGHTS,
+                               data=[weights_rel] if weights_rel else None, conv_band_bytes=band,
+                               extra={"backend": backend, "conv_band_bytes": band}))
+    record = {**tiling, "weights": weights_rel, "weight_prefix": DECODER_WEIGHTS, "backend": backend,
+              "conv_band_bytes": band,
               "programs": {tile_key(th, tw): decode_name(th, tw) for th, tw in shapes},
               "rule": "runtime/tiling.py: tiles start every stride_latent cells; each decoded tile is blended into "
                       "its upper, then its left (already blended) neighbour over (tile - stride) * scale pixels, "

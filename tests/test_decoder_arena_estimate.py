@@ -1,4 +1,5 @@
-"""The generation estimate's decode phase counts the decode program's PLANNED arena (memory_estimate/generation.py
+"""The generation estimate's decode phase counts the decode program's PLANNED arena (portable here; the XNNPACK
+program's: tests/test_decoder_xnnpack.py) (memory_estimate/generation.py
 decoder_program_memory: the decoder's ops as the portable program holds them, re-planned by ExecuTorch's greedy
 planner, xnnpack_program.greedy_arena_bytes), not the eager trace's live peak: SANA-1600M's decode_8x8.pte plans
 192 MiB where the eager trace counted 144.5 MiB (benchmarks/results/real_scale.md). Each estimate is checked against
@@ -23,8 +24,9 @@ DC_AE_WIDE = dict(DC_AE, decoder_block_out_channels=[8, 16, 32, 32, 128, 128],
 KL = dict(BUILTIN_SPECS["flux-tiny"].vae_config, mid_block_add_attention=True)
 
 
-def _exported_arena(arch: str, config: dict, tile_hw: tuple[int, int]) -> int:
-    """The planned arena of the decode program _decode_part exports for a latent tile of tile_hw."""
+def _exported_arena(arch: str, config: dict, tile_hw: tuple[int, int], conv_band_bytes: int | None = None) -> int:
+    """The planned arena of the decode program _decode_part exports for a latent tile of tile_hw (portable; with
+    conv_band_bytes on XNNPACK: export/conv_matmul.py)."""
     from export.executorch_preprocess import export_module_program
     from export.generation_modules import Decode, PlainDecode, decoder_states
     from ditskip_edge.models.latents import LatentEncoder
@@ -34,8 +36,9 @@ def _exported_arena(arch: str, config: dict, tile_hw: tuple[int, int]) -> int:
     x = torch.randn(1, int(config["latent_channels"]), *tile_hw)
     states = decoder_states(plain, x)
     decode = Decode(plain, list(states))
-    _, sizes = export_module_program(decode, (x,) + tuple(v.detach() for v in states.values()), "portable",
-                                     planned_inputs=False, mm_rewrite=True)
+    _, sizes = export_module_program(decode, (x,) + tuple(v.detach() for v in states.values()),
+                                     "portable" if conv_band_bytes is None else "xnnpack", planned_inputs=False,
+                                     mm_rewrite=True, conv_band_bytes=conv_band_bytes)
     return sizes["planned_arena_bytes"]
 
 
@@ -73,8 +76,10 @@ def test_sana_1600m_decoder_at_a_256_px_tile_plans_what_its_bundle_planned():
 
 def test_generation_estimates_decode_phase_is_the_exported_tile_programs_arena_plus_the_pictures():
     """`estimate` for sana-tiny decoding in tiles of 128 px: decoder_arena_bytes is the planned arena of the decode
-    program compile exports for its largest tile, and the decode phase adds what runtime/tiling.py holds beside it
-    (the picture and two rows of decoded tiles)."""
+    program compile exports for its largest tile (on XNNPACK, compile's default: export/conv_matmul.py with its
+    default band), and the decode phase adds XNNPACK's workspace (the largest band it packs) and what
+    runtime/tiling.py holds beside it (the picture and two rows of decoded tiles)."""
+    from export.conv_matmul import DEFAULT_BAND_BYTES
     from ditskip_edge.memory_estimate.request import EstimateRequest, estimate_memory
     spec = BUILTIN_SPECS["sana-tiny"]
     px = 2 * spec.data_px
@@ -82,7 +87,9 @@ def test_generation_estimates_decode_phase_is_the_exported_tile_programs_arena_p
                                         decode_tile_px=128))["generation"][str(px)]
     tiling = g["decode_tiling"]["tiling"]
     assert tiling["tiled"]
-    planned = _exported_arena(spec.arch, spec.vae_config, (tiling["tile_latent"],) * 2)
+    planned = _exported_arena(spec.arch, spec.vae_config, (tiling["tile_latent"],) * 2, DEFAULT_BAND_BYTES)
     assert abs(g["decoder_arena_bytes"] - planned) <= 0.02 * planned, (g["decoder_arena_bytes"], planned)
     rows = len(range(0, px // spec.vae_scale_factor, tiling["stride_latent"]))
-    assert g["decoder_bytes"] == g["decoder_arena_bytes"] + (3 * px * px + 2 * rows * 3 * 128 ** 2) * 4
+    assert 0 < g["decoder_workspace_bytes"] <= DEFAULT_BAND_BYTES
+    assert g["decoder_bytes"] == (g["decoder_arena_bytes"] + g["decoder_workspace_bytes"]
+                                  + (3 * px * px + 2 * rows * 3 * 128 ** 2) * 4)

@@ -21,7 +21,9 @@ alone: the full transformer one block at a time, every program at batch 1 with t
                         needs the skipped blocks too); working set: one block's + embedders and head
 
     decode phase  = the decode program's planned arena on its largest tile (the whole latent unless decode_tile_px
-                    asks for tiles: runtime/tiling.py; every other tile shape is a part of it), plus with tiles the
+                    asks for tiles: runtime/tiling.py; every other tile shape is a part of it), plus on XNNPACK
+                    (decode_backend, compile's default) its workspace (the largest im2col band a convolution's bmm
+                    packs: export/conv_matmul.py, replayed by its ConvsAsMatmuls), plus with tiles the
                     picture and two rows of decoded tiles (the decode programs run after the transformer programs
                     are dropped: footprint = the larger phase + the runtime overhead); real-size models use their
                     published autoencoder configs (subject.py AUTOENCODER_CONFIGS, meta device). The arena is
@@ -50,6 +52,7 @@ Not modeled: flux-testbed's MiniLM encoder (22.7M parameters).
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 
@@ -78,6 +81,8 @@ class GenerationConfig:
     decode_tile_px: int | None = None      # the decoder runs on tiles of this side (compile --decode-tile-px)
     attention_chunk: int | None = None     # attention in query chunks (compile --attention-chunk)
     mlp_chunk: int | None = None           # FLUX blocks' MLPs in token chunks (compile --mlp-chunk)
+    decode_backend: str = "xnnpack"        # the decode programs' (GenerationPrograms.backend): "xnnpack" (the
+                                           # convolutions as im2col bands + bmm, export/conv_matmul.py) | "portable"
 
     @property
     def latent_shape(self) -> tuple[int, int, int, int]:
@@ -190,11 +195,15 @@ def decoder_config(spec: ModelSpec) -> dict | None:
     return AUTOENCODER_CONFIGS.get(spec.name, AUTOENCODER_CONFIGS["sana"] if spec.arch != FLUX_ARCH else None)
 
 
-def decoder_program_memory(arch: str, vae_config: dict, tile_hw: tuple[int, int]) -> dict:
-    """The portable decode program of one latent tile [1, C, h, w] (export/generation_stage.py _decode_part; weights
-    its inputs, not planned; the image planned) as xnnpack_program.program_memory_of counts it: arena_bytes
-    (ExecuTorch's greedy plan), arena_live_bytes (its buffers' live peak), and the decode's FLOPs. Meta weights,
-    fake tensors."""
+def decoder_program_memory(arch: str, vae_config: dict, tile_hw: tuple[int, int],
+                           conv_band_bytes: int | None = None) -> dict:
+    """The decode program of one latent tile [1, C, h, w] (export/generation_stage.py _decode_part; weights its
+    inputs, not planned; the image planned) as xnnpack_program.program_memory_of counts it: arena_bytes
+    (ExecuTorch's greedy plan), arena_live_bytes (its buffers' live peak), workspace_bytes (XNNPACK's: the largest
+    operand one of its bmm delegates packs; 0 on the portable kernels), delegates (its bmm: one per band of every
+    convolution), and the decode's FLOPs. conv_band_bytes
+    None: the portable program; else the XNNPACK one (export/conv_matmul.py: every convolution as im2col bands of
+    at most that many bytes + a bmm, replayed by its ConvsAsMatmuls). Meta weights, fake tensors."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -205,17 +214,23 @@ def decoder_program_memory(arch: str, vae_config: dict, tile_hw: tuple[int, int]
     with torch.device("meta"):
         vae = vae_class(arch).from_config(vae_config).eval()
     fc = FlopCounterMode(display=False)
+    convs = contextlib.nullcontext()
+    if conv_band_bytes is not None:
+        from export.conv_matmul import ConvsAsMatmuls      # the exporter's own decomposition (one definition)
+        convs = ConvsAsMatmuls(conv_band_bytes)
     with FakeTensorMode(allow_non_fake_inputs=True), torch.no_grad():
         vae = vae.to_empty(device="cpu").requires_grad_(False)     # plain inputs, as export's Decode passes them
         x = torch.zeros(1, int(vae_config["latent_channels"]), *tile_hw)
         outside = list(vae.parameters()) + list(vae.buffers()) + [x]
         rec = ProgramOps(outside, portable=True)
-        # as export traces it (export_module_program: row-major pixel shuffles; attention decomposed to math)
-        with contiguous_pixel_shuffles(), ExportedDropouts(), _sdpa_context("math"), fc, rec:
+        # as export traces it (export_module_program: row-major pixel shuffles; attention decomposed to math); the
+        # FLOPs counted on the module's own convolutions (above the decomposition)
+        with contiguous_pixel_shuffles(), ExportedDropouts(), _sdpa_context("math"), fc, rec, convs:
             image = LatentEncoder(arch, vae).decode(x).contiguous()
         program = program_memory_of(rec, outside, [], image)
     return {"arena_bytes": program["arena_bytes"], "arena_live_bytes": program["arena_live_bytes"],
-            "flops": int(fc.get_total_flops())}
+            "workspace_bytes": getattr(convs, "packed_bytes", 0), "delegates": getattr(convs, "matmuls", 0),
+            "convolutions_rewritten": getattr(convs, "convs", 0), "flops": int(fc.get_total_flops())}
 
 
 def trace_decoder(cfg: GenerationConfig) -> dict | None:
@@ -235,10 +250,16 @@ def trace_decoder(cfg: GenerationConfig) -> dict | None:
     held = (3 * cfg.resolution_px ** 2 + 2 * tiles_per_row * 3 * px_tile ** 2) * 4 if tiling["tiled"] else 0
     out = {"tiling": tiling, "tile_px": px_tile, "tiles": tiles_per_row ** 2, "held_pixels_bytes": held}
     if vc.get("kind") == "pixel":
-        return {**out, "arena_bytes": 0, "arena_live_bytes": 0, "phase_bytes": held}
-    program = decoder_program_memory(cfg.spec.arch, vc, (tile, tile))
+        return {**out, "arena_bytes": 0, "arena_live_bytes": 0, "workspace_bytes": 0, "phase_bytes": held}
+    band = None
+    if cfg.decode_backend == "xnnpack":
+        from export.conv_matmul import DEFAULT_BAND_BYTES      # what export/generation_stage.py _decode_part uses
+        band = DEFAULT_BAND_BYTES
+    program = decoder_program_memory(cfg.spec.arch, vc, (tile, tile), band)
     return {**out, "arena_bytes": program["arena_bytes"], "arena_live_bytes": program["arena_live_bytes"],
-            "phase_bytes": program["arena_bytes"] + held, "flops": program["flops"] * out["tiles"]}
+            "workspace_bytes": program["workspace_bytes"], "backend": cfg.decode_backend,
+            "phase_bytes": program["arena_bytes"] + program["workspace_bytes"] + held,
+            "flops": program["flops"] * out["tiles"]}
 
 
 def generation_estimate(cfg: GenerationConfig, runtime_overhead_bytes: int, attention: str = "math",
@@ -264,6 +285,7 @@ def generation_estimate(cfg: GenerationConfig, runtime_overhead_bytes: int, atte
            "transformer_phase_bytes": transformer_phase, "decoder_bytes": decode_phase,
            "decoder_arena_bytes": decoder["arena_bytes"] if decoder else None,
            "decoder_arena_live_bytes": decoder["arena_live_bytes"] if decoder else None,
+           "decoder_workspace_bytes": decoder["workspace_bytes"] if decoder else None,
            "decode_tiling": {k: v for k, v in decoder.items() if not k.endswith("_bytes")} if decoder else None,
            "footprint_bytes": footprint, "file_backed_bytes": tr["frozen_weights_bytes"],
            "sampler_steps": sampler_steps, "flops_per_sampler_step": tr["flops_per_sampler_step"],
