@@ -42,6 +42,7 @@ from typing import ClassVar
 import torch
 
 from ditskip_edge.models.attention import chunked_attention
+from ditskip_edge.models.conv_matmul import DEFAULT_BAND_BYTES
 from ditskip_edge.models.latents import LatentEncoder, decode_tiling
 from ditskip_edge.models.loading import build_transformer, build_vae
 from ditskip_edge.models.specs import FLUX_ARCH, SANA_ARCH, ModelSpec
@@ -58,7 +59,6 @@ from ditskip_edge.runtime.errors import UserError
 from ditskip_edge.runtime.tiling import tile_key, tile_shapes
 from ditskip_edge.runtime.weights import write_weights
 
-from .conv_matmul import DEFAULT_BAND_BYTES
 from .executorch_preprocess import export_module_program
 from .generation_modules import (ACTIVATIONS, Decode, GenEmbed, GenHead, LiftedBlock, MiniLMEncoder, PipelineEncoder,
                                  PlainDecode, block_kind, block_states, decoder_states)

@@ -79,7 +79,7 @@ def test_generation_estimates_decode_phase_is_the_exported_tile_programs_arena_p
     program compile exports for its largest tile (on XNNPACK, compile's default: export/conv_matmul.py with its
     default band), and the decode phase adds XNNPACK's workspace (the largest band it packs) and what
     runtime/tiling.py holds beside it (the picture and two rows of decoded tiles)."""
-    from export.conv_matmul import DEFAULT_BAND_BYTES
+    from ditskip_edge.models.conv_matmul import DEFAULT_BAND_BYTES
     from ditskip_edge.memory_estimate.request import EstimateRequest, estimate_memory
     spec = BUILTIN_SPECS["sana-tiny"]
     px = 2 * spec.data_px

@@ -76,7 +76,7 @@ def test_convolutions_run_as_xnnpack_bmm_delegates_with_the_weights_as_inputs(pr
 
 
 def test_every_im2col_band_stays_within_the_bound_unless_one_row_is_larger():
-    from export.conv_matmul import band_rows
+    from ditskip_edge.models.conv_matmul import band_rows
     for channels, k, width, rows, band in [(128, (3, 3), 256, 256, 8 << 20), (1024, (3, 3), 8, 8, 8 << 20),
                                            (8, (1, 1), 128, 128, 16 * 1024), (16, (3, 3), 64, 64, 1000),
                                            (4096, (3, 3), 32, 32, 8 << 20), (8, (3, 3), 128, 128, BAND)]:

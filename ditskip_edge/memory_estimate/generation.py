@@ -23,7 +23,7 @@ alone: the full transformer one block at a time, every program at batch 1 with t
     decode phase  = the decode program's planned arena on its largest tile (the whole latent unless decode_tile_px
                     asks for tiles: runtime/tiling.py; every other tile shape is a part of it), plus on XNNPACK
                     (decode_backend, compile's default) its workspace (the largest im2col band a convolution's bmm
-                    packs: export/conv_matmul.py, replayed by its ConvsAsMatmuls), plus with tiles the
+                    packs: models/conv_matmul.py, replayed by its ConvsAsMatmuls), plus with tiles the
                     picture and two rows of decoded tiles (the decode programs run after the transformer programs
                     are dropped: footprint = the larger phase + the runtime overhead); real-size models use their
                     published autoencoder configs (subject.py AUTOENCODER_CONFIGS, meta device). The arena is
@@ -216,7 +216,7 @@ def decoder_program_memory(arch: str, vae_config: dict, tile_hw: tuple[int, int]
     fc = FlopCounterMode(display=False)
     convs = contextlib.nullcontext()
     if conv_band_bytes is not None:
-        from export.conv_matmul import ConvsAsMatmuls      # the exporter's own decomposition (one definition)
+        from ..models.conv_matmul import ConvsAsMatmuls     # the exporter's own decomposition (one definition)
         convs = ConvsAsMatmuls(conv_band_bytes)
     with FakeTensorMode(allow_non_fake_inputs=True), torch.no_grad():
         vae = vae.to_empty(device="cpu").requires_grad_(False)     # plain inputs, as export's Decode passes them
@@ -253,7 +253,7 @@ def trace_decoder(cfg: GenerationConfig) -> dict | None:
         return {**out, "arena_bytes": 0, "arena_live_bytes": 0, "workspace_bytes": 0, "phase_bytes": held}
     band = None
     if cfg.decode_backend == "xnnpack":
-        from export.conv_matmul import DEFAULT_BAND_BYTES      # what export/generation_stage.py _decode_part uses
+        from ..models.conv_matmul import DEFAULT_BAND_BYTES     # what export/generation_stage.py _decode_part uses
         band = DEFAULT_BAND_BYTES
     program = decoder_program_memory(cfg.spec.arch, vc, (tile, tile), band)
     return {**out, "arena_bytes": program["arena_bytes"], "arena_live_bytes": program["arena_live_bytes"],

@@ -41,7 +41,7 @@ export/generation_stage.py _decode_part) is the same recording with ProgramOps(p
 workspace, every op's buffer in the arena, planned by the same greedy_arena_bytes (memory_estimate/generation.py
 decoder_program_memory; SANA-1600M's decode_8x8.pte: 201,326,592 bytes planned, reproduced to the byte,
 tests/test_decoder_arena_estimate.py). The XNNPACK decode programs (export/conv_matmul.py: every convolution as
-im2col bands + a bmm delegate) are recorded the same way with export/conv_matmul.ConvsAsMatmuls entered after
+im2col bands + a bmm delegate) are recorded the same way with models/conv_matmul.ConvsAsMatmuls entered after
 ProgramOps: the bmm's operands and output are arena buffers as a portable op's are, and the workspace is the
 largest band the bmm packs (tests/test_decoder_xnnpack.py).
 """
