@@ -183,7 +183,9 @@ def main() -> None:
                       f"Personalize = the subject stage on every sample + {first['steps']} steps x "
                       f"{first['grad_accum']} samples ({first['samples']} samples). Phone: {ph['class']}, "
                       f"{ph['source']}; x the efficiency measured here = {ph['gflops']} GFLOP/s for the XNNPACK "
-                      f"programs, {ph['picture_gflops_portable']} for generation's decoder (portable kernels). One core, one "
+                      f"programs, {ph['picture_gflops_decoder']} for generation's decoder (the "
+                      f"{first.get('decoder_backend', 'portable')} decode program, {first.get('decoder_source', '')}). "
+                      "One core, one "
                       "thread: a phone's other cores, thermal limits and memory bandwidth are not modeled.", "",
                       "| model | footprint GiB (training / subject stage) | training step TFLOP / sample | subject "
                       "stage TFLOP / sample | personalize PFLOP | phone: subject stage min | phone: training min | "

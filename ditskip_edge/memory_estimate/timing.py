@@ -17,9 +17,10 @@ Time = FLOPs / throughput, with two stated throughputs:
     the fraction of the kernel's peak it keeps here. One core, one thread; a phone's other big cores, its thermal
     limits and its memory bandwidth are not modeled. Give another phone with --phone-gflops (its fp32 GEMM GFLOP/s).
 A picture: the transformer's programs run their matmuls on XNNPACK as the training program does (export/
-executorch_preprocess.py lower_matmul_program), timed at the training program's throughput; the decoder runs on the
-portable kernels (its weights are program inputs, which XNNPACK's convolution cannot take), timed at the portable
-training program's measured throughput (HOST_PORTABLE_GFLOPS, scaled likewise).
+executorch_preprocess.py lower_matmul_program), timed at the training program's throughput; the decoder at the
+measured throughput of its own program (benchmarks/decode_tiles.py, scaled likewise): on XNNPACK (compile's default:
+its convolutions as im2col bands + bmm, models/conv_matmul.py) HOST_DECODE_GFLOPS, on the portable kernels
+HOST_PORTABLE_DECODE_GFLOPS (50x slower: the portable convolution is not the portable training program's matmul).
 """
 
 from __future__ import annotations
@@ -45,16 +46,26 @@ HOST_STEP_GFLOPS = 71.05
 HOST_PORTABLE_GFLOPS = 18.27
 HOST_GEMM_GFLOPS = 97.93
 HOST_SOURCE = "benchmarks/results/throughput.md (benchmarks/throughput.py)"
+# Generation's decode program on one 256-px tile, the decoder's FLOPs (generation.decoder_program_memory) per CPU
+# second of the call (benchmarks/results/decode_tiles.md, 2026-12-07 20:11-20:44 UTC, 1 thread, a machine at load
+# 4-6): XNNPACK, the mean of SANA-1600M's DC-AE (523.0 GFLOP in 11.12 s: 47.0) and FLUX.1-dev's AutoencoderKL
+# (622.3 GFLOP in 9.05 s: 68.8); portable, the mean of the same DC-AE tile in the same window (1,394.6 s: 0.375)
+# and the FLUX decode of benchmarks/results/real_scale.md (1,782 CPU s: 0.349).
+HOST_DECODE_GFLOPS = 57.9
+HOST_PORTABLE_DECODE_GFLOPS = 0.362
+DECODE_SOURCE = "benchmarks/results/decode_tiles.md (benchmarks/decode_tiles.py)"
 
 
 def host_figures() -> dict:
-    return {"step": HOST_STEP_GFLOPS, "portable": HOST_PORTABLE_GFLOPS, "gemm": HOST_GEMM_GFLOPS}
+    return {"step": HOST_STEP_GFLOPS, "portable": HOST_PORTABLE_GFLOPS, "gemm": HOST_GEMM_GFLOPS,
+            "decode": HOST_DECODE_GFLOPS, "decode_portable": HOST_PORTABLE_DECODE_GFLOPS}
 
 
-def host_efficiency(portable: bool = False, host: dict | None = None) -> float:
-    """The training program's throughput as a fraction of this machine's fp32 GEMM kernel."""
-    h = host or host_figures()
-    step = h["portable"] if portable else h["step"]
+def host_efficiency(portable: bool = False, host: dict | None = None, program: str | None = None) -> float:
+    """A program's throughput as a fraction of this machine's fp32 GEMM kernel: the training program's (XNNPACK, or
+    portable), or `program` given: a key of host_figures() ("decode", "decode_portable")."""
+    h = {**host_figures(), **(host or {})}
+    step = h[program] if program else h["portable"] if portable else h["step"]
     return step / h["gemm"] if h["gemm"] else 0.0
 
 
@@ -67,12 +78,17 @@ def time_estimate(doc: dict, steps: int, grad_accum: int, phone_gflops: float = 
     """The estimate's `time` section from its FLOP figures (doc: estimate_memory's document so far). Personalizing =
     the subject stage over every sample of the schedule (steps x grad_accum, the residual cache's entries) + the
     training steps; a picture = generation's FLOPs at the first --generation-px. host_figs: this machine's GFLOP/s
-    {"step", "portable", "gemm"} (default: HOST_*; benchmarks/throughput.py passes what it just measured)."""
-    hf = host_figs or host_figures()
+    {"step", "portable", "gemm", "decode", "decode_portable"} (default: HOST_*; benchmarks/throughput.py passes what
+    it just measured, the rest from HOST_*)."""
+    hf = {**host_figures(), **(host_figs or {})}
     host = hf["step"]
-    eff, eff_portable = host_efficiency(host=hf), host_efficiency(portable=True, host=hf)
+    gen = doc.get("generation") or {}
+    first = next(iter(gen.values()), None)
+    decode_key = "decode" if ((first or {}).get("decode_tiling") or {}).get("backend") == "xnnpack" \
+        else "decode_portable"
+    eff, eff_decode = host_efficiency(host=hf), host_efficiency(host=hf, program=decode_key)
     phone = phone_gflops * eff
-    phone_portable = phone_gflops * eff_portable
+    phone_decode = phone_gflops * eff_decode
     samples = steps * grad_accum
     train = doc["flops_per_sample"] * samples
     subject = doc.get("subject_stage", {}).get("forward_flops_per_sample")
@@ -81,25 +97,23 @@ def time_estimate(doc: dict, steps: int, grad_accum: int, phone_gflops: float = 
              "subject_stage": subject * samples if subject is not None else None}
     personalize = train + (flops["subject_stage"] or 0)
     flops["personalize"] = personalize
-    gen = doc.get("generation") or {}
-    first = next(iter(gen.values()), None)
     picture = first["flops_per_picture"] if first else None
     decoder = (first.get("decoder_flops") or 0) if first else 0
     flops["picture"] = picture
     flops["picture_decoder"] = decoder if first else None
 
-    def picture_seconds(gf: float, gf_portable: float) -> float | None:
-        if picture is None or gf <= 0 or gf_portable <= 0:
+    def picture_seconds(gf: float, gf_decode: float) -> float | None:
+        if picture is None or gf <= 0 or gf_decode <= 0:
             return None
-        return _seconds(picture - decoder, gf) + _seconds(decoder, gf_portable)
+        return _seconds(picture - decoder, gf) + _seconds(decoder, gf_decode)
 
-    def times(gf: float, gf_portable: float) -> dict:
+    def times(gf: float, gf_decode: float) -> dict:
         out = {"gflops": round(gf, 3), "training_step_seconds": _seconds(doc["flops_per_sample"] * grad_accum, gf),
                "training_minutes": _min(_seconds(train, gf)),
                "subject_stage_minutes": _min(_seconds(flops["subject_stage"], gf)) if subject is not None else None,
                "personalize_minutes": _min(_seconds(personalize, gf)),
-               "picture_minutes": _min(picture_seconds(gf, gf_portable)),
-               "picture_gflops_portable": round(gf_portable, 3)}
+               "picture_minutes": _min(picture_seconds(gf, gf_decode)),
+               "picture_gflops_decoder": round(gf_decode, 3)}
         return out
 
     return {"estimate": True, "samples": samples, "steps": steps, "grad_accum": grad_accum,
@@ -107,12 +121,13 @@ def time_estimate(doc: dict, steps: int, grad_accum: int, phone_gflops: float = 
                                                   " (no subject stage: add --subject-stage)"),
             "picture_at_px": int(first["resolution_px"]) if first else None,
             "flops": flops,
-            "this_machine": {**times(host, hf["portable"]), "source": HOST_SOURCE,
+            "decoder_backend": "xnnpack" if decode_key == "decode" else "portable", "decoder_source": DECODE_SOURCE,
+            "this_machine": {**times(host, hf[decode_key]), "source": HOST_SOURCE,
                              "note": "1 thread; the XNNPACK training program's measured FLOPs per CPU second"},
-            "phone": {**times(phone, phone_portable), "class": PHONE_CLASS if phone_gflops == PHONE_GFLOPS
+            "phone": {**times(phone, phone_decode), "class": PHONE_CLASS if phone_gflops == PHONE_GFLOPS
                       else "given (--phone-gflops)", "gemm_gflops": phone_gflops,
                       "source": PHONE_SOURCE if phone_gflops == PHONE_GFLOPS else "--phone-gflops",
-                      "efficiency": round(eff, 3), "efficiency_portable": round(eff_portable, 3),
+                      "efficiency": round(eff, 3), "efficiency_decoder": round(eff_decode, 4),
                       "note": "the phone's fp32 GEMM GFLOP/s x this machine's measured efficiency of the program "
                               "against its own GEMM kernel; one core, one thread; an estimate"}}
 
