@@ -50,7 +50,8 @@ HOST_SOURCE = "benchmarks/results/throughput.md (benchmarks/throughput.py)"
 # second of the call (benchmarks/results/decode_tiles.md, 2026-12-07 20:11-20:44 UTC, 1 thread, a machine at load
 # 4-6): XNNPACK, the mean of SANA-1600M's DC-AE (523.0 GFLOP in 11.12 s: 47.0) and FLUX.1-dev's AutoencoderKL
 # (622.3 GFLOP in 9.05 s: 68.8); portable, the mean of the same DC-AE tile in the same window (1,394.6 s: 0.375)
-# and the FLUX decode of benchmarks/results/real_scale.md (1,782 CPU s: 0.349).
+# and the FLUX generate of benchmarks/results/real_scale.md (1,782 CPU s for the whole process, mostly its decode:
+# 0.349, a lower bound).
 HOST_DECODE_GFLOPS = 57.9
 HOST_PORTABLE_DECODE_GFLOPS = 0.362
 DECODE_SOURCE = "benchmarks/results/decode_tiles.md (benchmarks/decode_tiles.py)"
