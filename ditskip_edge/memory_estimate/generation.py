@@ -208,9 +208,8 @@ def decoder_program_memory(arch: str, vae_config: dict, tile_hw: tuple[int, int]
     from torch.utils.flop_counter import FlopCounterMode
 
     from ..models.latents import LatentEncoder
-    from ..models.layout import contiguous_pixel_shuffles
     from ..models.loading import vae_class
-    from .xnnpack_program import ExportedDropouts, ProgramOps, program_memory_of
+    from .xnnpack_program import portable_program_memory
     with torch.device("meta"):
         vae = vae_class(arch).from_config(vae_config).eval()
     fc = FlopCounterMode(display=False)
@@ -222,12 +221,8 @@ def decoder_program_memory(arch: str, vae_config: dict, tile_hw: tuple[int, int]
         vae = vae.to_empty(device="cpu").requires_grad_(False)     # plain inputs, as export's Decode passes them
         x = torch.zeros(1, int(vae_config["latent_channels"]), *tile_hw)
         outside = list(vae.parameters()) + list(vae.buffers()) + [x]
-        rec = ProgramOps(outside, portable=True)
-        # as export traces it (export_module_program: row-major pixel shuffles; attention decomposed to math); the
-        # FLOPs counted on the module's own convolutions (above the decomposition)
-        with contiguous_pixel_shuffles(), ExportedDropouts(), _sdpa_context("math"), fc, rec, convs:
-            image = LatentEncoder(arch, vae).decode(x).contiguous()
-        program = program_memory_of(rec, outside, [], image)
+        program = portable_program_memory(lambda: LatentEncoder(arch, vae).decode(x).contiguous(), outside, [],
+                                          below=[fc], above=[convs])
     return {"arena_bytes": program["arena_bytes"], "arena_live_bytes": program["arena_live_bytes"],
             "workspace_bytes": getattr(convs, "packed_bytes", 0), "delegates": getattr(convs, "matmuls", 0),
             "convolutions_rewritten": getattr(convs, "convs", 0), "flops": int(fc.get_total_flops())}

@@ -65,7 +65,7 @@ from ..models.views import _blocks_of, make_view
 from ..runtime.cache_format import CacheCodec, entry_layout
 from .program import StepConfig, _inputs, _materialize, quantize_direct_layers
 from .tracker import StepMemoryTracker, storage_keys
-from .xnnpack_program import ProgramOps, program_memory_of
+from .xnnpack_program import ProgramOps, portable_program_memory, program_memory_of
 
 # The real-size models' autoencoders as published with their diffusers checkpoints (vae/config.json; no weights
 # here): FLUX.1-dev's AutoencoderKL (decoder 49.5M parameters) and SANA's DC-AE f32c32 (decoder 159M parameters).
@@ -208,16 +208,9 @@ def trace_subject_stage(cfg: StepConfig, forward_precision: str | None = None,
 
 def portable_program_arena(fn, weights: list[torch.Tensor], inputs: list[torch.Tensor]) -> int:
     """The planned arena of fn()'s all-portable inference program (export/executorch_subject.py export_forward,
-    backend portable: the weights external constants, read in place; the inputs planned): ExecuTorch's greedy plan
-    of every op's buffer, as xnnpack_program.ProgramOps(portable=True) records them under the export's tracing
-    (row-major pixel shuffles, math attention, dropouts as clones). Call inside FakeTensorMode."""
-    from ..models.layout import contiguous_pixel_shuffles
-    from .xnnpack_program import ExportedDropouts
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    rec, out = ProgramOps(weights, portable=True), {}
-    with torch.no_grad(), sdpa_kernel([SDPBackend.MATH]), contiguous_pixel_shuffles(), ExportedDropouts(), rec:
-        out["y"] = fn()
-    return int(program_memory_of(rec, weights, inputs, out["y"])["arena_bytes"])
+    backend portable: the weights external constants, read in place; the inputs planned):
+    xnnpack_program.portable_program_memory's greedy plan of every op's buffer. Call inside FakeTensorMode."""
+    return int(portable_program_memory(fn, weights, inputs)["arena_bytes"])
 
 
 def _portable_encoder_arena(spec, height_px: int, width_px: int) -> int:

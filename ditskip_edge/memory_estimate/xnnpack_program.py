@@ -342,6 +342,27 @@ def xnnpack_program_memory(fn, preexisting: list[torch.Tensor], inputs: list[tor
     return program_memory_of(rec, preexisting, inputs, result)
 
 
+def portable_program_memory(fn, preexisting: list[torch.Tensor], inputs: list[torch.Tensor], below=(),
+                            above=()) -> dict:
+    """Trace fn() (fake tensors) as the export traces an all-portable inference program (row-major pixel shuffles,
+    math attention, dropouts as clones) and predict its memory with ProgramOps(portable=True): program_memory_of's
+    figures, arena_bytes the greedy plan of every op's buffer. preexisting: what no op makes (weights; an input the
+    program does not plan); inputs: the planned inputs. below / above: dispatch modes entered before / after the
+    recording (e.g. a FLOP counter below; models/conv_matmul.ConvsAsMatmuls above, whose ops it then records)."""
+    import contextlib
+
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from ..models.layout import contiguous_pixel_shuffles
+    rec = ProgramOps(preexisting, portable=True)
+    with contextlib.ExitStack() as stack:
+        for mode in (torch.no_grad(), sdpa_kernel([SDPBackend.MATH]), contiguous_pixel_shuffles(), ExportedDropouts(),
+                     *below, rec, *above):
+            stack.enter_context(mode)
+        result = fn()
+    return program_memory_of(rec, preexisting, inputs, result)
+
+
 def program_memory_of(rec: ProgramOps, preexisting: list[torch.Tensor], inputs: list[torch.Tensor], result) -> dict:
     """xnnpack_program_memory of ops already recorded (`rec` entered around fn() beside another trace of it)."""
     ops = rec.ops
